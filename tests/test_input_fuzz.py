@@ -7,12 +7,13 @@ import sys
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from zerosim.config import TABLES
 from zerosim.load import allowed_keys
 
 from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 
 LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"
-TABLE_KEYS = {t: allowed_keys(t) for t in ("model", "cluster", "training")}
+TABLE_KEYS = {t: allowed_keys(t) for t in TABLES}
 ALL_KEYS = [f"{t}.{k}" for t, keys in TABLE_KEYS.items() for k in keys]
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.function_scoped_fixture])
@@ -148,3 +149,17 @@ def test_unprintable_model_name_from_a_json_file_is_escaped_not_a_crash(tmp_path
 def test_nul_byte_in_a_path_is_one_line():
     result = run_zerosim("memory", LLAMA, "--set", 'model.hf_config="a\\u0000b"')
     assert_one_line_error(result, "embedded null byte")
+
+
+@settings(max_examples=40, deadline=None)
+@given(key=st.sampled_from([k for k in ALL_KEYS if not k.startswith("model.")]), value=TOML_JUNK)
+def test_junk_set_values_simulate(key, value):
+    """The engine takes the same junk: a result with finite times, or one line."""
+    result = run_zerosim("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--json", "--set",
+                         f"{key}={value}")
+    if result.code == 0:
+        rows = result.json
+        assert [r["stage"] for r in rows] == [0, 1, 2, 3]
+        assert all(0 <= r["compute_s"] <= r["step_time_s"] < float("inf") for r in rows)
+    else:
+        assert_one_line_error(result)

@@ -1,7 +1,8 @@
 """`zerosim` command line. Exit codes: 0 success, 1 a check failed, 2 bad input (one line on stderr).
 
-Commands: `memory` (this module); `simulate`, `collective`, `validate`, `sweep`, `plan`, `plot`
-arrive with the engine, calibration and trade-off issues.
+Commands: `memory` (analytic per-rank memory), `simulate` (one training step per stage on the
+simulated cluster), `collective` (one collective, nccl-tests figures). `validate`, `sweep`, `plan`
+and `plot` arrive with the calibration and trade-off issues.
 """
 
 from __future__ import annotations
@@ -57,6 +58,74 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _stage(text: str) -> int:
+    if text not in ("0", "1", "2", "3"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ZeRO stage (0, 1, 2 or 3)")
+    return int(text)
+
+
+def _size_bytes(text: str) -> int:
+    """A positive whole number of bytes; 1e9 and 1_000_000 are accepted."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
+    if not value >= 1 or value != int(value) or value > 2**53:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of bytes in 1..2**53")
+    return int(value)
+
+
+def _ranks(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ranks")
+    return int(text)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from zerosim import report
+    from zerosim.engine import simulate
+    from zerosim.trace import chrome_trace
+
+    scenario = _load(args)
+    t = scenario.training
+    if t.seq_len is None:
+        raise InputError("zerosim simulate needs training.seq_len: a bare-Ψ model computes "
+                         "6 * Ψ FLOPs per token (e.g. --set training.seq_len=1024)")
+    stages = [args.stage] if args.stage is not None else [0, 1, 2, 3]
+    keep = args.trace is not None
+    results = [simulate(scenario, stage, mode=args.mode, keep_events=keep) for stage in stages]
+    if args.trace is not None:
+        _write_json(args.trace, chrome_trace(results))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        print(report.format_simulation_table(scenario, results))
+    return EXIT_OK
+
+
+def _write_json(path: str, data) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(data, out)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _cmd_collective(args: argparse.Namespace) -> int:
+    from zerosim.collectives import simulate_collective
+
+    scenario = _load(args)
+    result = simulate_collective(scenario, args.op, args.size_bytes, args.ranks)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{result['op']} of {result['size_bytes']:,} bytes on {result['ranks']} ranks "
+              f"({result['algorithm']})")
+        for key in ("time_s", "algbw_GBps", "busbw_GBps", "bytes_sent_per_rank"):
+            print(f"  {key:20} {result[key]:.6g}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="zerosim", description="Memory and time of DDP and ZeRO-1/2/3 on N GPUs.")
     parser.add_argument("--version", action="version", version=f"zerosim {__version__}")
@@ -69,6 +138,34 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_args(mem)
     mem.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     mem.set_defaults(func=_cmd_memory)
+
+    sim = commands.add_parser(
+        "simulate", help="one training step per stage on the simulated cluster",
+        description="Step time, compute, exposed communication, bytes per rank per collective and "
+                    "per-rank peak memory of DDP and ZeRO-1/2/3, from a discrete-event simulation.")
+    _add_scenario_args(sim)
+    sim.add_argument("--stage", type=_stage, help="simulate only this stage (default: all four)")
+    sim.add_argument("--json", action="store_true", help="print a JSON list, one object per stage")
+    sim.add_argument("--trace", metavar="OUT.json",
+                     help="write a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev)")
+    sim.add_argument("--mode", choices=("auto", "symmetric", "per_rank"), default="auto",
+                     help="auto (default): one representative rank on a uniform cluster, every "
+                          "rank when [variation] is set; per_rank forces every rank")
+    sim.set_defaults(func=_cmd_simulate)
+
+    coll = commands.add_parser(
+        "collective", help="one collective on the simulated cluster (nccl-tests figures)",
+        description="Time, algbw, busbw (nccl-tests definitions) and bytes sent per rank of one "
+                    "collective, moved chunk by chunk over the simulated links.")
+    _add_scenario_args(coll)
+    coll.add_argument("--op", required=True, choices=("all_reduce", "reduce_scatter", "all_gather",
+                                                      "broadcast", "reduce"))
+    coll.add_argument("--size-bytes", required=True, type=_size_bytes, metavar="S",
+                      help="whole buffer in bytes (nccl-tests convention), e.g. 1e9")
+    coll.add_argument("--ranks", type=_ranks, metavar="N",
+                      help="the first N ranks of the cluster (default: all)")
+    coll.add_argument("--json", action="store_true", help="print a JSON object")
+    coll.set_defaults(func=_cmd_collective)
     return parser
 
 

@@ -7,9 +7,9 @@ presets, overrides and companion files (Hugging Face, DeepSpeed) lives in load.p
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
+from zerosim.checks import MAX_VALUE, is_finite_number, one_of as _one_of, positive as _positive
 from zerosim.errors import InputError
 from zerosim.presets import DEFAULT_GPU, GPU_PRESETS
 from zerosim.units import mib_to_bytes
@@ -23,38 +23,13 @@ OFFLOAD = ("none", "cpu")
 MLPS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
+ALGORITHMS = ("auto", "ring", "hierarchical")
+GRADIENT_REDUCTIONS = ("reduce_scatter", "all_reduce")
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 
 # Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
 SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
-
-
-def _one_of(key: str, value, allowed) -> None:
-    if value not in allowed:
-        raise InputError(f"{key} = {value!r} is not one of {', '.join(map(repr, allowed))}")
-
-
-# Largest accepted number: 2**53 is exact as a float, and products of a few such values still
-# convert to float for reports without overflow.
-MAX_VALUE = 2**53
-
-
-def is_finite_number(value) -> bool:
-    """An int (never a bool) or a finite float; ints of any size are finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return isinstance(value, int) or math.isfinite(value)
-
-
-def _positive(key: str, value, *, allow_zero: bool = False) -> None:
-    if not is_finite_number(value):
-        raise InputError(f"{key} = {value} must be a finite number")
-    if value > MAX_VALUE:
-        raise InputError(f"{key} = {value} is beyond what zerosim models (at most 2**53 = {MAX_VALUE})")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InputError(f"{key} = {value} must be {bound}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +149,13 @@ class ClusterConfig:
     """Per-GPU, one-direction bandwidth between nodes (InfiniBand-like), GB/s."""
     inter_node_latency_us: float = float(_DEFAULT["inter_node_latency_us"])
     """Latency of one ring step between nodes, microseconds."""
+    compute_efficiency: float = 0.5
+    """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
+    kernels); a calibration profile replaces it with a measured value."""
+    collective_algorithm: str = "auto"
+    """"ring" (one flat ring over all ranks, paced by its slowest link), "hierarchical" (ring
+    inside each node, ring between nodes, ring inside again) or "auto" (hierarchical when there
+    are several nodes of several GPUs, else ring)."""
 
     def __post_init__(self) -> None:
         for key in ("nodes", "gpus_per_node"):
@@ -187,6 +169,10 @@ class ClusterConfig:
             if f.type == "float":
                 _positive(f"cluster.{f.name}", getattr(self, f.name),
                           allow_zero=f.name.endswith("latency_us"))
+        if self.compute_efficiency > 1:
+            raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
+                             f"of peak and must be <= 1")
+        _one_of("cluster.collective_algorithm", self.collective_algorithm, ALGORITHMS)
 
     @property
     def world_size(self) -> int:
@@ -219,6 +205,9 @@ class TrainingConfig:
     """ZeRO-3: layers gathered ahead of the one computing (0 = no prefetch)."""
     optimizer_offload: str = "none"
     """"cpu" keeps optimizer states (and the gradient shard they consume) in host memory (ZeRO-Offload)."""
+    gradient_reduction: str = "reduce_scatter"
+    """Stages 1-2: "reduce_scatter" gradients to their owners (the ZeRO paper's 2Ψ per step with
+    the parameter all-gather), or "all_reduce" them first as DeepSpeed does by default (3Ψ)."""
 
     def __post_init__(self) -> None:
         if self.zero_stage not in STAGES:
@@ -239,6 +228,46 @@ class TrainingConfig:
                 raise InputError(f"training.{key} = {value} is less than one byte "
                                  f"({value} * 2**20 = {value * 2**20:.3g} bytes)")
         _positive("training.prefetch_layers", self.prefetch_layers, allow_zero=True)
+        _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariationConfig:
+    """[variation]: departures from a perfectly uniform cluster, for `zerosim simulate`.
+    Any of them makes the engine simulate every rank instead of one representative."""
+
+    slow_ranks: tuple[int, ...] = ()
+    """Ranks whose compute is slower (stragglers), e.g. [3]."""
+    slowdown: float = 1.5
+    """Compute time multiplier of the slow ranks (1.5 = 50% slower)."""
+    degraded_links: tuple[int, ...] = ()
+    """Ranks whose outgoing links (both tiers) run at link_bandwidth_factor of nominal."""
+    link_bandwidth_factor: float = 0.5
+    """Bandwidth of a degraded link as a fraction of nominal."""
+    jitter_pct: float = 0.0
+    """Each compute interval is scaled by 1 + u * jitter_pct / 100, u uniform in [-1, 1]."""
+    seed: int = 0
+    """Seed of the jitter: the same scenario and seed give byte-identical results."""
+
+    def __post_init__(self) -> None:
+        _positive("variation.slowdown", self.slowdown)
+        if self.slowdown < 1:
+            raise InputError(f"variation.slowdown = {self.slowdown} must be >= 1 (a multiplier of "
+                             f"compute time; 1 = no slowdown)")
+        _positive("variation.link_bandwidth_factor", self.link_bandwidth_factor)
+        if self.link_bandwidth_factor > 1:
+            raise InputError(f"variation.link_bandwidth_factor = {self.link_bandwidth_factor} must "
+                             f"be <= 1 (a fraction of nominal bandwidth)")
+        _positive("variation.jitter_pct", self.jitter_pct, allow_zero=True)
+        if self.jitter_pct >= 100:
+            raise InputError(f"variation.jitter_pct = {self.jitter_pct} must be < 100 (a compute "
+                             f"interval cannot shrink to nothing)")
+        _positive("variation.seed", self.seed, allow_zero=True)
+
+    @property
+    def is_uniform(self) -> bool:
+        return not (self.slow_ranks and self.slowdown != 1) and not (
+            self.degraded_links and self.link_bandwidth_factor != 1) and self.jitter_pct == 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,11 +277,18 @@ class Scenario:
     model: ModelConfig
     cluster: ClusterConfig
     training: TrainingConfig
+    variation: VariationConfig = field(default_factory=VariationConfig)
     source: str = ""
     """Path of the scenario file (for reports)."""
 
     def __post_init__(self) -> None:
         m, t = self.model, self.training
+        for key in ("slow_ranks", "degraded_links"):
+            for rank in getattr(self.variation, key):
+                if not 0 <= rank < self.world_size:
+                    raise InputError(
+                        f"variation.{key} names rank {rank}, but ranks are 0..{self.world_size - 1} "
+                        f"({self.cluster.nodes} nodes x {self.cluster.gpus_per_node} GPUs)")
         if m.is_bare:
             return  # no shape: the sequence does not enter the memory of model states
         if t.seq_len is None:
@@ -268,4 +304,5 @@ class Scenario:
         return self.cluster.world_size
 
 
-TABLES = {"model": ModelConfig, "cluster": ClusterConfig, "training": TrainingConfig}
+TABLES = {"model": ModelConfig, "cluster": ClusterConfig, "training": TrainingConfig,
+          "variation": VariationConfig}

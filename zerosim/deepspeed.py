@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zerosim.config import MAX_VALUE, is_finite_number
+from zerosim.checks import MAX_VALUE, is_finite_number
 from zerosim.errors import InputError
 from zerosim.files import read_json_object
 from zerosim.memory import BYTES_PER_ELEMENT

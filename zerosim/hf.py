@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from zerosim.config import is_finite_number
+from zerosim.checks import is_finite_number
 from zerosim.errors import InputError
 from zerosim.files import read_json_object
 

@@ -19,8 +19,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
+from zerosim.checks import is_finite_number
 from zerosim.config import (TABLES, ClusterConfig, ModelConfig, Scenario, TrainingConfig,
-                            is_finite_number)
+                            VariationConfig)
 from zerosim.errors import InputError
 from zerosim.files import read_text
 from zerosim.memory import BYTES_PER_ELEMENT
@@ -45,6 +46,10 @@ def allowed_keys(table: str) -> list[str]:
 
 def _coerce(key: str, value: Any, base: str) -> Any:
     """Check a TOML value against a field's type; integral floats (7.5e9) become ints."""
+    if base.startswith("tuple"):  # a list of ranks
+        if not isinstance(value, list):
+            raise InputError(f"{key} must be an array of ranks such as [3], got {_describe(value)}")
+        return tuple(_coerce(f"{key}[{i}]", item, "int") for i, item in enumerate(value))
     if base == "bool":
         if isinstance(value, bool):
             return value
@@ -157,6 +162,7 @@ def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source:
         training_table["seq_len"] = model.max_seq_len
     training = TrainingConfig(**_typed("training", training_table))
     return Scenario(model=model, cluster=_resolve_cluster(tables["cluster"]), training=training,
+                    variation=VariationConfig(**_typed("variation", tables["variation"])),
                     source=source)
 
 

@@ -118,3 +118,17 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
 def memory_table(scenario: Scenario) -> list[StageMemory]:
     """All four stages for one scenario (the scenario's own zero_stage does not restrict it)."""
     return [stage_memory(scenario, stage) for stage in STAGES]
+
+
+STEADY_POINTS = ("after_forward", "after_backward", "after_step")
+
+
+def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
+    """GPU bytes at the quiet moments of a step, when no collective or gathered buffer is alive:
+    after forward (model states + every layer's stored activations), after backward and after the
+    optimizer step (model states alone). The engine's memory timeline must pass through these."""
+    row = stage_memory(scenario, stage)
+    acts = activations(scenario.model, scenario.training)
+    stored = acts.peak_bytes - acts.recompute_bytes
+    states = row.model_states_bytes
+    return {"after_forward": states + stored, "after_backward": states, "after_step": states}

@@ -139,3 +139,64 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
     outside = mask * sbh + 2 * w * sbh + FP32_BYTES * s * b * m.vocab
     return Activations(per_layer_bytes=per_layer, stored_per_layer_bytes=stored,
                        recompute_bytes=recompute, outside_layers_bytes=outside, layers=m.layers)
+
+
+def gather_units(m: ModelConfig) -> list[int]:
+    """Parameter elements of each ZeRO-3 gather unit in forward order (see max_gather_window):
+    [embedding, layer 1..L, final norm + head] for a shape, L near-equal parts of a bare Ψ.
+    A tied head re-gathers the embedding matrix, so the units then sum to more than Ψ."""
+    if m.is_bare:
+        quotient, remainder = divmod(m.params, m.n_layers)
+        return [quotient + (1 if i < remainder else 0) for i in range(m.n_layers)]
+    c = param_counts(m)
+    return [c.embedding] + [c.per_layer] * c.layers + [c.final_norm + (c.lm_head or m.vocab * m.hidden)]
+
+
+def gradient_units(m: ModelConfig) -> list[int]:
+    """Parameter elements each gather unit owns (a tied head owns none of the shared matrix):
+    what its backward adds to the flat gradient buffer of stages 0-2. Sums to Ψ."""
+    units = gather_units(m)
+    if not m.is_bare and m.tied_embeddings:
+        units[-1] -= m.vocab * m.hidden
+    return units
+
+
+def unit_activation_bytes(m: ModelConfig, t: TrainingConfig) -> list[int]:
+    """What each gather unit keeps from forward to backward: the embedding dropout mask, each
+    layer's stored part, the final-norm and head inputs and fp32 logits. Sums to the analytic
+    activations less the one recomputed layer (Activations.peak_bytes)."""
+    acts = activations(m, t)
+    if m.is_bare:
+        return [0] * m.n_layers
+    mask = MASK_BYTES * t.seq_len * t.micro_batch * m.hidden if m.dropout else 0
+    return [mask] + [acts.stored_per_layer_bytes] * m.layers + [acts.outside_layers_bytes - mask]
+
+
+@dataclass(frozen=True)
+class UnitFlops:
+    """Floating-point operations of one gather unit for one micro-batch on one rank."""
+
+    forward: float
+    backward: float
+    """Gradient computation, plus the forward recomputed under activation checkpointing."""
+
+
+def unit_flops(m: ModelConfig, t: TrainingConfig) -> list[UnitFlops]:
+    """Per gather unit. Matrix multiplies cost 2 FLOPs per multiply-add (Kaplan et al. 2020, §2.1:
+    forward 2N per token, backward twice that); attention adds QK^T and AV, 2 * 2 * b * s^2 * h.
+    A bare Ψ has no shape: 2Ψ per token forward, split evenly over its units."""
+    if t.seq_len is None:
+        raise ValueError("FLOPs need training.seq_len")
+    tokens = t.micro_batch * t.seq_len
+    if m.is_bare:
+        return [UnitFlops(forward=2.0 * n * tokens, backward=4.0 * n * tokens) for n in gather_units(m)]
+    h, f, v = m.hidden, m.ffn_width, m.vocab
+    kv = m.n_kv_heads * m.head_dim
+    matmul = 2 * h * h + 2 * h * kv + (2 if m.mlp == "gelu" else 3) * h * f
+    scores = 2.0 * 2 * t.micro_batch * t.seq_len ** 2 * h
+    layer_forward = 2.0 * matmul * tokens + scores
+    recompute = {"full": layer_forward, "selective": scores, "none": 0.0}[t.activation_checkpointing]
+    layer = UnitFlops(forward=layer_forward, backward=2 * layer_forward + recompute)
+    head_forward = 2.0 * v * h * tokens
+    return ([UnitFlops(forward=0.0, backward=0.0)] + [layer] * m.layers
+            + [UnitFlops(forward=head_forward, backward=2 * head_forward)])

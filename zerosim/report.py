@@ -67,6 +67,48 @@ def _describe(scenario: Scenario) -> list[str]:
     return lines
 
 
+def simulation_line(scenario: Scenario, results) -> str:
+    first = results[0]
+    c, t = scenario.cluster, scenario.training
+    simulated = ("1 representative rank (uniform cluster)" if first.mode == "symmetric"
+                 else f"all {first.ranks_simulated} ranks ([variation] set)")
+    batch = f", micro-batch {t.micro_batch} x seq {t.seq_len}" if scenario.model.is_bare else ""
+    return (f"one training step{batch} | collectives: "
+            f"{first.algorithm} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
+            f"| simulated: {simulated}")
+
+
+_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def format_simulation_table(scenario: Scenario, results) -> str:
+    """One row per simulated stage: time, bytes on the wire per rank, peak memory."""
+    header = ["stage", "step s", "compute s", "exposed comm s", "comm GB/rank",
+              *[f"{op} GB" for op in _OPS], "peak GB", f"fits {scenario.cluster.hbm_GiB:g} GiB"]
+    body = []
+    for r in results:
+        chosen = "*" if r.stage == scenario.training.zero_stage else ""
+        per_op = [f"{r.comm_bytes_per_rank.get(op, 0) / GB:.2f}" for op in _OPS]
+        fits_memory = r.peak_bytes <= scenario.cluster.hbm_GiB * GiB
+        body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", f"{r.step_time_s:.4g}",
+                     f"{r.compute_s:.4g}", f"{r.exposed_comm_s:.4g}",
+                     f"{sum(r.comm_bytes_per_rank.values()) / GB:.2f}", *per_op,
+                     f"{r.peak_bytes / GB:.2f}", "yes" if fits_memory else "NO"])
+    lines = _describe(scenario) + [simulation_line(scenario, results), "",
+                                   "per rank; GB = 10^9 bytes; * = training.zero_stage"]
+    return "\n".join(lines + _columns(header, body))
+
+
+def _columns(header: list[str], body: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [fmt(header)] + [fmt(row) for row in body]
+
+
 def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
     """The per-rank table: one row per stage, decimal units, peak also in binary units."""
     unit, scale, unit_def, bunit, bscale, bunit_def = _unit(max(r.peak_bytes for r in rows))
@@ -79,16 +121,9 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
         cells += [f"{getattr(r, key) / scale:.2f}" for _, key in _COLUMNS]
         cells += [f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r) else "NO"]
         body.append(cells)
-    widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
     lines = _describe(scenario)
     lines += ["", f"per-rank memory in {unit} (1 {unit} = {unit_def} bytes), peak also in {bunit} "
                   f"(1 {bunit} = {bunit_def} bytes)",
               "host = CPU memory (optimizer offload), all other columns GPU memory; "
               "* = training.zero_stage"]
-    lines += [fmt(header)] + [fmt(row) for row in body]
-    return "\n".join(lines)
+    return "\n".join(lines + _columns(header, body))

@@ -1,0 +1,183 @@
+"""The simulated training step: bytes on the wire from the ZeRO paper (§7: DDP and ZeRO-1/2 move
+2Ψ per step, ZeRO-3 3Ψ), memory that passes through the analytic model's steady points, the two
+simulation modes agreeing, and variation slowing the step."""
+
+import json
+
+import pytest
+
+from zerosim.engine import simulate
+from zerosim.load import load_scenario
+from zerosim.memory import stage_memory, steady_points
+from zerosim.units import mib_to_bytes
+
+from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
+
+PSI = 7_500_000_000
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"
+
+
+@pytest.fixture(scope="module")
+def paper_bf16():
+    s = load_scenario(ZERO_PAPER, ["training.precision=bf16"])
+    return {stage: simulate(s, stage, keep_events=False) for stage in range(4)}
+
+
+def test_bytes_per_rank_follow_the_zero_paper(paper_bf16):
+    two_psi = 2 * PSI  # bf16 gradients or parameters, bytes
+    total = {stage: sum(r.comm_bytes_per_rank.values()) for stage, r in paper_bf16.items()}
+    assert total[0] == 2 * 63 * two_psi // 64
+    assert total[1] == total[2] == total[0]
+    assert total[3] == 3 * 63 * two_psi // 64  # 1.5x
+    assert paper_bf16[0].comm_bytes_per_rank == {"all_reduce": total[0]}
+    assert paper_bf16[1].comm_bytes_per_rank == {"reduce_scatter": 63 * two_psi // 64,
+                                                 "all_gather": 63 * two_psi // 64}
+    assert paper_bf16[3].comm_bytes_per_rank == {"reduce_scatter": 63 * two_psi // 64,
+                                                 "all_gather": 2 * 63 * two_psi // 64}
+
+
+def test_all_reducing_gradients_first_costs_3_psi():
+    s = load_scenario(ZERO_PAPER, ["training.gradient_reduction=all_reduce"])
+    result = simulate(s, 1, keep_events=False)
+    assert sum(result.comm_bytes_per_rank.values()) == 3 * 63 * 2 * PSI // 64
+
+
+def test_stage_3_peak_far_below_stage_0(paper_bf16):
+    assert paper_bf16[3].peak_bytes * 10 < paper_bf16[0].peak_bytes
+    peaks = [paper_bf16[stage].peak_bytes for stage in range(4)]
+    assert peaks == sorted(peaks, reverse=True)
+
+
+VARIANTS = [
+    (ZERO_PAPER, []),
+    (TINY, []),
+    (TINY, ["training.activation_checkpointing=full", "training.prefetch_layers=0"]),
+    (TINY, ["training.activation_checkpointing=selective", "training.prefetch_layers=3"]),
+    (TINY, ["training.precision=bf16", "training.reduce_bucket_MiB=0.01", "model.tied_embeddings=false"]),
+    (LLAMA, ["cluster.nodes=2", "training.optimizer_offload=cpu"]),
+    (SCENARIOS / "gpt3_175b_1024gpu.toml", ["cluster.nodes=2", "training.reduce_bucket_MiB=500"]),
+]
+
+
+@pytest.mark.parametrize("path, overrides", VARIANTS)
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_timeline_passes_through_the_analytic_steady_points(path, overrides, stage):
+    s = load_scenario(path, overrides)
+    result = simulate(s, stage, keep_events=False)
+    expected = steady_points(s, stage)
+    assert {k: result.memory_at[k] for k in expected} == expected
+    analytic = stage_memory(s, stage)
+    assert result.memory_at["after_init"] == analytic.model_states_bytes
+    assert expected["after_forward"] <= result.peak_bytes <= analytic.peak_bytes
+
+
+def test_stage_2_holds_at_most_two_buckets():
+    s = load_scenario(TINY, ["training.reduce_bucket_MiB=0.01", "cluster.intra_node_bandwidth_GBps=1e-3"])
+    result = simulate(s, 2)
+    bucket = mib_to_bytes(0.01)
+    live = [sample["buckets"] for _, sample in result.ranks[0].state.memory.samples]
+    assert max(live) == 2 * bucket  # slow links: backward waits for a free bucket, never a third
+
+
+def _as_comparable(result):
+    d = result.as_dict()
+    del d["mode"], d["ranks_simulated"]
+    return d
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "ring"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_symmetric_and_per_rank_modes_agree_on_a_uniform_16_rank_cluster(algorithm, stage):
+    s = load_scenario(LLAMA, ["cluster.nodes=2", f"cluster.collective_algorithm='{algorithm}'",
+                              "training.reduce_bucket_MiB=200"])
+    symmetric = simulate(s, stage, mode="symmetric")
+    every_rank = simulate(s, stage, mode="per_rank")
+    assert symmetric.ranks_simulated == 1 and every_rank.ranks_simulated == 16
+    assert _as_comparable(symmetric) == _as_comparable(every_rank)
+    assert symmetric.ranks[0].state.events == every_rank.ranks[0].state.events
+
+
+def test_a_straggler_slows_every_stage():
+    uniform = load_scenario(LLAMA, ["cluster.nodes=2", "training.reduce_bucket_MiB=200"])
+    slow = load_scenario(LLAMA, ["cluster.nodes=2", "training.reduce_bucket_MiB=200",
+                                 "variation.slow_ranks=[5]", "variation.slowdown=1.2"])
+    for stage in range(4):
+        base, straggling = simulate(uniform, stage, keep_events=False), simulate(slow, stage, keep_events=False)
+        assert straggling.mode == "per_rank"
+        assert straggling.step_time_s > base.step_time_s
+        assert straggling.slowest_rank == 5
+
+
+def test_a_degraded_link_exposes_more_communication():
+    uniform = load_scenario(LLAMA, ["cluster.nodes=2"])
+    degraded = load_scenario(LLAMA, ["cluster.nodes=2", "variation.degraded_links=[9]",
+                                     "variation.link_bandwidth_factor=0.05"])
+    for stage in range(4):
+        assert (simulate(degraded, stage, keep_events=False).exposed_comm_s
+                > simulate(uniform, stage, keep_events=False).exposed_comm_s)
+
+
+def test_prefetch_hides_zero_3_gathers():
+    times = [simulate(load_scenario(LLAMA, [f"training.prefetch_layers={p}"]), 3).exposed_comm_s
+             for p in (0, 1)]
+    assert times[1] < times[0]
+
+
+def test_same_seed_same_bytes_other_seed_other_result(tmp_path):
+    argv = ["simulate", TINY, "--json", "--set", "variation.jitter_pct=20"]
+    first, again = run_zerosim(*argv, "--set", "variation.seed=7"), run_zerosim(*argv, "--set", "variation.seed=7")
+    other = run_zerosim(*argv, "--set", "variation.seed=8")
+    assert first.code == 0, first.stderr
+    assert first.stdout == again.stdout
+    assert first.json[0]["step_time_s"] != other.json[0]["step_time_s"]
+
+
+def test_simulate_json_and_trace(tmp_path):
+    trace_path = tmp_path / "trace.json"
+    result = run_zerosim("simulate", TINY, "--json", "--trace", trace_path)
+    assert result.code == 0, result.stderr
+    rows = result.json
+    assert [row["stage"] for row in rows] == [0, 1, 2, 3]
+    for row in rows:
+        assert {"stage", "step_time_s", "compute_s", "exposed_comm_s", "comm_bytes_per_rank",
+                "peak_bytes"} <= set(row)
+        assert row["step_time_s"] == pytest.approx(row["compute_s"] + row["exposed_comm_s"])
+    trace = json.loads(trace_path.read_text())
+    events = trace["traceEvents"]
+    names = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
+    zero3_rank0 = 3 * 1_000_000
+    assert {(zero3_rank0, lane) for lane in ("compute", "comm", "gather", "reduce")} <= names
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {e["cat"] for e in spans} == {"compute", "comm"}
+    assert {e["args"]["op"] for e in spans if e["pid"] == zero3_rank0 and e["cat"] == "comm"} == {
+        "all_gather", "reduce_scatter"}
+    counters = [e for e in events if e["ph"] == "C" and e["pid"] == zero3_rank0]
+    assert max(sum(e["args"].values()) for e in counters) == rows[3]["peak_bytes"]
+    assert all(e["dur"] >= 0 for e in spans)
+
+
+def test_one_stage_table_marks_nothing_else():
+    result = run_zerosim("simulate", ZERO_PAPER, "--stage", "3")
+    assert result.code == 0, result.stderr
+    body = result.stdout.splitlines()
+    assert any(line.startswith("3 ZeRO-3*") for line in body)
+    assert not any(line.startswith(("0 DDP", "1 ZeRO-1", "2 ZeRO-2")) for line in body)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--set", "training.seq_len=0"], "training.seq_len"),
+    (["--stage", "4"], "--stage"),
+    (["--set", "variation.slow_ranks=[64]"], "rank 64"),
+    (["--set", "variation.slowdown=0.5"], "variation.slowdown"),
+    (["--set", "variation.link_bandwidth_factor=2"], "link_bandwidth_factor"),
+    (["--set", "cluster.compute_efficiency=1.5"], "compute_efficiency"),
+    (["--trace", "/no/such/dir/t.json"], "/no/such/dir/t.json"),
+])
+def test_simulate_bad_input(argv, fragment):
+    assert_one_line_error(run_zerosim("simulate", ZERO_PAPER, *argv), fragment)
+
+
+def test_bare_model_without_sequence_length_is_refused(write):
+    path = write("bare.toml", "[model]\nparams = 1e9\n")
+    assert_one_line_error(run_zerosim("simulate", path), "training.seq_len")

@@ -1,0 +1,35 @@
+"""Value checks shared by the scenario tables and the companion-file readers: each failure is an
+InputError naming the key, the value and the bound."""
+
+from __future__ import annotations
+
+import math
+
+from zerosim.errors import InputError
+
+
+def one_of(key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise InputError(f"{key} = {value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+# Largest accepted number: 2**53 is exact as a float, and products of a few such values still
+# convert to float for reports without overflow.
+MAX_VALUE = 2**53
+
+
+def is_finite_number(value) -> bool:
+    """An int (never a bool) or a finite float; ints of any size are finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def positive(key: str, value, *, allow_zero: bool = False) -> None:
+    if not is_finite_number(value):
+        raise InputError(f"{key} = {value} must be a finite number")
+    if value > MAX_VALUE:
+        raise InputError(f"{key} = {value} is beyond what zerosim models (at most 2**53 = {MAX_VALUE})")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InputError(f"{key} = {value} must be {bound}")

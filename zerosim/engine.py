@@ -1,0 +1,247 @@
+"""Runs one training step of a stage on the simulated cluster and collects what happened.
+
+Every simulated rank has a compute stream (its stage program, stages.py) and communication streams
+(FIFO queues served one collective at a time, like CUDA streams carrying NCCL kernels). A
+collective starts when every simulated rank has launched it, and moves its bytes over the links of
+the cluster (network.py) in the phases of its algorithm (collectives/).
+
+A uniform cluster is simulated through one representative rank: every rank does the same thing
+at the same time, so rank 0's compute, memory and links (plus the one link per role a flat
+ring needs) stand for all of them. That turns O(n) processes per collective into O(1). Give it
+variation (a straggler, a degraded link, jitter) and every rank is simulated; on uniform input the
+two modes give identical numbers (tests/test_engine.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import simpy
+
+from zerosim import collectives
+from zerosim.collectives.ring import FLAT, Group, representatives, run_phases
+from zerosim.config import Scenario
+from zerosim.errors import InputError
+from zerosim.network import Cluster
+from zerosim.timeline import MemoryTimeline
+
+MODES = ("auto", "symmetric", "per_rank")
+# Simulating every rank costs O(ranks) per collective; beyond this, a run would take minutes.
+MAX_PER_RANK = 4096
+
+
+@dataclass
+class CommRequest:
+    op: str
+    size_bytes: float
+    name: str
+    phase: str
+    layer: int | None
+    done: simpy.Event
+    before: Callable[[], Iterator] | None = None
+    after: Callable[[], None] | None = None
+
+
+@dataclass
+class RankState:
+    """Everything one simulated rank records."""
+
+    rank: int
+    memory: MemoryTimeline
+    events: list[dict[str, Any]] = field(default_factory=list)
+    compute_s: float = 0.0
+    end_s: float = 0.0
+    comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+class RankContext:
+    """What a stage program may do on its rank: compute, launch collectives, allocate, free."""
+
+    def __init__(self, engine: "Engine", rank: int) -> None:
+        self.engine = engine
+        self.env = engine.env
+        self.rank = rank
+        self.state = RankState(rank, MemoryTimeline(rank, keep_samples=engine.keep_samples))
+        v = engine.scenario.variation
+        self._slowdown = v.slowdown if rank in v.slow_ranks else 1.0
+        self._jitter = v.jitter_pct / 100
+        self._rng = np.random.default_rng([v.seed, rank]) if self._jitter else None
+        self._streams: dict[str, simpy.Store] = {}
+        self._launched: dict[str, int] = defaultdict(int)
+
+    # compute stream
+    def compute(self, flops: float, name: str, phase: str, layer: int | None,
+                duration_s: float | None = None) -> Iterator:
+        c = self.engine.cluster
+        if duration_s is None:
+            duration_s = flops / (c.peak_flops * c.compute_efficiency)
+        duration_s *= self._slowdown
+        if self._rng is not None:
+            duration_s *= 1 + self._jitter * float(self._rng.uniform(-1.0, 1.0))
+        start_s = self.env.now
+        if duration_s > 0:
+            yield self.env.timeout(duration_s)
+        self.state.compute_s += duration_s
+        self._record("compute", name, phase, layer, None, 0, start_s)
+
+    # memory
+    def alloc(self, key: object, category: str, size_bytes: int) -> None:
+        self.state.memory.alloc(self.env.now, key, category, size_bytes)
+
+    def free(self, key: object) -> None:
+        self.state.memory.free(self.env.now, key)
+
+    def mark(self, label: str) -> None:
+        self.state.memory.mark(label)
+
+    # communication streams
+    def comm(self, stream: str, op: str, size_bytes: float, name: str, phase: str,
+             layer: int | None, before: Callable[[], Iterator] | None = None,
+             after: Callable[[], None] | None = None) -> simpy.Event:
+        """Queue a collective on `stream`; the event fires when it has completed on this rank."""
+        if stream not in self._streams:
+            self._streams[stream] = simpy.Store(self.env)
+            self.env.process(self._serve(stream, self._streams[stream]))
+        done = self.env.event()
+        self._streams[stream].put(CommRequest(op, size_bytes, name, phase, layer, done, before, after))
+        return done
+
+    def _serve(self, stream: str, queue: simpy.Store) -> Iterator:
+        while True:
+            request: CommRequest = yield queue.get()
+            if request.before is not None:
+                yield from request.before()
+            key = (stream, self._launched[stream])
+            self._launched[stream] += 1
+            start_s, sent_bytes = yield self.engine.collective(key, request.op, request.size_bytes)
+            self.state.comm_bytes[request.op] += sent_bytes
+            self._record("comm", request.name, request.phase, request.layer, request.op,
+                         request.size_bytes, start_s, queue=stream)
+            if request.after is not None:
+                request.after()
+            request.done.succeed()
+
+    def _record(self, stream: str, name: str, phase: str, layer: int | None, op: str | None,
+                size_bytes: float, start_s: float, queue: str = "compute") -> None:
+        """One record of the step-event schema (DESIGN.md); `queue` names the CUDA-like stream."""
+        if self.engine.keep_events:
+            self.state.events.append({"rank": self.rank, "stream": stream, "name": name,
+                                      "phase": phase, "layer": layer, "op": op,
+                                      "bytes": round(size_bytes), "start_s": start_s,
+                                      "end_s": self.env.now, "queue": queue})
+
+
+class Engine:
+    def __init__(self, scenario: Scenario, mode: str = "auto", keep_events: bool = True) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is not one of {MODES}")
+        self.scenario = scenario
+        self.env = simpy.Environment()
+        c = scenario.cluster
+        self.group = Group(c.world_size, c.gpus_per_node)
+        self.algorithm = collectives.choose_algorithm(c.collective_algorithm, self.group)
+        uniform = scenario.variation.is_uniform
+        self.per_rank = mode == "per_rank" or (mode == "auto" and not uniform)
+        if not self.per_rank and not uniform:
+            raise ValueError("symmetric mode needs a uniform cluster (no [variation])")
+        if self.per_rank and c.world_size > MAX_PER_RANK:
+            raise InputError(
+                f"simulating every rank of {c.world_size} ranks (needed for [variation] or "
+                f"--mode per_rank) is limited to {MAX_PER_RANK} ranks")
+        scopes = {FLAT} if self.algorithm == "ring" else set()
+        self.compute_ranks = list(range(c.world_size)) if self.per_rank else [0]
+        self.link_ranks = (self.compute_ranks if self.per_rank
+                           else representatives(self.group, scopes))
+        self.cluster = Cluster(self.env, scenario, self.link_ranks)
+        self.keep_events = keep_events
+        self.keep_samples = keep_events
+        self._pending: dict[tuple[str, int], list] = {}
+        self.step_shapes: dict[int, object] = {}
+
+    def collective(self, key: tuple[str, int], op: str, size_bytes: float) -> simpy.Event:
+        """Join collective `key`; fires with (start_s, bytes sent per rank) once it completes.
+        It starts when the last simulated rank has joined."""
+        entry = self._pending.get(key)
+        if entry is None:
+            entry = self._pending[key] = [0, self.env.event()]
+        entry[0] += 1
+        if entry[0] == len(self.compute_ranks):
+            del self._pending[key]
+            self.env.process(self._run_collective(op, size_bytes, entry[1]))
+        return entry[1]
+
+    def _run_collective(self, op: str, size_bytes: float, done: simpy.Event) -> Iterator:
+        start_s = self.env.now
+        phases = collectives.plan(op, size_bytes, self.group, self.algorithm)
+        yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
+        done.succeed((start_s, collectives.bytes_sent_per_rank(phases)))
+
+    def run(self, stage: int) -> list[RankContext]:
+        from zerosim.stages import program
+
+        contexts = [RankContext(self, rank) for rank in self.compute_ranks]
+        for ctx in contexts:
+            self.env.process(self._rank_step(ctx, program(stage, ctx)))
+        self.env.run()
+        if self._pending:
+            raise RuntimeError(f"collectives never completed: {sorted(self._pending)}")
+        return contexts
+
+    def _rank_step(self, ctx: RankContext, step: Iterator) -> Iterator:
+        yield from step
+        ctx.state.end_s = self.env.now
+
+
+@dataclass
+class StageResult:
+    """One stage's simulated step. Times are those of the rank that finished last."""
+
+    stage: int
+    step_time_s: float
+    compute_s: float
+    exposed_comm_s: float
+    comm_bytes_per_rank: dict[str, int]
+    peak_bytes: int
+    memory_at: dict[str, int]
+    algorithm: str
+    mode: str
+    ranks_simulated: int
+    slowest_rank: int
+    ranks: list[RankContext] = field(repr=False, default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        from zerosim.config import STAGE_NAMES
+
+        return {"stage": self.stage, "name": STAGE_NAMES[self.stage],
+                "step_time_s": self.step_time_s, "compute_s": self.compute_s,
+                "exposed_comm_s": self.exposed_comm_s,
+                "comm_bytes_per_rank": self.comm_bytes_per_rank,
+                "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
+                "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
+                "algorithm": self.algorithm, "mode": self.mode,
+                "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank}
+
+
+def simulate(scenario: Scenario, stage: int, mode: str = "auto",
+             keep_events: bool = True) -> StageResult:
+    """One training step of `stage` for the scenario's model on its cluster."""
+    engine = Engine(scenario, mode, keep_events=keep_events)
+    contexts = engine.run(stage)
+    if not all(math.isfinite(ctx.state.end_s) for ctx in contexts):
+        raise InputError("the step time overflows a float: check the scenario's bandwidths, "
+                         "FLOP/s and sizes for values off by many orders of magnitude")
+    # The critical rank: last to finish; among those, the one that computed longest (a straggler).
+    last = max(contexts, key=lambda ctx: (ctx.state.end_s, ctx.state.compute_s, -ctx.rank))
+    first = contexts[0].state
+    return StageResult(
+        stage=stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
+        exposed_comm_s=last.state.end_s - last.state.compute_s,
+        comm_bytes_per_rank={op: round(b) for op, b in sorted(first.comm_bytes.items())},
+        peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
+        memory_at=dict(first.memory.marks), algorithm=engine.algorithm,
+        mode="per_rank" if engine.per_rank else "symmetric",
+        ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts)
