@@ -83,19 +83,24 @@ _OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 def format_simulation_table(scenario: Scenario, results) -> str:
     """One row per simulated stage: time, bytes on the wire per rank, peak memory."""
-    header = ["stage", "step s", "compute s", "exposed comm s", "comm GB/rank",
-              *[f"{op} GB" for op in _OPS], "peak GB", f"fits {scenario.cluster.hbm_GiB:g} GiB"]
+    unit, scale = ("s", 1.0) if max(r.step_time_s for r in results) >= 0.1 else ("ms", 1e3)
+    largest = max(max(r.peak_bytes, sum(r.comm_bytes_per_rank.values())) for r in results)
+    bunit, bscale, bunit_def = _unit(largest)[:3]
+    header = ["stage", f"step {unit}", f"compute {unit}", f"exposed comm {unit}",
+              f"comm {bunit}/rank", *[f"{op} {bunit}" for op in _OPS], f"peak {bunit}",
+              f"fits {scenario.cluster.hbm_GiB:g} GiB"]
     body = []
     for r in results:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
-        per_op = [f"{r.comm_bytes_per_rank.get(op, 0) / GB:.2f}" for op in _OPS]
+        per_op = [f"{r.comm_bytes_per_rank.get(op, 0) / bscale:.2f}" for op in _OPS]
         fits_memory = r.peak_bytes <= scenario.cluster.hbm_GiB * GiB
-        body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", f"{r.step_time_s:.4g}",
-                     f"{r.compute_s:.4g}", f"{r.exposed_comm_s:.4g}",
-                     f"{sum(r.comm_bytes_per_rank.values()) / GB:.2f}", *per_op,
-                     f"{r.peak_bytes / GB:.2f}", "yes" if fits_memory else "NO"])
+        body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", f"{r.step_time_s * scale:.3f}",
+                     f"{r.compute_s * scale:.3f}", f"{r.exposed_comm_s * scale:.3f}",
+                     f"{sum(r.comm_bytes_per_rank.values()) / bscale:.2f}", *per_op,
+                     f"{r.peak_bytes / bscale:.2f}", "yes" if fits_memory else "NO"])
     lines = _describe(scenario) + [simulation_line(scenario, results), "",
-                                   "per rank; GB = 10^9 bytes; * = training.zero_stage"]
+                                   f"per rank; 1 {bunit} = {bunit_def} bytes; compute includes the "
+                                   f"optimizer step; * = training.zero_stage"]
     return "\n".join(lines + _columns(header, body))
 
 
