@@ -131,19 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zerosim {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=Parser)
-    mem = commands.add_parser(
-        "memory", help="per-rank memory of stages 0-3 (analytic, exact)",
-        description="Per-rank memory of DDP and ZeRO-1/2/3: parameters, gradients, optimizer "
-                    "states, activations, buffers, host memory under CPU offload, and the peak.")
-    _add_scenario_args(mem)
-    mem.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
-    mem.set_defaults(func=_cmd_memory)
 
-    sim = commands.add_parser(
-        "simulate", help="one training step per stage on the simulated cluster",
-        description="Step time, compute, exposed communication, bytes per rank per collective and "
-                    "per-rank peak memory of DDP and ZeRO-1/2/3, from a discrete-event simulation.")
-    _add_scenario_args(sim)
+    def command(name: str, func, help: str, description: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=description)
+        _add_scenario_args(sub)
+        sub.set_defaults(func=func)
+        return sub
+
+    mem = command(
+        "memory", _cmd_memory, "per-rank memory of stages 0-3 (analytic, exact)",
+        "Per-rank memory of DDP and ZeRO-1/2/3: parameters, gradients, optimizer states, "
+        "activations, buffers, host memory under CPU offload, and the peak.")
+    mem.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+
+    sim = command(
+        "simulate", _cmd_simulate, "one training step per stage on the simulated cluster",
+        "Step time, compute, exposed communication, bytes per rank per collective and per-rank "
+        "peak memory of DDP and ZeRO-1/2/3, from a discrete-event simulation.")
     sim.add_argument("--stage", type=_stage, help="simulate only this stage (default: all four)")
     sim.add_argument("--json", action="store_true", help="print a JSON list, one object per stage")
     sim.add_argument("--trace", metavar="OUT.json",
@@ -151,13 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--mode", choices=("auto", "symmetric", "per_rank"), default="auto",
                      help="auto (default): one representative rank on a uniform cluster, every "
                           "rank when [variation] is set; per_rank forces every rank")
-    sim.set_defaults(func=_cmd_simulate)
 
-    coll = commands.add_parser(
-        "collective", help="one collective on the simulated cluster (nccl-tests figures)",
-        description="Time, algbw, busbw (nccl-tests definitions) and bytes sent per rank of one "
-                    "collective, moved chunk by chunk over the simulated links.")
-    _add_scenario_args(coll)
+    coll = command(
+        "collective", _cmd_collective, "one collective on the simulated cluster (nccl-tests figures)",
+        "Time, algbw, busbw (nccl-tests definitions) and bytes sent per rank of one collective, "
+        "moved chunk by chunk over the simulated links.")
     coll.add_argument("--op", required=True, choices=("all_reduce", "reduce_scatter", "all_gather",
                                                       "broadcast", "reduce"))
     coll.add_argument("--size-bytes", required=True, type=_size_bytes, metavar="S",
@@ -165,7 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--ranks", type=_ranks, metavar="N",
                       help="the first N ranks of the cluster (default: all)")
     coll.add_argument("--json", action="store_true", help="print a JSON object")
-    coll.set_defaults(func=_cmd_collective)
     return parser
 
 
