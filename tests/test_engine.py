@@ -181,3 +181,21 @@ def test_simulate_bad_input(argv, fragment):
 def test_bare_model_without_sequence_length_is_refused(write):
     path = write("bare.toml", "[model]\nparams = 1e9\n")
     assert_one_line_error(run_zerosim("simulate", path), "training.seq_len")
+
+
+def test_zero_3_gathers_and_reduce_scatters_share_the_links():
+    """Backward prefetch all-gathers overlap the previous layer's reduce-scatter; sharing the
+    link, each takes longer than it would alone (collective closed form)."""
+    from zerosim.collectives import simulate_collective
+
+    s = load_scenario(LLAMA, ["cluster.nodes=1", "training.prefetch_layers=2"])
+    events = simulate(s, 3).ranks[0].state.events
+    comm = [e for e in events if e["stream"] == "comm" and e["phase"] == "backward"]
+    gathers = [e for e in comm if e["op"] == "all_gather"]
+    scatters = [e for e in comm if e["op"] == "reduce_scatter"]
+    shared = [(g, r) for g in gathers for r in scatters
+              if g["start_s"] < r["end_s"] and r["start_s"] < g["end_s"]]
+    assert shared
+    gather, _ = shared[0]
+    alone_s = simulate_collective(s, "all_gather", gather["bytes"])["time_s"]
+    assert gather["end_s"] - gather["start_s"] > alone_s * 1.01
