@@ -27,6 +27,10 @@ from zerosim.config import STAGE_NAMES
 from zerosim.memory import stage_memory
 
 KILL_GRACE_S = 5.0
+# Ranks start from a fork server that has already imported these: paid once, not once per rank
+# (on a 2-core box four ranks importing torch and sympy take seconds each).
+PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "zero_real.stages",
+           "zero_real.launch"]
 
 
 class RankFailed(RuntimeError):
@@ -69,6 +73,8 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
 
     scenario, backend = cfg["scenario"], cfg["backend"]
     device = device_for(backend, rank)
+    if device.type == "cpu":  # ranks share the box's cores: no oversubscription
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.get("nproc", world_size)))
     recorder = Recorder(rank, device, cfg.get("profile_memory", True))  # before any allocation
     comm = Collectives(cfg["collectives"], rank, world_size, recorder, backend)
     model = build_model(scenario.model)
@@ -115,7 +121,8 @@ def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str) -> None:
 
 def spawn(fn, nproc: int, cfg: dict, timeout_s: float) -> list:
     """Run fn(rank, world_size, cfg) in nproc fresh processes; results in rank order."""
-    context = mp.get_context("spawn")
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
     with tempfile.TemporaryDirectory(prefix="zero_real_") as workdir:
         procs = [context.Process(target=_entry, args=(fn, r, nproc, cfg, workdir), daemon=True)
                  for r in range(nproc)]

@@ -160,16 +160,15 @@ class Recorder:
         for e in events:
             name = e.get("name", "")
             if name == "[memory]" and e.get("args", {}).get("Device Type") in (0, None):
-                memory.append((float(e["ts"]), int(e["args"]["Total Allocated"])))
+                args = e["args"]
+                memory.append((float(e["ts"]), int(args["Total Allocated"]), int(args["Bytes"])))
             elif name.startswith(MARK):
                 marks[int(name[len(MARK):])] = float(e["ts"])
         memory.sort()
         # The running total is process-wide and survives earlier profiling sessions: count from
         # what it was just before this session's first allocation.
-        if memory:
-            first = next(e for e in events if e.get("name") == "[memory]")
-            base = int(first["args"]["Total Allocated"]) - int(first["args"]["Bytes"])
-            memory = [(ts, total - base) for ts, total in memory]
+        base = memory[0][1] - memory[0][2] if memory else 0
+        memory = [(ts, total - base) for ts, total, _ in memory]
         for i, sample in enumerate(self.samples):
             before = [total for ts, total in memory if ts <= marks[i]]
             sample["measured_bytes"] = before[-1] if before else 0

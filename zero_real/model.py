@@ -38,11 +38,17 @@ def _rope(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
+def _embedding(rows: int, hidden: int) -> nn.Embedding:
+    # An explicit (meta) weight skips nn.Embedding's normal_ init: init_tensor gives the values,
+    # and normal_ on meta costs seconds the first time (it loads the meta decompositions).
+    return nn.Embedding(rows, hidden, _weight=torch.empty(rows, hidden))
+
+
 class Embedding(nn.Module):
     def __init__(self, m: ModelConfig):
         super().__init__()
-        self.tok = nn.Embedding(m.vocab, m.hidden)
-        self.pos = nn.Embedding(m.max_seq_len, m.hidden) if m.position == "learned" else None
+        self.tok = _embedding(m.vocab, m.hidden)
+        self.pos = _embedding(m.max_seq_len, m.hidden) if m.position == "learned" else None
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.tok(idx)
