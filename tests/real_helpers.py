@@ -41,7 +41,7 @@ def parity_worker(rank: int, world_size: int, cfg: dict) -> dict:
         run_cfg = dict(cfg, stage=stage, collectives=collectives, scenario=scenario,
                        return_params=True)
         result = train(rank, world_size, run_cfg)
-        out[(stage, collectives, scenario.training.precision)] = {
+        out[(stage, collectives, scenario.training.precision, scenario.model.name)] = {
             "params": result["params"], "losses": result["losses"], "ledger": result["ledger"],
             "phases": result["phases"], "ledger_phases": result["ledger_phases"],
             "peak_bytes": result["peak_bytes"], "events": result["events"]}
