@@ -21,8 +21,8 @@ def reference_train(scenario, world_size: int, steps: int, seed: int = SEED, lr:
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for step in range(steps):
-        idx, targets = random_batch(scenario.model.vocab, world_size * t.micro_batch, t.seq_len,
-                                    seed, step)
+        idx, targets = random_batch(scenario.model.vocab, range(world_size * t.micro_batch),
+                                    t.seq_len, seed, step)
         opt.zero_grad()
         loss = model(idx, targets)
         loss.backward()

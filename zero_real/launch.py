@@ -12,6 +12,7 @@ not trained values).
 from __future__ import annotations
 
 import datetime
+import gc
 import multiprocessing as mp
 import os
 import platform
@@ -34,7 +35,9 @@ PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes"
 
 
 class RankFailed(RuntimeError):
-    pass
+    def __init__(self, message: str, pids: list[int]):
+        super().__init__(message)
+        self.pids = pids  # every rank's process id, all stopped and reaped
 
 
 def init_distributed(rank: int, world_size: int, backend: str, init_method: str | None,
@@ -75,6 +78,7 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
     device = device_for(backend, rank)
     if device.type == "cpu":  # ranks share the box's cores: no oversubscription
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.get("nproc", world_size)))
+    gc.collect()  # an earlier run in this process (tests) must not free its buffers mid-measurement
     recorder = Recorder(rank, device, cfg.get("profile_memory", True))  # before any allocation
     comm = Collectives(cfg["collectives"], rank, world_size, recorder, backend)
     model = build_model(scenario.model)
@@ -84,12 +88,11 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
     t = scenario.training
     losses = []
     for step in range(cfg["steps"]):
-        idx, targets = random_batch(scenario.model.vocab, world_size * t.micro_batch, t.seq_len,
-                                    cfg["seed"], step)
-        rows = slice(rank * t.micro_batch, (rank + 1) * t.micro_batch)
+        rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
+        idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg["seed"], step)
         if cfg.get("die_rank") == rank and step == cfg.get("die_step", 0):
             os._exit(17)  # the kill test: a rank vanishing mid-run
-        losses.append(engine.step(idx[rows].to(device), targets[rows].to(device), step))
+        losses.append(engine.step(idx.to(device), targets.to(device), step))
     params = None
     if cfg.get("return_params"):
         params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
@@ -105,8 +108,8 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
 def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str) -> None:
     """One spawned rank: init, run, write the result (or the error) where the parent looks."""
     try:
-        init_distributed(rank, world_size if cfg["backend"] != "fake" else cfg["fake_world_size"],
-                         cfg["backend"], f"file://{workdir}/store", cfg["timeout_s"])
+        world = cfg["fake_world_size"] if cfg["backend"] == "fake" else world_size
+        init_distributed(rank, world, cfg["backend"], f"file://{workdir}/store", cfg["timeout_s"])
         world = dist.get_world_size()
         result = fn(rank, world, cfg)
         torch.save(result, f"{workdir}/rank{rank}.pt")
@@ -137,9 +140,11 @@ def spawn(fn, nproc: int, cfg: dict, timeout_s: float) -> list:
             time.sleep(0.05)
         if failed is None:
             failed = next((r for r, p in enumerate(procs) if p.exitcode != 0), None)
+        for p in procs:
+            p.join(0.1)
         if failed is not None:
             _stop(procs)
-            raise RankFailed(_failure(failed, procs, workdir, timeout_s))
+            raise RankFailed(_failure(failed, procs, workdir, timeout_s), [p.pid for p in procs])
         return [torch.load(f"{workdir}/rank{r}.pt", weights_only=False) for r in range(nproc)]
 
 

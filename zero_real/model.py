@@ -161,11 +161,13 @@ def materialize(model: GPT, seed: int, dtype: torch.dtype = torch.float32,
     return model
 
 
-def random_batch(vocab: int, sequences: int, seq_len: int, seed: int, step: int):
-    """Token ids and next-token targets for `sequences` rows; rank r takes its own rows, the
-    reference takes all of them, so both see exactly the same data."""
-    generator = torch.Generator().manual_seed(seed * 7919 + step)
-    tokens = torch.randint(0, vocab, (sequences, seq_len + 1), generator=generator)
+def random_batch(vocab: int, rows: range, seq_len: int, seed: int, step: int):
+    """Token ids and next-token targets for the given rows of a step's global batch. Each row has
+    its own generator, so a rank makes only its rows and the reference (all rows) sees the same."""
+    tokens = torch.empty(len(rows), seq_len + 1, dtype=torch.long)
+    for i, row in enumerate(rows):
+        generator = torch.Generator().manual_seed((seed * 7919 + step) * 1_000_003 + row)
+        tokens[i] = torch.randint(0, vocab, (seq_len + 1,), generator=generator)
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 

@@ -212,6 +212,7 @@ class ZeRO2(ZeRO1):
         self.grad_shard = torch.zeros(layout.shard, dtype=self.dtype, device=device)
         self.rec.ledger.add_state("grads", self.grad_shard, layout.numel / self.world_size)
         self.bucket_buffers: dict[int, torch.Tensor] = {}
+        self.spare_buckets: list[torch.Tensor] = []  # reused: one filling, one reducing, typically
         return self.grad_shard
 
     def gradient_waiting(self, p):
@@ -228,8 +229,7 @@ class ZeRO2(ZeRO1):
             a, b = max(lo, slot.offset), min(hi, slot.offset + slot.numel)
             if a < b:
                 if i not in self.bucket_buffers:
-                    self.bucket_buffers[i] = torch.empty(hi - lo, dtype=self.dtype, device=grad.device)
-                    self.rec.ledger.alloc("buckets", (hi - lo) * grad.element_size())
+                    self.bucket_buffers[i] = self._bucket_buffer(grad.device)[:hi - lo]
                 self.bucket_buffers[i][a - lo:b - lo].copy_(grad[a - slot.offset:b - slot.offset])
         if self.uses[p] > 1:
             self.rec.ledger.free("buckets", p.grad.numel() * p.grad.element_size())
@@ -244,7 +244,13 @@ class ZeRO2(ZeRO1):
         a, b = max(lo, own_lo), min(hi, own_hi)
         if a < b:
             self.grad_shard[a - own_lo:b - own_lo].copy_(bucket[a - lo:b - lo])
-        self.rec.ledger.free("buckets", bucket.numel() * bucket.element_size())
+        self.spare_buckets.append(bucket)
+
+    def _bucket_buffer(self, device) -> torch.Tensor:
+        if self.spare_buckets:
+            return self.spare_buckets.pop()._base
+        self.rec.ledger.alloc("buckets", self.bucket_elements * self.flat.full.element_size())
+        return torch.empty(self.bucket_elements, dtype=self.dtype, device=device)
 
 
 class ZeRO3(ZeRO2):
@@ -267,6 +273,11 @@ class ZeRO3(ZeRO2):
             ideal = g.layout.numel / n
             ledger.add_state("params", g.shard, ideal)
             g.grad_shard = torch.zeros_like(g.shard)
+            # The unit's whole gradient lives only around its backward: like the gathered
+            # parameters, its storage is shrunk to nothing after use (anything the process group
+            # still references then holds no bytes).
+            g.grad_full = torch.empty_like(g.full)
+            g.grad_full.untyped_storage().resize_(0)
             ledger.add_state("grads", g.grad_shard, ideal)
             self.optimizers.append(ShardAdam(g.shard, g.grad_shard, world_size=n, ledger=ledger,
                                              ideal_elements=ideal, lr=lr))
@@ -276,7 +287,7 @@ class ZeRO3(ZeRO2):
                          + [[first_block + i] for i in range(len(m.blocks))] + [head])
         count = len(self.segments)
         self.visits = list(range(count)) + list(reversed(range(count)))  # forward, then backward
-        self.buckets, self.grad_full = [], {}
+        self.buckets = []
 
     def is_param_storage(self, ptr):
         return any(g.gathered and g.full.untyped_storage().data_ptr() == ptr for g in self.groups)
@@ -310,18 +321,21 @@ class ZeRO3(ZeRO2):
         self._enter(k)
         for gi in self.segments[s]:  # the unit's whole gradient, accumulated in place by autograd
             g = self.groups[gi]
-            self.grad_full[gi] = torch.zeros_like(g.full)
+            g.grad_full.untyped_storage().resize_(g.full_bytes)
+            g.grad_full.zero_()
             self.rec.ledger.alloc("buckets", g.full_bytes)
-            g.bind_grads(self.grad_full[gi])
+            g.bind_grads(g.grad_full)
 
     def after_backward(self, s):
         for gi in self.segments[s]:
-            g, grad = self.groups[gi], self.grad_full.pop(gi)
+            g = self.groups[gi]
+            grad = g.grad_full
             self.comm.reduce_scatter(grad, [g.layout.shard] * self.world_size, name="unit gradient")
             lo, hi = g.layout.owned(self.rank)
             g.grad_shard.add_(grad[lo:hi])  # add: a tied matrix gets the head's part and its own
             for p in g.params:
                 p.grad = None
+            grad.untyped_storage().resize_(0)
             self.rec.ledger.free("buckets", g.full_bytes)
         self._leave(2 * len(self.segments) - 1 - s)
 
