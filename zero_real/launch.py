@@ -143,6 +143,12 @@ def spawn(fn, nproc: int, cfg: dict, timeout_s: float) -> list:
         for p in procs:
             p.join(0.1)
         if failed is not None:
+            # Peers of a crashed rank fail too ("connection closed"); give the crash a moment to
+            # be seen, then blame the rank that died without reporting, if there is one.
+            time.sleep(0.5)
+            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            silent = [r for r in dead if not Path(f"{workdir}/rank{r}.err").exists()]
+            failed = (silent or dead or [failed])[0]
             _stop(procs)
             raise RankFailed(_failure(failed, procs, workdir, timeout_s), [p.pid for p in procs])
         return [torch.load(f"{workdir}/rank{r}.pt", weights_only=False) for r in range(nproc)]
