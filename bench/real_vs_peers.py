@@ -1,0 +1,92 @@
+"""zero_real against PyTorch's own on the same box: DDP (stage 0) and FSDP2 fully_shard (stage 3,
+and stage 2 as reshard_after_forward=False), same model, data, steps, gloo on CPU.
+
+    python bench/real_vs_peers.py [SCENARIO] [--nproc 2] [--steps 6]
+
+Step time: median over the steps after the first (warm-up). Peak: the torch profiler's CPU
+allocation total, measured the same way for every implementation (zero_real.measure.Recorder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from zero_real.launch import spawn, train
+from zero_real.measure import Recorder
+from zero_real.model import build_model, materialize, random_batch
+from zerosim.load import load_scenario
+
+
+def peer(rank: int, world: int, cfg: dict) -> dict:
+    """One rank of DDP or FSDP2 training the scenario's model with torch.optim.Adam."""
+    scenario, t = cfg["scenario"], cfg["scenario"].training
+    torch.set_num_threads(1)
+    recorder = Recorder(rank, torch.device("cpu"))
+    model = materialize(build_model(scenario.model), cfg["seed"])
+    if cfg["peer"] == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        bucket_mb = t.reduce_bucket_MiB
+        wrapped = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = cfg["peer"] == "fsdp2_stage3"
+        for block in model.blocks:
+            fully_shard(block, reshard_after_forward=reshard)
+        wrapped = fully_shard(model, reshard_after_forward=reshard)
+    opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
+    times = []
+    for step in range(cfg["steps"]):
+        rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
+        idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg["seed"], step)
+        dist.barrier()
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=cfg["peer"] != "ddp")
+        wrapped(idx, targets).backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    return {"peak_bytes": recorder.finish(), "step_s": statistics.median(times[1:])}
+
+
+def ours(rank: int, world: int, cfg: dict) -> dict:
+    result = train(rank, world, dict(cfg, profile_memory=True))
+    steps = [[e for e in result["events"] if e["phase"] == "forward" and e["name"] == "forward"
+              and e["layer"] == 0]]
+    starts = sorted(e["start_s"] for e in steps[0])
+    ends = [e["end_s"] for e in result["events"] if e["name"] == "optimizer"]
+    step_s = [end - start for start, end in zip(starts, sorted(ends))]
+    return {"peak_bytes": result["peak_bytes"], "step_s": statistics.median(step_s[1:])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", nargs="?", default="scenarios/tiny_gpt_4rank_cpu.toml")
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    scenario = load_scenario(args.scenario, [*args.overrides, f"cluster.gpus_per_node={args.nproc}"])
+    base = {"scenario": scenario, "backend": "gloo", "steps": args.steps, "seed": 0, "lr": 1e-3,
+            "timeout_s": 120, "nproc": args.nproc}
+    rows = [("DDP (torch)", peer, dict(base, peer="ddp")),
+            ("zero_real stage 0", ours, dict(base, stage=0, collectives="native")),
+            ("FSDP2 reshard_after_forward=False", peer, dict(base, peer="fsdp2_stage2")),
+            ("zero_real stage 2", ours, dict(base, stage=2, collectives="native")),
+            ("FSDP2 fully_shard", peer, dict(base, peer="fsdp2_stage3")),
+            ("zero_real stage 3", ours, dict(base, stage=3, collectives="native")),
+            ("zero_real stage 3 (ring)", ours, dict(base, stage=3, collectives="ring"))]
+    print(f"{scenario.model.name}: {args.nproc} gloo ranks, {args.steps} steps, torch {torch.__version__}")
+    print(f"{'implementation':36} {'step ms':>9} {'peak MiB (rank 0)':>18}")
+    for label, fn, cfg in rows:
+        result = spawn(fn, args.nproc, cfg, timeout_s=600)[0]
+        print(f"{label:36} {result['step_s'] * 1e3:9.1f} {result['peak_bytes'] / 2**20:18.2f}")
+
+
+if __name__ == "__main__":
+    main()

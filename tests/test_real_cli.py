@@ -1,0 +1,86 @@
+"""`zero-real run`: the README command, its JSON, bad input, and a rank dying mid-run."""
+
+import contextlib
+import io
+import json
+import os
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.conftest import SCENARIOS, CliResult, assert_one_line_error  # noqa: E402
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+
+
+def run_zero_real(*argv) -> CliResult:
+    from zero_real import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def test_run_stage3_two_ranks_writes_measurement(tmp_path):
+    out = tmp_path / "m.json"
+    result = run_zero_real("run", TINY, "--stage", 3, "--nproc", 2, "--steps", 2,
+                           "--collectives", "ring", "--out", out)
+    assert result.code == 0, result.stderr
+    assert "ZeRO-3 (stage 3) on 2 ranks" in result.stdout
+    m = json.loads(out.read_text())
+    for key in ("scenario", "stage", "world_size", "backend", "collectives", "torch_version",
+                "hardware", "losses", "ranks", "events"):
+        assert key in m, key
+    assert (m["stage"], m["world_size"], m["backend"], m["collectives"]) == (3, 2, "gloo", "ring")
+    assert len(m["losses"]) == 2 and len(m["ranks"]) == 2
+    for rank in m["ranks"]:
+        assert set(rank["phases"]) == {"after_init", "after_forward", "after_backward", "after_step"}
+        assert rank["peak_bytes"] >= max(rank["phases"].values()) > 0
+        assert rank["ledger"]["model_states"] == m["zerosim_memory"]["model_states_bytes"]
+    schema = {"rank", "stream", "name", "phase", "layer", "op", "bytes", "start_s", "end_s"}
+    assert all(set(e) == schema for e in m["events"])
+    comm = [e for e in m["events"] if e["stream"] == "comm"]
+    assert {e["op"] for e in comm} == {"all_gather", "reduce_scatter"}  # ZeRO-3 needs no all-reduce
+    assert all(e["end_s"] >= e["start_s"] for e in m["events"])
+    layers = {e["layer"] for e in m["events"] if e["stream"] == "compute" and e["phase"] == "backward"}
+    assert layers == {0, 1, 2, 3}  # embedding, 2 blocks, head
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "missing.toml", "--stage", "1"], "missing.toml"),
+    (["run", TINY, "--stage", "5"], "--stage 5"),
+    (["run", TINY, "--stage", "1", "--nproc", "0"], "--nproc 0"),
+    (["run", TINY, "--stage", "1", "--collectives", "tree"], "tree"),
+    (["run", TINY, "--stage", "1", "--set", "training.precison=bf16"], "precison"),
+    (["run", TINY, "--stage", "1", "--fake-world-size", "8", "--nproc", "2"], "--fake-world-size"),
+])
+def test_bad_input_is_one_line_exit_2(argv, fragment):
+    assert_one_line_error(run_zero_real(*argv), fragment)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="checks the no-GPU message")
+def test_nccl_without_gpus_is_bad_input():
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "0", "--backend", "nccl"), "nccl")
+
+
+def test_a_rank_dying_mid_run_stops_every_rank():
+    from zero_real.launch import RankFailed, spawn, train
+    from zerosim.load import load_scenario
+
+    scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
+    cfg = {"scenario": scenario, "stage": 2, "collectives": "ring", "backend": "gloo", "steps": 3,
+           "seed": 0, "lr": 1e-3, "timeout_s": 20, "nproc": 3, "die_rank": 1, "die_step": 1,
+           "profile_memory": False}
+    start = time.monotonic()
+    with pytest.raises(RankFailed, match="rank 1") as info:
+        spawn(train, 3, cfg, timeout_s=60)
+    assert time.monotonic() - start < 60
+    for pid in info.value.pids:  # nothing left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,0 +1,136 @@
+"""The three collectives the stages need, on 1-D buffers, in place, two ways.
+
+`native`: torch.distributed's own. On NCCL, reduce-scatter and all-gather run in place (NCCL
+documents recvbuff == sendbuff + rank * count as supported). gloo has no reduce-scatter of its own:
+torch's ProcessGroupGloo clones the input and all-reduces the clone (twice the ring traffic of a
+reduce-scatter, plus a full copy). We call all_reduce in place instead, which is the same traffic
+without the copy, and record it as what it stands for (op "reduce_scatter", name saying gloo).
+
+`ring`: an explicit ring from send/recv (Thakur et al. 2005): N-1 steps, each rank sending one
+piece to its right neighbour while receiving one from its left. Pieces may be uneven or empty, so
+a bucket cut anywhere in a flat buffer reduce-scatters to the ranks that own its parts. This is
+the algorithm zerosim simulates, so on CPU it is the honest counterpart of the simulator.
+
+Sizes recorded follow nccl-tests: all_reduce the buffer, reduce_scatter/all_gather the whole
+buffer (N x per-rank piece).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+MODES = ("native", "ring")
+# torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _offsets(sizes: list[int]) -> list[int]:
+    out, total = [], 0
+    for size in sizes:
+        out.append(total)
+        total += size
+    return out
+
+
+class Collectives:
+    def __init__(self, mode: str, rank: int, world_size: int, recorder, backend: str):
+        if mode not in MODES:
+            raise ValueError(f"collectives mode {mode!r} is not one of {MODES}")
+        self.mode, self.rank, self.world_size = mode, rank, world_size
+        self.recorder, self.backend = recorder, backend
+
+    def _nbytes(self, t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
+    # -- the interface the stages use ----------------------------------------------------------
+
+    def all_reduce(self, t: torch.Tensor, name: str = "all_reduce") -> None:
+        """Sum `t` over ranks, in place."""
+        with self.recorder.comm(name, "all_reduce", self._nbytes(t)):
+            if self.world_size == 1:
+                return
+            if self.mode == "native":
+                dist.all_reduce(t)
+            else:
+                base, extra = divmod(t.numel(), self.world_size)
+                sizes = [base + (1 if r < extra else 0) for r in range(self.world_size)]
+                self._ring_reduce_scatter(t, sizes)
+                self._ring_all_gather(t, sizes)
+
+    def reduce_scatter(self, t: torch.Tensor, sizes: list[int], name: str = "reduce_scatter") -> None:
+        """`t` is cut into consecutive pieces of `sizes` (one per rank); afterwards rank r's piece
+        holds the sum over ranks. The other pieces are left in an unspecified state."""
+        assert sum(sizes) == t.numel() and len(sizes) == self.world_size
+        label = name + (" (gloo: all_reduce)" if self._gloo_native else "")
+        with self.recorder.comm(label, "reduce_scatter", self._nbytes(t)):
+            if self.world_size == 1:
+                return
+            if self.mode == "ring":
+                self._ring_reduce_scatter(t, sizes)
+            elif self._gloo_native:
+                dist.all_reduce(t)
+            elif len(set(sizes)) == 1:
+                lo = self.rank * sizes[0]
+                _reduce_scatter_single(t[lo:lo + sizes[0]], t)
+            else:  # uneven on NCCL: each owner receives the reduction of its piece
+                for r, (start, size) in enumerate(zip(_offsets(sizes), sizes)):
+                    if size:
+                        dist.reduce(t[start:start + size], dst=r)
+
+    def all_gather(self, t: torch.Tensor, sizes: list[int], name: str = "all_gather") -> None:
+        """Rank r's piece of `t` is valid; afterwards every piece is, on every rank."""
+        assert sum(sizes) == t.numel() and len(sizes) == self.world_size
+        with self.recorder.comm(name, "all_gather", self._nbytes(t)):
+            if self.world_size == 1:
+                return
+            if self.mode == "ring":
+                self._ring_all_gather(t, sizes)
+            elif len(set(sizes)) == 1:
+                lo = self.rank * sizes[0]
+                _all_gather_single(t, t[lo:lo + sizes[0]])
+            else:
+                for r, (start, size) in enumerate(zip(_offsets(sizes), sizes)):
+                    if size:
+                        dist.broadcast(t[start:start + size], src=r)
+
+    @property
+    def _gloo_native(self) -> bool:
+        return self.mode == "native" and self.backend in ("gloo", "fake") and self.world_size > 1
+
+    # -- the ring ------------------------------------------------------------------------------
+
+    def _exchange(self, send: torch.Tensor | None, recv: torch.Tensor | None) -> None:
+        """Send to the right neighbour and receive from the left one at the same time."""
+        right = (self.rank + 1) % self.world_size
+        left = (self.rank - 1) % self.world_size
+        works = []
+        if send is not None and send.numel():
+            works.append(dist.isend(send.contiguous(), dst=right))
+        if recv is not None and recv.numel():
+            works.append(dist.irecv(recv, src=left))
+        for work in works:
+            work.wait()
+
+    def _ring_reduce_scatter(self, t: torch.Tensor, sizes: list[int]) -> None:
+        n, offsets = self.world_size, _offsets(sizes)
+        scratch = torch.empty(max(sizes), dtype=t.dtype, device=t.device)
+
+        def piece(i: int) -> torch.Tensor:
+            return t[offsets[i]:offsets[i] + sizes[i]]
+
+        # Step k: pass on piece (r-k-1), which already holds the sums of k+1 ranks; after N-1
+        # steps the piece that arrives last, and is complete, is this rank's own piece r.
+        for k in range(n - 1):
+            send_i, recv_i = (self.rank - k - 1) % n, (self.rank - k - 2) % n
+            incoming = scratch[:sizes[recv_i]]
+            self._exchange(piece(send_i), incoming)
+            piece(recv_i).add_(incoming)
+
+    def _ring_all_gather(self, t: torch.Tensor, sizes: list[int]) -> None:
+        n, offsets = self.world_size, _offsets(sizes)
+        for k in range(n - 1):
+            send_i, recv_i = (self.rank - k) % n, (self.rank - k - 1) % n
+            self._exchange(t[offsets[send_i]:offsets[send_i] + sizes[send_i]],
+                           t[offsets[recv_i]:offsets[recv_i] + sizes[recv_i]])

@@ -1,0 +1,213 @@
+"""Start ranks, run the stage, collect what each rank measured.
+
+Local runs spawn one process per rank with a fresh FileStore rendezvous; under torchrun (RANK and
+WORLD_SIZE set) the same `train` runs in each launched process. Failure is bounded at every level:
+`timeout_s` on init and on every collective (gloo applies the process group's timeout to each
+operation, send/recv included); and here, if any rank exits non-zero, the others are terminated,
+then killed, and the error names the rank. `fake_world_size` runs one rank against torch's fake
+process group: collectives do nothing, so memory is one rank's at W-way sharding (numbers are
+not trained values).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import multiprocessing as mp
+import os
+import platform
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from zerosim.config import STAGE_NAMES
+from zerosim.memory import stage_memory
+
+KILL_GRACE_S = 5.0
+# Ranks start from a fork server that has already imported these: paid once, not once per rank
+# (on a 2-core box four ranks importing torch and sympy take seconds each).
+PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "zero_real.stages",
+           "zero_real.launch"]
+
+
+class RankFailed(RuntimeError):
+    def __init__(self, message: str, pids: list[int]):
+        super().__init__(message)
+        self.pids = pids  # every rank's process id, all stopped and reaped
+
+
+def init_distributed(rank: int, world_size: int, backend: str, init_method: str | None,
+                     timeout_s: float) -> None:
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if backend == "fake":
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size,
+                                timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank,
+                                world_size=world_size, timeout=timeout)
+
+
+def device_for(backend: str, rank: int) -> torch.device:
+    if backend == "nccl" or (backend == "fake" and torch.cuda.is_available()):
+        index = int(os.environ.get("LOCAL_RANK", rank)) % max(1, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} x{torch.cuda.device_count()}"
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+
+
+def train(rank: int, world_size: int, cfg: dict) -> dict:
+    """Build the stage, run cfg["steps"] steps, return this rank's measurements."""
+    from zero_real.collectives import Collectives
+    from zero_real.measure import Recorder
+    from zero_real.model import build_model, random_batch
+    from zero_real.stages import STAGES
+
+    scenario, backend = cfg["scenario"], cfg["backend"]
+    device = device_for(backend, rank)
+    if device.type == "cpu":  # ranks share the box's cores: no oversubscription
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.get("nproc", world_size)))
+    gc.collect()  # an earlier run in this process (tests) must not free its buffers mid-measurement
+    recorder = Recorder(rank, device, cfg.get("profile_memory", True))  # before any allocation
+    comm = Collectives(cfg["collectives"], rank, world_size, recorder, backend)
+    model = build_model(scenario.model)
+    engine = STAGES[cfg["stage"]](model, scenario, rank=rank, world_size=world_size, comm=comm,
+                                  recorder=recorder, device=device, seed=cfg["seed"], lr=cfg["lr"])
+    recorder.mark("after_init", 0)
+    t = scenario.training
+    losses = []
+    for step in range(cfg["steps"]):
+        rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
+        idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg["seed"], step)
+        if cfg.get("die_rank") == rank and step == cfg.get("die_step", 0):
+            os._exit(17)  # the kill test: a rank vanishing mid-run
+        losses.append(engine.step(idx.to(device), targets.to(device), step))
+    params = None
+    if cfg.get("return_params"):
+        params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
+    peak = recorder.finish()
+    phases = {s["point"]: s.get("measured_bytes") for s in recorder.samples}
+    return {"rank": rank, "peak_bytes": peak, "phases": phases,
+            "ledger": recorder.ledger.as_dict(),
+            "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},
+            "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
+            "params": params, "hardware": hardware(device)}
+
+
+def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str) -> None:
+    """One spawned rank: init, run, write the result (or the error) where the parent looks."""
+    try:
+        world = cfg["fake_world_size"] if cfg["backend"] == "fake" else world_size
+        init_distributed(rank, world, cfg["backend"], f"file://{workdir}/store", cfg["timeout_s"])
+        world = dist.get_world_size()
+        result = fn(rank, world, cfg)
+        torch.save(result, f"{workdir}/rank{rank}.pt")
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, then exit non-zero
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        if os.environ.get("ZERO_REAL_DEBUG"):
+            traceback.print_exc()
+        Path(f"{workdir}/rank{rank}.err").write_text(last.splitlines()[0], encoding="utf-8")
+        os._exit(1)
+
+
+def spawn(fn, nproc: int, cfg: dict, timeout_s: float) -> list:
+    """Run fn(rank, world_size, cfg) in nproc fresh processes; results in rank order."""
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with tempfile.TemporaryDirectory(prefix="zero_real_") as workdir:
+        procs = [context.Process(target=_entry, args=(fn, r, nproc, cfg, workdir), daemon=True)
+                 for r in range(nproc)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s
+        failed = None
+        while failed is None and any(p.exitcode is None for p in procs):
+            failed = next((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
+            if failed is None and time.monotonic() > deadline:
+                failed = -1
+            time.sleep(0.05)
+        if failed is None:
+            failed = next((r for r, p in enumerate(procs) if p.exitcode != 0), None)
+        for p in procs:
+            p.join(0.1)
+        if failed is not None:
+            # Peers of a crashed rank fail too ("connection closed"); give the crash a moment to
+            # be seen, then blame the rank that died without reporting, if there is one.
+            time.sleep(0.5)
+            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            silent = [r for r in dead if not Path(f"{workdir}/rank{r}.err").exists()]
+            failed = (silent or dead or [failed])[0]
+            _stop(procs)
+            raise RankFailed(_failure(failed, procs, workdir, timeout_s), [p.pid for p in procs])
+        return [torch.load(f"{workdir}/rank{r}.pt", weights_only=False) for r in range(nproc)]
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.exitcode is None:
+            p.terminate()
+    end = time.monotonic() + KILL_GRACE_S
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+        if p.exitcode is None:
+            p.kill()
+            p.join()
+
+
+def _failure(rank: int, procs, workdir: str, timeout_s: float) -> str:
+    if rank < 0:
+        return f"ranks did not finish within {timeout_s:g} s; all stopped"
+    err = Path(f"{workdir}/rank{rank}.err")
+    reason = err.read_text(encoding="utf-8") if err.exists() else "no error message"
+    return f"rank {rank} failed (exit code {procs[rank].exitcode}): {reason}; all ranks stopped"
+
+
+def measurement(cfg: dict, results: list[dict], world_size: int) -> dict:
+    """The measurement JSON: run settings, per-rank memory and ledger, events, losses."""
+    scenario = cfg["scenario"]
+    analytic = stage_memory(scenario, cfg["stage"]).as_dict()
+    ranks = [{k: r[k] for k in ("rank", "peak_bytes", "phases", "ledger", "ledger_phases")}
+             for r in results]
+    return {
+        "scenario": cfg["scenario_path"], "overrides": cfg["overrides"],
+        "stage": cfg["stage"], "stage_name": STAGE_NAMES[cfg["stage"]],
+        "world_size": world_size, "processes": len(results),
+        "fake_world_size": cfg.get("fake_world_size"), "backend": cfg["backend"],
+        "collectives": cfg["collectives"], "steps": cfg["steps"], "seed": cfg["seed"],
+        "torch_version": torch.__version__, "hardware": results[0]["hardware"],
+        "losses": results[0]["losses"], "zerosim_memory": analytic, "ranks": ranks,
+        "events": [e for r in results for e in r["events"]],
+        "memory_samples": [s for r in results for s in r["memory_samples"]],
+    }
+
+
+def run(cfg: dict) -> dict:
+    """Local run: nproc processes, or one process against a fake world of fake_world_size."""
+    if cfg.get("fake_world_size"):
+        results = spawn(train, 1, cfg, cfg["timeout_s"] * 4)
+        return measurement(cfg, results, cfg["fake_world_size"])
+    results = spawn(train, cfg["nproc"], cfg, cfg["timeout_s"] * 4)
+    return measurement(cfg, results, cfg["nproc"])
+
+
+def run_under_torchrun(cfg: dict) -> dict | None:
+    """torchrun set RANK/WORLD_SIZE/MASTER_ADDR: run here; rank 0 returns the measurement."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    init_distributed(rank, world, cfg["backend"], "env://", cfg["timeout_s"])
+    result = train(rank, world, cfg)
+    gathered = [None] * world if rank == 0 else None
+    dist.gather_object(result, gathered, dst=0)
+    dist.destroy_process_group()
+    return measurement(cfg, gathered, world) if rank == 0 else None

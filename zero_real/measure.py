@@ -1,0 +1,184 @@
+"""What a rank measures about itself: a byte ledger, memory at four points of the step and the
+peak, and timed events in the step-event schema of DESIGN.md.
+
+Two independent views of memory, so that one checks the other:
+- the ledger: bytes of the buffers the stage owns, by category, kept by the stage as it allocates
+  and frees them; activations are what autograd saved (saved-tensor hooks, unique storages).
+- the measurement: on GPU the CUDA caching allocator's statistics; on CPU the torch profiler's
+  memory events, whose "Total Allocated" is a running total of every CPU tensor allocation made
+  while profiling (c10's ProfiledCPUMemoryReporter). Profiling starts before the model exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+
+import torch
+
+STATE_CATEGORIES = ("params", "grads", "master", "moments")
+CATEGORIES = STATE_CATEGORIES + ("activations", "buckets", "gathered")
+PHASES = ("after_init", "after_forward", "after_backward", "after_step")
+MARK = "zero_real.mark."
+
+
+class Ledger:
+    """Persistent model states (fixed after init) plus live transient buffers with their peaks."""
+
+    def __init__(self):
+        self.states: dict[str, int] = defaultdict(int)
+        self.padding_bytes = 0.0
+        self.live: dict[str, int] = defaultdict(int)
+        self.peak: dict[str, int] = defaultdict(int)
+
+    def add_state(self, category: str, t: torch.Tensor, ideal_elements: float) -> None:
+        """`ideal_elements`: what an unpadded, evenly divided buffer would hold (Ψ or Ψ/N);
+        the rest of the allocation is padding, reported so it can be told apart."""
+        assert category in STATE_CATEGORIES
+        self.states[category] += t.numel() * t.element_size()
+        self.padding_bytes += (t.numel() - ideal_elements) * t.element_size()
+
+    def alloc(self, category: str, nbytes: int) -> None:
+        self.live[category] += nbytes
+        self.peak[category] = max(self.peak[category], self.live[category])
+
+    def free(self, category: str, nbytes: int) -> None:
+        self.live[category] -= nbytes
+
+    def now(self) -> dict[str, int]:
+        return {c: self.states.get(c, 0) + self.live.get(c, 0) for c in CATEGORIES}
+
+    def model_states_bytes(self) -> int:
+        return sum(self.states.values())
+
+    def as_dict(self) -> dict:
+        """Model states, and each transient category at its peak (the ledger's worst case)."""
+        out = {c: self.states.get(c, 0) for c in STATE_CATEGORIES}
+        out.update({c: self.peak.get(c, 0) for c in CATEGORIES[4:]})
+        out["model_states"] = self.model_states_bytes()
+        out["total"] = sum(out[c] for c in CATEGORIES)
+        out["padding_bytes"] = round(self.padding_bytes, 3)
+        return out
+
+
+class ActivationTracker:
+    """Bytes autograd saves for backward: unique storages, parameters excluded."""
+
+    def __init__(self, ledger: Ledger, is_param_storage):
+        self.ledger, self.is_param_storage = ledger, is_param_storage
+        self.seen: dict[int, int] = {}
+
+    def _pack(self, t: torch.Tensor):
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr and ptr not in self.seen and not self.is_param_storage(ptr):
+            self.seen[ptr] = storage.nbytes()
+            self.ledger.alloc("activations", storage.nbytes())
+        return t
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def release(self) -> None:
+        """After backward: autograd has dropped what it saved."""
+        self.ledger.free("activations", sum(self.seen.values()))
+        self.seen.clear()
+
+
+class Recorder:
+    """Events of one rank in the step-event schema, and memory marks at the phase points."""
+
+    def __init__(self, rank: int, device: torch.device, profile_memory: bool = True):
+        self.rank, self.device = rank, device
+        self.ledger = Ledger()
+        self.events: list[dict] = []
+        self.samples: list[dict] = []
+        self.phase, self.layer = "forward", None
+        self.cuda = device.type == "cuda"
+        self._profiler = None
+        if not self.cuda and profile_memory:
+            self._profiler = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+            self._profiler.__enter__()
+        self.t0 = time.perf_counter()
+
+    def _now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def _event(self, stream: str, name: str, op, nbytes, start_s: float) -> None:
+        self.events.append({"rank": self.rank, "stream": stream, "name": name, "phase": self.phase,
+                            "layer": self.layer, "op": op, "bytes": nbytes, "start_s": start_s,
+                            "end_s": self._now()})
+
+    @contextlib.contextmanager
+    def comm(self, name: str, op: str, nbytes: int):
+        start = self._now()
+        yield
+        if self.cuda:
+            torch.cuda.synchronize(self.device)  # time the transfer, not the launch
+        self._event("comm", name, op, nbytes, start)
+
+    @contextlib.contextmanager
+    def compute(self, name: str, layer):
+        self.layer = layer
+        start = self._now()
+        yield
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        self._event("compute", name, None, None, start)
+
+    def mark(self, point: str, step: int) -> None:
+        """A memory sample: the ledger now, and (on GPU at once, on CPU after the run) measured."""
+        sample = {"rank": self.rank, "t_s": self._now(), "point": point, "step": step,
+                  "bytes_by_category": self.ledger.now()}
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            sample["measured_bytes"] = torch.cuda.memory_allocated(self.device)
+        elif self._profiler is not None:
+            with torch.profiler.record_function(f"{MARK}{len(self.samples)}"):
+                pass
+        self.samples.append(sample)
+
+    def finish(self) -> int:
+        """Stop measuring; fill in measured bytes of every sample; return the peak in bytes."""
+        if self.cuda:
+            return torch.cuda.max_memory_allocated(self.device)
+        if self._profiler is None:
+            return 0
+        self._profiler.__exit__(None, None, None)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            self._profiler.export_chrome_trace(path)
+            with open(path, encoding="utf-8") as f:
+                trace = json.load(f)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        memory, marks = [], {}
+        for e in events:
+            name = e.get("name", "")
+            if name == "[memory]" and e.get("args", {}).get("Device Type") in (0, None):
+                args = e["args"]
+                memory.append((float(e["ts"]), int(args["Total Allocated"]), int(args["Bytes"])))
+            elif name.startswith(MARK):
+                marks[int(name[len(MARK):])] = float(e["ts"])
+        memory.sort()
+        # The running total is process-wide and survives earlier profiling sessions: count from
+        # what it was just before this session's first allocation.
+        base = memory[0][1] - memory[0][2] if memory else 0
+        memory = [(ts, total - base) for ts, total, _ in memory]
+        for i, sample in enumerate(self.samples):
+            before = [total for ts, total in memory if ts <= marks[i]]
+            sample["measured_bytes"] = before[-1] if before else 0
+        return max((total for _, total in memory), default=0)
+
+
+def phases_of_last_step(samples: list[dict]) -> dict[str, int]:
+    """Measured bytes at each phase point; for points repeated every step, the last step's."""
+    return {s["point"]: s["measured_bytes"] for s in samples}
+
+
+def ledger_at_phases(samples: list[dict]) -> dict[str, dict[str, int]]:
+    return {s["point"]: s["bytes_by_category"] for s in samples}
