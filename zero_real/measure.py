@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -89,6 +90,21 @@ class ActivationTracker:
         self.seen.clear()
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Kineto prints 'USDT ... profiler_start/stop' lines straight to file descriptor 2 on every
+    start and stop; hide them there, and only there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 class Recorder:
     """Events of one rank in the step-event schema, and memory marks at the phase points."""
 
@@ -103,7 +119,8 @@ class Recorder:
         if not self.cuda and profile_memory:
             self._profiler = torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
-            self._profiler.__enter__()
+            with _quiet_stderr():
+                self._profiler.__enter__()
         self.t0 = time.perf_counter()
 
     def _now(self) -> float:
@@ -149,7 +166,8 @@ class Recorder:
             return torch.cuda.max_memory_allocated(self.device)
         if self._profiler is None:
             return 0
-        self._profiler.__exit__(None, None, None)
+        with _quiet_stderr():
+            self._profiler.__exit__(None, None, None)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "trace.json")
             self._profiler.export_chrome_trace(path)
