@@ -26,10 +26,9 @@ def scenario(nodes=1, gpus=4, extra=()):
 @pytest.mark.parametrize("op", sorted(WALKS))
 @pytest.mark.parametrize("every_rank", [False, True])
 def test_ring_matches_closed_form(n, op, every_rank):
-    # jitter makes the cluster non-uniform, so every rank's links are simulated
-    s = scenario(gpus=n, extra=["variation.jitter_pct=1"] if every_rank else [])
+    s = scenario(gpus=n)
     size = 5 * n  # 5 bytes per chunk: one step takes α + S/(nB) = 1 + 5 = 6 s
-    result = simulate_collective(s, op, size)
+    result = simulate_collective(s, op, size, mode="per_rank" if every_rank else "auto")
     walks = WALKS[op]
     assert result["time_s"] == walks * (n - 1) * (1 + size / n)
     assert result["bytes_sent_per_rank"] == walks * (n - 1) * size / n
@@ -39,9 +38,9 @@ def test_ring_matches_closed_form(n, op, every_rank):
 
 
 def test_exact_event_log_of_a_4_rank_all_reduce():
-    s = scenario(extra=["variation.jitter_pct=1"])
+    s = scenario()
     log = []
-    simulate_collective(s, "all_reduce", 8, log=log)  # chunks of 2 bytes: each step 1 + 2 = 3 s
+    simulate_collective(s, "all_reduce", 8, log=log, mode="per_rank")  # chunks of 2 bytes: each step 1 + 2 = 3 s
     expected = [StepRecord(rank, walk, step, "intra", 2.0, 3.0 * k, 3.0 * (k + 1))
                 for k, (walk, step) in enumerate([("reduce_scatter", 0), ("reduce_scatter", 1),
                                                   ("reduce_scatter", 2), ("all_gather", 0),
@@ -82,6 +81,38 @@ def test_hierarchical_all_reduce_closed_form_and_flat_ring_bytes():
     inter = 2 * (m - 1) * (3 + size / n / 1)
     assert result["time_s"] == intra + inter
     assert result["bytes_sent_per_rank"] == 2 * (n - 1) * size / n  # as a flat ring
+
+
+@pytest.mark.parametrize("op, walks", [("reduce_scatter", ("intra", "inter")),
+                                       ("all_gather", ("inter", "intra"))])
+def test_hierarchical_reduce_scatter_and_all_gather_closed_form(op, walks):
+    g, m = 4, 3
+    s = load_scenario(TINY, [f"cluster.nodes={m}", f"cluster.gpus_per_node={g}",
+                             "cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=2e-9",
+                             "cluster.inter_node_latency_us=3e6", "cluster.inter_node_bandwidth_GBps=1e-9"])
+    size = 6 * g * m
+    result = simulate_collective(s, op, size)
+    assert result["time_s"] == (g - 1) * (1 + size / g / 2) + (m - 1) * (3 + size / (g * m))
+    assert result["bytes_sent_per_rank"] == (g * m - 1) * size / (g * m)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_a_degraded_link_paces_the_ring_and_every_rank_is_simulated(algorithm):
+    """Rank 5's links at half bandwidth: each walk runs at the slowest link of its ring."""
+    g, m = 4, 2
+    n = g * m
+    s = load_scenario(TINY, [f"cluster.nodes={m}", f"cluster.gpus_per_node={g}", *ONE_SECOND,
+                             f"cluster.collective_algorithm='{algorithm}'",
+                             "variation.degraded_links=[5]", "variation.link_bandwidth_factor=0.5"])
+    size = 4 * n
+    result = simulate_collective(s, "all_reduce", size)
+    assert result["ranks_simulated"] == n
+    if algorithm == "ring":
+        assert result["time_s"] == 2 * (n - 1) * (1 + size / n / 0.5)
+    else:
+        intra = 2 * (g - 1) * (1 + size / g / 0.5)
+        inter = 2 * (m - 1) * (1 + size / n / 0.5)
+        assert result["time_s"] == intra + inter
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
@@ -130,6 +161,8 @@ def test_collective_cli_json():
 @pytest.mark.parametrize("argv, fragment", [
     (["--op", "all_reduce", "--size-bytes", "0"], "--size-bytes"),
     (["--op", "all_reduce", "--size-bytes", "lots"], "--size-bytes"),
+    (["--op", "all_reduce", "--size-bytes", "inf"], "--size-bytes"),
+    (["--op", "all_reduce", "--size-bytes", "8", "--set", "cluster.gpus_per_node=1"], "single rank"),
     (["--op", "alltoall", "--size-bytes", "8"], "--op"),
     (["--op", "all_reduce", "--size-bytes", "8", "--ranks", "5"], "--ranks 5"),
     (["--op", "all_reduce", "--size-bytes", "8", "--ranks", "1"], "--ranks 1"),
@@ -138,3 +171,10 @@ def test_collective_cli_json():
 ])
 def test_collective_bad_input(argv, fragment):
     assert_one_line_error(run_zerosim("collective", TINY, *argv), fragment)
+
+
+def test_stragglers_and_jitter_do_not_touch_a_collective():
+    uniform = simulate_collective(scenario(gpus=8), "all_reduce", 80)
+    varied = simulate_collective(scenario(gpus=8, extra=["variation.slow_ranks=[3]",
+                                                         "variation.jitter_pct=10"]), "all_reduce", 80)
+    assert varied == uniform and varied["ranks_simulated"] == 1

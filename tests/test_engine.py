@@ -55,6 +55,7 @@ VARIANTS = [
     (TINY, ["training.activation_checkpointing=full", "training.prefetch_layers=0"]),
     (TINY, ["training.activation_checkpointing=selective", "training.prefetch_layers=3"]),
     (TINY, ["training.precision=bf16", "training.reduce_bucket_MiB=0.01", "model.tied_embeddings=false"]),
+    (TINY, ["training.reduce_bucket_MiB=100", "cluster.gpus_per_node=1"]),  # bucket > model, 1 rank
     (LLAMA, ["cluster.nodes=2", "training.optimizer_offload=cpu"]),
     (SCENARIOS / "gpt3_175b_1024gpu.toml", ["cluster.nodes=2", "training.reduce_bucket_MiB=500"]),
 ]
@@ -142,7 +143,6 @@ def test_simulate_json_and_trace(tmp_path):
     for row in rows:
         assert {"stage", "step_time_s", "compute_s", "exposed_comm_s", "comm_bytes_per_rank",
                 "peak_bytes"} <= set(row)
-        assert row["step_time_s"] == pytest.approx(row["compute_s"] + row["exposed_comm_s"])
     trace = json.loads(trace_path.read_text())
     events = trace["traceEvents"]
     names = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
@@ -173,6 +173,10 @@ def test_one_stage_table_marks_nothing_else():
     (["--set", "variation.link_bandwidth_factor=2"], "link_bandwidth_factor"),
     (["--set", "cluster.compute_efficiency=1.5"], "compute_efficiency"),
     (["--trace", "/no/such/dir/t.json"], "/no/such/dir/t.json"),
+    (["--mode", "symmetric", "--set", "variation.jitter_pct=1"], "--mode symmetric"),
+    (["--set", "training.reduce_bucket_MiB=1e-6"], "gradient buckets"),
+    (["--set", "model.layers=100000", "--stage", "3"], "model.layers"),
+    (["--set", "cluster.nodes=128", "--set", "variation.slow_ranks=[1]"], "limited to"),
 ])
 def test_simulate_bad_input(argv, fragment):
     assert_one_line_error(run_zerosim("simulate", ZERO_PAPER, *argv), fragment)
@@ -199,3 +203,31 @@ def test_zero_3_gathers_and_reduce_scatters_share_the_links():
     gather, _ = shared[0]
     alone_s = simulate_collective(s, "all_gather", gather["bytes"])["time_s"]
     assert gather["end_s"] - gather["start_s"] > alone_s * 1.01
+
+
+def test_post_step_all_gather_is_fully_exposed_in_zero_1():
+    """Nothing computes after the optimizer step, so ZeRO-1's parameter all-gather chunks, back
+    to back, are exposed: at least their closed-form time (collective, uncontended)."""
+    from zerosim.collectives import simulate_collective
+
+    s = load_scenario(TINY, ["training.allgather_bucket_MiB=0.1"])
+    result = simulate(s, 1)
+    chunks = [e["bytes"] for e in result.ranks[0].state.events if e["phase"] == "step" and e["op"]]
+    assert sum(chunks) == 4 * 118_528  # fp32 parameters
+    alone_s = sum(simulate_collective(s, "all_gather", size)["time_s"] for size in chunks)
+    assert result.exposed_comm_s >= alone_s
+
+
+def test_tied_matrix_is_reduce_scattered_once_in_zero_3():
+    s = load_scenario(TINY)  # tied embeddings: the head re-gathers the matrix, but sends it once
+    stage1, stage3 = simulate(s, 1), simulate(s, 3)
+    assert stage3.comm_bytes_per_rank["reduce_scatter"] == stage1.comm_bytes_per_rank["reduce_scatter"]
+    assert stage3.comm_bytes_per_rank["all_gather"] > 2 * stage1.comm_bytes_per_rank["all_gather"]
+
+
+def test_one_rank_has_no_communication():
+    s = load_scenario(TINY, ["cluster.gpus_per_node=1"])
+    for stage in range(4):
+        result = simulate(s, stage)
+        assert result.comm_bytes_per_rank == {} or set(result.comm_bytes_per_rank.values()) == {0}
+        assert result.step_time_s == result.compute_s

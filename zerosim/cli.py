@@ -70,7 +70,7 @@ def _size_bytes(text: str) -> int:
         value = float(text.replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
-    if not value >= 1 or value != int(value) or value > 2**53:
+    if not 1 <= value <= 2**53 or value != int(value):  # also NaN and infinity
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of bytes in 1..2**53")
     return int(value)
 
@@ -115,7 +115,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     from zerosim.collectives import simulate_collective
 
     scenario = _load(args)
-    result = simulate_collective(scenario, args.op, args.size_bytes, args.ranks)
+    result = simulate_collective(scenario, args.op, args.size_bytes, args.ranks, mode=args.mode)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--ranks", type=_ranks, metavar="N",
                       help="the first N ranks of the cluster (default: all)")
     coll.add_argument("--json", action="store_true", help="print a JSON object")
+    coll.add_argument("--mode", choices=("auto", "symmetric", "per_rank"), default="auto",
+                      help="auto (default): one representative link per role unless a link of "
+                           "the group is degraded; per_rank: every rank's links")
     return parser
 
 

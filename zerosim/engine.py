@@ -30,8 +30,9 @@ from zerosim.network import Cluster
 from zerosim.timeline import MemoryTimeline
 
 MODES = ("auto", "symmetric", "per_rank")
-# Simulating every rank costs O(ranks) per collective; beyond this, a run would take minutes.
-MAX_PER_RANK = 4096
+# Simulating every rank costs O(ranks) processes per collective phase: about 25 s per stage at
+# 256 ranks on one core; beyond this a run would take many minutes.
+MAX_PER_RANK = 512
 
 
 @dataclass
@@ -147,11 +148,13 @@ class Engine:
         uniform = scenario.variation.is_uniform
         self.per_rank = mode == "per_rank" or (mode == "auto" and not uniform)
         if not self.per_rank and not uniform:
-            raise ValueError("symmetric mode needs a uniform cluster (no [variation])")
+            raise InputError("--mode symmetric needs a uniform cluster, but [variation] sets "
+                             "stragglers, degraded links or jitter")
         if self.per_rank and c.world_size > MAX_PER_RANK:
             raise InputError(
                 f"simulating every rank of {c.world_size} ranks (needed for [variation] or "
-                f"--mode per_rank) is limited to {MAX_PER_RANK} ranks")
+                f"--mode per_rank) is limited to {MAX_PER_RANK} ranks: it costs O(ranks) per "
+                f"collective (about 25 s per stage at 256 ranks)")
         scopes = {FLAT} if self.algorithm == "ring" else set()
         self.compute_ranks = list(range(c.world_size)) if self.per_rank else [0]
         self.link_ranks = (self.compute_ranks if self.per_rank
@@ -211,6 +214,8 @@ class StageResult:
     mode: str
     ranks_simulated: int
     slowest_rank: int
+    notes: list[str] = field(default_factory=list)
+    """What the simulation leaves out for this scenario."""
     ranks: list[RankContext] = field(repr=False, default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -223,7 +228,8 @@ class StageResult:
                 "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
                 "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
                 "algorithm": self.algorithm, "mode": self.mode,
-                "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank}
+                "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
+                "notes": self.notes}
 
 
 def simulate(scenario: Scenario, stage: int, mode: str = "auto",
@@ -236,12 +242,20 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto",
                          "FLOP/s and sizes for values off by many orders of magnitude")
     # The critical rank: last to finish; among those, the one that computed longest (a straggler).
     last = max(contexts, key=lambda ctx: (ctx.state.end_s, ctx.state.compute_s, -ctx.rank))
-    first = contexts[0].state
+    rank0 = contexts[0].state
     return StageResult(
         stage=stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
         exposed_comm_s=last.state.end_s - last.state.compute_s,
-        comm_bytes_per_rank={op: round(b) for op, b in sorted(first.comm_bytes.items())},
+        comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
         peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
-        memory_at=dict(first.memory.marks), algorithm=engine.algorithm,
+        memory_at=dict(rank0.memory.marks), algorithm=engine.algorithm,
         mode="per_rank" if engine.per_rank else "symmetric",
-        ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts)
+        ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
+        notes=_notes(scenario))
+
+
+def _notes(scenario: Scenario) -> list[str]:
+    if scenario.training.optimizer_offload == "cpu":
+        return ["optimizer_offload = cpu: memory is modeled, time is not (the optimizer step is "
+                "timed as if on the GPU, with no PCIe transfers)"]
+    return []

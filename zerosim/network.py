@@ -36,7 +36,6 @@ class Link:
         self._remaining: dict[simpy.Event, list[float]] = {}  # done event -> [left, total]
         self._updated_s = env.now
         self._timer_token: object | None = None
-        self.bytes_carried = 0.0
 
     def transfer(self, size_bytes: float) -> simpy.Event:
         """An event that fires when size_bytes have crossed this link."""
@@ -45,7 +44,6 @@ class Link:
             return done.succeed()
         self._advance()
         self._remaining[done] = [float(size_bytes), float(size_bytes)]
-        self.bytes_carried += size_bytes
         self._schedule()
         return done
 

@@ -70,8 +70,9 @@ def _describe(scenario: Scenario) -> list[str]:
 def simulation_line(scenario: Scenario, results) -> str:
     first = results[0]
     c, t = scenario.cluster, scenario.training
+    reason = "--mode per_rank" if scenario.variation.is_uniform else "[variation] set"
     simulated = ("1 representative rank (uniform cluster)" if first.mode == "symmetric"
-                 else f"all {first.ranks_simulated} ranks ([variation] set)")
+                 else f"all {first.ranks_simulated} ranks ({reason})")
     batch = f", micro-batch {t.micro_batch} x seq {t.seq_len}" if scenario.model.is_bare else ""
     return (f"one training step{batch} | collectives: "
             f"{first.algorithm} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
@@ -79,6 +80,10 @@ def simulation_line(scenario: Scenario, results) -> str:
 
 
 _OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def _number(value: float) -> str:
+    return f"{value:.3f}" if value < 1e6 else f"{value:.4g}"
 
 
 def format_simulation_table(scenario: Scenario, results) -> str:
@@ -94,11 +99,12 @@ def format_simulation_table(scenario: Scenario, results) -> str:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
         per_op = [f"{r.comm_bytes_per_rank.get(op, 0) / bscale:.2f}" for op in _OPS]
         fits_memory = r.peak_bytes <= scenario.cluster.hbm_GiB * GiB
-        body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", f"{r.step_time_s * scale:.3f}",
-                     f"{r.compute_s * scale:.3f}", f"{r.exposed_comm_s * scale:.3f}",
+        body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", _number(r.step_time_s * scale),
+                     _number(r.compute_s * scale), _number(r.exposed_comm_s * scale),
                      f"{sum(r.comm_bytes_per_rank.values()) / bscale:.2f}", *per_op,
                      f"{r.peak_bytes / bscale:.2f}", "yes" if fits_memory else "NO"])
-    lines = _describe(scenario) + [simulation_line(scenario, results), "",
+    notes = [f"note: {note}" for note in results[0].notes]
+    lines = _describe(scenario) + [simulation_line(scenario, results), *notes, "",
                                    f"per rank; 1 {bunit} = {bunit_def} bytes; compute includes the "
                                    f"optimizer step; * = training.zero_stage"]
     return "\n".join(lines + _columns(header, body))

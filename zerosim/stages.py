@@ -14,9 +14,13 @@ model byte for byte and its peak never exceeds the analytic peak:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
+import simpy
+
+from zerosim.errors import InputError
 from zerosim.memory import (BYTES_PER_ELEMENT, FP32_BYTES, MOMENTS, STAGE2_LIVE_BUCKETS,
                             STAGE3_LIVE_LAYER_GRADS, StageMemory, shard_elements, stage_memory)
 from zerosim.model import (UnitFlops, activations, gather_units, gradient_units, total_params,
@@ -36,8 +40,8 @@ class StepShape:
     activation_bytes: list[int]
     recompute_bytes: list[int]
     """Regenerated activations alive during each unit's backward (checkpointed layers only)."""
-    param_bytes: int
-    grad_bytes: int
+    param_bytes_per_element: int
+    grad_bytes_per_element: int
     params: int
     shard: int
     bucket_bytes: int
@@ -45,6 +49,29 @@ class StepShape:
     optimizer_bytes_per_element: int
     prefetch_layers: int
     gradient_reduction: str
+
+
+# A step costs a few simpy events per bucket and per all-gather chunk, and about ten times that
+# per unit; beyond this many pieces (about 10 s) it would take minutes. The shipped scenarios need
+# a few thousand.
+MAX_STEP_PIECES = 50_000
+UNIT_WEIGHT = 10
+
+
+def _check_size(stage: int, units: int, grad_bytes: int, bucket_bytes: int, param_bytes: int,
+                allgather_bytes: int) -> None:
+    buckets = math.ceil(grad_bytes / bucket_bytes) if stage < 3 else 0
+    chunks = math.ceil(param_bytes / allgather_bytes) if stage in (1, 2) else 0
+    if UNIT_WEIGHT * units + buckets + chunks > MAX_STEP_PIECES:
+        parts = [f"{UNIT_WEIGHT} x {units:,} units"]
+        if buckets:
+            parts.append(f"{grad_bytes:,} / {bucket_bytes:,} = {buckets:,} gradient buckets")
+        if chunks:
+            parts.append(f"{param_bytes:,} / {allgather_bytes:,} = {chunks:,} all-gather chunks")
+        raise InputError(
+            f"stage {stage} would simulate {' + '.join(parts)}, more than {MAX_STEP_PIECES:,} "
+            f"pieces: raise training.reduce_bucket_MiB or allgather_bucket_MiB, or lower "
+            f"model.layers")
 
 
 def step_shape(scenario, stage: int) -> StepShape:
@@ -56,12 +83,15 @@ def step_shape(scenario, stage: int) -> StepShape:
     # precision write back the 16-bit working copy.
     master = 2 * FP32_BYTES + bp if t.precision != "fp32" else 2 * bp
     recompute = activations(m, t).recompute_bytes
+    psi = total_params(m)
+    _check_size(stage, m.n_layers + 2, bg * psi, mib_to_bytes(t.reduce_bucket_MiB), bp * psi,
+                mib_to_bytes(t.allgather_bucket_MiB))
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
     return StepShape(
         stage=stage, memory=stage_memory(scenario, stage), gather_elements=gather_units(m),
         gradient_elements=gradient_units(m), flops=unit_flops(m, t),
         activation_bytes=unit_activation_bytes(m, t),
-        recompute_bytes=recompute_bytes, param_bytes=bp, grad_bytes=bg,
+        recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
         params=total_params(m), shard=shard_elements(total_params(m), scenario.world_size),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
@@ -120,7 +150,7 @@ class DDP:
     def produce_gradients(self, unit: int) -> Iterator:
         """Backward of one unit, cut where its gradients cross bucket boundaries."""
         duration_flops = self.shape.flops[unit].backward
-        total = self.shape.grad_bytes * self.shape.gradient_elements[unit]
+        total = self.shape.grad_bytes_per_element * self.shape.gradient_elements[unit]
         if total == 0:
             yield from self.ctx.compute(duration_flops, "backward", "backward", unit)
             return
@@ -180,7 +210,7 @@ class ZeRO1(DDP):
 
     def optimizer_step(self) -> Iterator:
         yield from super().optimizer_step()
-        total = self.shape.param_bytes * self.shape.params
+        total = self.shape.param_bytes_per_element * self.shape.params
         chunk = self.shape.allgather_bucket_bytes
         for start in range(0, total, chunk):
             self.pending.append(self.ctx.comm("comm", "all_gather", min(chunk, total - start),
@@ -192,10 +222,8 @@ class ZeRO2(ZeRO1):
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
-        import simpy
-
         self.free_buckets = simpy.Container(self.env, STAGE2_LIVE_BUCKETS, init=STAGE2_LIVE_BUCKETS)
-        self.unbucketed_bytes = shape.grad_bytes * shape.params
+        self.unbucketed_bytes = shape.grad_bytes_per_element * shape.params
         self.bucket_id = 0
 
     def open_bucket(self) -> Iterator:
@@ -222,8 +250,6 @@ class ZeRO3(ZeRO1):
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
-        import simpy
-
         self.gather_slots = simpy.Container(self.env, 1 + shape.prefetch_layers,
                                             init=1 + shape.prefetch_layers)
         self.grad_slots = simpy.Container(self.env, STAGE3_LIVE_LAYER_GRADS,
@@ -232,7 +258,7 @@ class ZeRO3(ZeRO1):
 
     def start_gathers(self, phase: str, units) -> None:
         for unit in units:
-            size = self.shape.param_bytes * self.shape.gather_elements[unit]
+            size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
 
             def take_slot(unit=unit, size=size) -> Iterator:
                 yield self.gather_slots.get(1)  # prefetch depth: wait for a free buffer
@@ -251,17 +277,21 @@ class ZeRO3(ZeRO1):
 
     def produce_gradients(self, unit: int) -> Iterator:
         yield self.grad_slots.get(1)
-        size = self.shape.grad_bytes * self.shape.gather_elements[unit]
+        bg = self.shape.grad_bytes_per_element
         key = ("layer_grads", unit)
-        self.ctx.alloc(key, "layer_grads", size)
+        # A tied head produces a gradient for the whole shared matrix (memory), but its part is
+        # added to the embedding's and reduce-scattered with the embedding unit: sent once.
+        self.ctx.alloc(key, "layer_grads", bg * self.shape.gather_elements[unit])
+        size = bg * self.shape.gradient_elements[unit]
         yield from self.ctx.compute(self.shape.flops[unit].backward, "backward", "backward", unit)
 
         def reduced() -> None:
             self.ctx.free(key)
             self.grad_slots.put(1)
 
-        self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size, "gradient reduce-scatter",
-                                          "backward", unit, after=reduced))
+        self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
+                                          "gradient reduce-scatter", "backward", unit,
+                                          after=reduced))
 
     def optimizer_step(self) -> Iterator:
         yield from DDP.optimizer_step(self)  # on the shard; parameters stay sharded: no all-gather

@@ -20,7 +20,6 @@ class MemoryTimeline:
         self.by_category: Counter[str] = Counter({c: 0 for c in CATEGORIES})
         self.total_bytes = 0
         self.peak_bytes = 0
-        self.peak_s = 0.0
         self.marks: dict[str, int] = {}
         self.samples: list[tuple[float, dict[str, int]]] = []
         self._keep_samples = keep_samples
@@ -42,8 +41,7 @@ class MemoryTimeline:
     def _change(self, now_s: float, category: str, delta: int) -> None:
         self.by_category[category] += delta
         self.total_bytes += delta
-        if self.total_bytes > self.peak_bytes:
-            self.peak_bytes, self.peak_s = self.total_bytes, now_s
+        self.peak_bytes = max(self.peak_bytes, self.total_bytes)
         if self._keep_samples:
             if self.samples and self.samples[-1][0] == now_s:
                 self.samples.pop()  # several changes at one instant: keep the last state
