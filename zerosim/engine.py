@@ -116,9 +116,13 @@ class RankContext:
             request: CommRequest = yield queue.get()
             if request.before is not None:
                 yield from request.before()
-            key = (stream, self._launched[stream])
-            self._launched[stream] += 1
-            start_s, sent_bytes = yield self.engine.collective(key, request.op, request.size_bytes)
+            if self.engine.per_rank:
+                key = (stream, self._launched[stream])
+                self._launched[stream] += 1
+                start_s, sent_bytes = yield self.engine.collective(key, request.op, request.size_bytes)
+            else:  # the only simulated rank: no one to wait for, no extra process
+                start_s = self.env.now
+                sent_bytes = yield from self.engine.move(request.op, request.size_bytes)
             self.state.comm_bytes[request.op] += sent_bytes
             self._record("comm", request.name, request.phase, request.layer, request.op,
                          request.size_bytes, start_s, queue=stream)
@@ -164,6 +168,7 @@ class Engine:
         self.keep_samples = keep_events
         self._pending: dict[tuple[str, int], list] = {}
         self.step_shapes: dict[int, object] = {}
+        self._plans: dict[tuple[str, float], list] = {}
 
     def collective(self, key: tuple[str, int], op: str, size_bytes: float) -> simpy.Event:
         """Join collective `key`; fires with (start_s, bytes sent per rank) once it completes.
@@ -179,9 +184,18 @@ class Engine:
 
     def _run_collective(self, op: str, size_bytes: float, done: simpy.Event) -> Iterator:
         start_s = self.env.now
-        phases = collectives.plan(op, size_bytes, self.group, self.algorithm)
+        sent_bytes = yield from self.move(op, size_bytes)
+        done.succeed((start_s, sent_bytes))
+
+    def move(self, op: str, size_bytes: float) -> Iterator:
+        """Process body: the collective's phases over the simulated links; returns the bytes
+        each rank sent. Plans are cached: buckets mostly share one size."""
+        phases = self._plans.get((op, size_bytes))
+        if phases is None:
+            phases = self._plans[op, size_bytes] = collectives.plan(op, size_bytes, self.group,
+                                                                    self.algorithm)
         yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
-        done.succeed((start_s, collectives.bytes_sent_per_rank(phases)))
+        return collectives.bytes_sent_per_rank(phases)
 
     def run(self, stage: int) -> list[RankContext]:
         from zerosim.stages import program
