@@ -22,7 +22,9 @@ from collections import defaultdict
 import torch
 
 STATE_CATEGORIES = ("params", "grads", "master", "moments")
-CATEGORIES = STATE_CATEGORIES + ("activations", "buckets", "gathered")
+# autograd_grads: a gradient autograd allocated that the stage has not yet taken (ZeRO-2 copies
+# each into buckets and frees it; a tied weight's first part waits there for its second).
+CATEGORIES = STATE_CATEGORIES + ("activations", "buckets", "gathered", "autograd_grads")
 PHASES = ("after_init", "after_forward", "after_backward", "after_step")
 MARK = "zero_real.mark."
 
