@@ -70,6 +70,11 @@ def test_ledger_matches_zerosim_and_measured_memory_matches_ledger():
     per_rank = run_stages(scenario, 2)
     check_ledger_and_measurement(scenario, per_rank)
     check_compute_and_comm_do_not_nest(per_rank)
+    # ZeRO-3, tied head: one gradient reduce-scatter per unit and step (token and position
+    # embeddings, 2 blocks, head), the tied matrix's once, as zerosim counts it.
+    for by_stage in per_rank:
+        rs = [e for e in by_stage[3]["events"] if e["name"].startswith("unit gradient")]
+        assert len(rs) == 5 * 2, len(rs)
 
 
 def test_mixed_precision_ledger_counts_master_copy():
