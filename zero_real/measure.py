@@ -212,11 +212,3 @@ class Recorder:
             sample["measured_bytes"] = before[-1] if before else 0
         return max((total for _, total in memory), default=0)
 
-
-def phases_of_last_step(samples: list[dict]) -> dict[str, int]:
-    """Measured bytes at each phase point; for points repeated every step, the last step's."""
-    return {s["point"]: s["measured_bytes"] for s in samples}
-
-
-def ledger_at_phases(samples: list[dict]) -> dict[str, dict[str, int]]:
-    return {s["point"]: s["bytes_by_category"] for s in samples}
