@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.real_helpers import LR, SEED, parity_worker, reference_train, relative_error  # noqa: E402
+from tests.real_helpers import (LR, SEED, parity_worker, reference_grads, reference_shard,  # noqa: E402
+                                reference_train, relative_error)
 from zerosim.config import ClusterConfig, ModelConfig, Scenario, TrainingConfig  # noqa: E402
 from zerosim.model import total_params  # noqa: E402
 
@@ -64,7 +65,8 @@ def test_stages_match_single_process(world):
     if world == 2:
         runs += [(stage, "native", bf16) for stage in (0, 1, 2, 3)]
         runs += [(2, mode, big) for mode in ("native", "ring")]
-    cfg = {"runs": runs, "backend": "gloo", "steps": STEPS, "seed": SEED, "lr": LR,
+    grad_runs = [(stage, sc) for sc in models.values() for stage in (0, 1, 2, 3)] if world == 2 else []
+    cfg = {"runs": runs, "grad_runs": grad_runs, "backend": "gloo", "steps": STEPS, "seed": SEED, "lr": LR,
            "timeout_s": 30, "nproc": world, "profile_memory": False}
     results = spawn(parity_worker, world, cfg, timeout_s=240)
 
@@ -84,6 +86,21 @@ def test_stages_match_single_process(world):
             worst = max(relative_error(got[n], want[n]) for n in want)
             assert worst < BF16_RTOL, (stage, worst)
         check_stage2_bucket_pool(big, results)
+        check_averaged_gradient_shards(models, results)
+
+
+def check_averaged_gradient_shards(models, results):
+    """The gradient each rank's Adam steps with is exactly its slice of the single-process
+    gradient: an averaging mistake (a factor N) cannot hide behind Adam's scale invariance."""
+    for key, sc in models.items():
+        want = reference_grads(sc, 2)
+        for stage in (0, 1, 2, 3):
+            for rank, rank_result in enumerate(results):
+                for layout, (lo, hi), got in rank_result[("grads", stage, key)]:
+                    ref = reference_shard(want, layout, lo, hi)
+                    assert got.shape == ref.shape, (key, stage, rank)
+                    assert relative_error(got, ref) < FP32_RTOL, (key, stage, rank,
+                                                                 relative_error(got, ref))
 
 
 def check_stage2_bucket_pool(big, results):
