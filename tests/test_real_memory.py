@@ -46,9 +46,35 @@ def check_ledger_and_measurement(scenario, per_rank, points=("after_init", "afte
         assert states[3] < states[2] < states[1] < states[0], states
 
 
+def check_compute_and_comm_do_not_nest(per_rank):
+    """A collective launched from autograd's hook splits the layer's backward compute: no comm
+    event inside a compute event, and a rank's compute segments disjoint."""
+    for rank, by_stage in enumerate(per_rank):
+        for stage, result in by_stage.items():
+            compute = sorted((e for e in result["events"] if e["stream"] == "compute"),
+                             key=lambda e: e["start_s"])
+            comm = [e for e in result["events"] if e["stream"] == "comm"]
+            for c in comm:
+                inside = [e for e in compute if e["start_s"] < c["start_s"] and c["end_s"] < e["end_s"]]
+                assert not inside, (rank, stage, c, inside[:1])
+            for a, b in zip(compute, compute[1:]):
+                assert a["end_s"] <= b["start_s"], (rank, stage, a, b)
+            if stage in (0, 1, 2):  # buckets reduced during backward: a layer's compute is split
+                backward = [e for e in compute if e["phase"] == "backward"]
+                layers = {(e["layer"]) for e in backward}
+                assert len(backward) > 2 * len(layers), (rank, stage, len(backward))
+
+
 def test_ledger_matches_zerosim_and_measured_memory_matches_ledger():
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=2"])
-    check_ledger_and_measurement(scenario, run_stages(scenario, 2))
+    per_rank = run_stages(scenario, 2)
+    check_ledger_and_measurement(scenario, per_rank)
+    check_compute_and_comm_do_not_nest(per_rank)
+    # ZeRO-3, tied head: one gradient reduce-scatter per unit and step (token and position
+    # embeddings, 2 blocks, head), the tied matrix's once, as zerosim counts it.
+    for by_stage in per_rank:
+        rs = [e for e in by_stage[3]["events"] if e["name"].startswith("unit gradient")]
+        assert len(rs) == 5 * 2, len(rs)
 
 
 def test_mixed_precision_ledger_counts_master_copy():

@@ -43,3 +43,9 @@ def test_shards_are_contiguous_ceil_slices_covering_the_buffer(numel, world):
         assert sum(pieces) == hi - lo and len(pieces) == world
     if numel < world:
         assert layout.pieces(0, numel)[world - 1] == 0
+
+
+def test_rope_with_an_odd_head_dimension_is_refused():
+    odd = ModelConfig(layers=1, hidden=15, heads=3, ffn=8, vocab=7, position="rope")
+    with pytest.raises(ValueError, match="rope needs an even head dimension"):
+        build_model(odd)

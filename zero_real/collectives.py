@@ -102,16 +102,19 @@ class Collectives:
     # -- the ring ------------------------------------------------------------------------------
 
     def _exchange(self, send: torch.Tensor | None, recv: torch.Tensor | None) -> None:
-        """Send to the right neighbour and receive from the left one at the same time."""
+        """Send to the right neighbour and receive from the left one at the same time. One batch:
+        at world size 2 both are the same peer, and NCCL deadlocks on a lone isend followed by
+        an irecv to that peer on one communicator; batch_isend_irecv groups them (gloo too)."""
         right = (self.rank + 1) % self.world_size
         left = (self.rank - 1) % self.world_size
-        works = []
+        ops = []
         if send is not None and send.numel():
-            works.append(dist.isend(send.contiguous(), dst=right))
+            ops.append(dist.P2POp(dist.isend, send.contiguous(), right))
         if recv is not None and recv.numel():
-            works.append(dist.irecv(recv, src=left))
-        for work in works:
-            work.wait()
+            ops.append(dist.P2POp(dist.irecv, recv, left))
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
 
     def _ring_reduce_scatter(self, t: torch.Tensor, sizes: list[int]) -> None:
         n, offsets = self.world_size, _offsets(sizes)

@@ -13,10 +13,7 @@ import torch
 from torch import nn
 
 from zero_real.model import init_tensor
-
-
-def shard_elements(numel: int, world_size: int) -> int:
-    return -(-numel // world_size)
+from zerosim.memory import shard_elements  # one definition of the shard size, zerosim's
 
 
 @dataclass(frozen=True)

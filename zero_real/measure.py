@@ -22,7 +22,9 @@ from collections import defaultdict
 import torch
 
 STATE_CATEGORIES = ("params", "grads", "master", "moments")
-CATEGORIES = STATE_CATEGORIES + ("activations", "buckets", "gathered")
+# autograd_grads: a gradient autograd allocated that the stage has not yet taken (ZeRO-2 copies
+# each into buckets and frees it; a tied weight's first part waits there for its second).
+CATEGORIES = STATE_CATEGORIES + ("activations", "buckets", "gathered", "autograd_grads")
 PHASES = ("after_init", "after_forward", "after_backward", "after_step")
 MARK = "zero_real.mark."
 
@@ -114,6 +116,7 @@ class Recorder:
         self.events: list[dict] = []
         self.samples: list[dict] = []
         self.phase, self.layer = "forward", None
+        self._open = None  # the compute segment being timed: (name, phase, layer, start_s)
         self.cuda = device.type == "cuda"
         self._profiler = None
         if not self.cuda and profile_memory:
@@ -126,27 +129,44 @@ class Recorder:
     def _now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def _event(self, stream: str, name: str, op, nbytes, start_s: float) -> None:
-        self.events.append({"rank": self.rank, "stream": stream, "name": name, "phase": self.phase,
-                            "layer": self.layer, "op": op, "bytes": nbytes, "start_s": start_s,
-                            "end_s": self._now()})
+    def _event(self, stream: str, name: str, op, nbytes, start_s: float, phase=None,
+               layer=None) -> None:
+        self.events.append({"rank": self.rank, "stream": stream, "name": name,
+                            "phase": phase or self.phase, "layer": layer, "op": op,
+                            "bytes": nbytes, "start_s": start_s, "end_s": self._now()})
+
+    def _close_compute(self) -> None:
+        """End the open compute segment now (it stays open as far as `compute` is concerned)."""
+        name, phase, layer, start = self._open
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        self._event("compute", name, None, None, start, phase, layer)
 
     @contextlib.contextmanager
     def comm(self, name: str, op: str, nbytes: int):
+        # A collective launched inside a compute region (a gradient bucket from autograd's hook)
+        # splits it: compute up to here, the collective, then compute again. Events never nest,
+        # so a layer's compute time is its compute alone.
+        open_compute = self._open
+        if open_compute is not None:
+            self._close_compute()
         start = self._now()
         yield
         if self.cuda:
             torch.cuda.synchronize(self.device)  # time the transfer, not the launch
-        self._event("comm", name, op, nbytes, start)
+        self._event("comm", name, op, nbytes, start, layer=self.layer)
+        if open_compute is not None:
+            self._open = (*open_compute[:3], self._now())
 
     @contextlib.contextmanager
     def compute(self, name: str, layer):
         self.layer = layer
-        start = self._now()
-        yield
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-        self._event("compute", name, None, None, start)
+        self._open = (name, self.phase, layer, self._now())
+        try:
+            yield
+            self._close_compute()
+        finally:
+            self._open = None
 
     def mark(self, point: str, step: int) -> None:
         """A memory sample: the ledger now, and (on GPU at once, on CPU after the run) measured."""
@@ -192,11 +212,3 @@ class Recorder:
             sample["measured_bytes"] = before[-1] if before else 0
         return max((total for _, total in memory), default=0)
 
-
-def phases_of_last_step(samples: list[dict]) -> dict[str, int]:
-    """Measured bytes at each phase point; for points repeated every step, the last step's."""
-    return {s["point"]: s["measured_bytes"] for s in samples}
-
-
-def ledger_at_phases(samples: list[dict]) -> dict[str, dict[str, int]]:
-    return {s["point"]: s["bytes_by_category"] for s in samples}

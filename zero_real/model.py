@@ -131,6 +131,10 @@ def build_model(m: ModelConfig, device: str | torch.device = "meta") -> GPT:
     """The model's skeleton; on "meta" nothing is allocated."""
     if m.is_bare:
         raise ValueError("zero_real needs a model shape (hidden, heads, ...), not a bare parameter count")
+    if m.position == "rope" and m.head_dim % 2:
+        # RoPE rotates pairs of channels: an odd head dimension would lose its last channel.
+        raise ValueError(f"rope needs an even head dimension; hidden {m.hidden} / heads {m.heads} "
+                         f"= {m.head_dim}")
     with torch.device(device):
         return GPT(m)
 

@@ -4,7 +4,9 @@ Each gather unit (zerosim's: embedding token and position matrices, each block, 
 head) is its own flat buffer padded to a multiple of N, so per-rank parameter bytes are the sum of
 per-unit ceil(n/N), at most one element per unit above zerosim's ceil(Ψ/N) (the ledger reports
 it as padding). A unit's full parameters and full gradient exist only around its use: their
-storages are shrunk to zero bytes afterwards.
+storages are shrunk to zero bytes afterwards. A tied matrix's gradient is the exception: the
+head's part stays in its full buffer until the embedding unit's backward adds its own, and the
+sum is reduce-scattered once (zerosim sends it once, with the embedding unit).
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class ZeRO3(ZeRO2):
         self._enter(k)
         for gi in self.segments[s]:  # the unit's whole gradient, accumulated in place by autograd
             g = self.groups[gi]
+            if g.grad_full.untyped_storage().nbytes():
+                continue  # the tied matrix: already holds the head's part, and stays bound
             g.grad_full.untyped_storage().resize_(g.full_bytes)
             g.grad_full.zero_()
             self.rec.ledger.alloc("buckets", g.full_bytes)
@@ -91,11 +95,16 @@ class ZeRO3(ZeRO2):
 
     def after_backward(self, s):
         for gi in self.segments[s]:
+            if self.tied and gi == 0 and s > 0:
+                # The head's part of the tied matrix's gradient waits in its full buffer for the
+                # embedding's part: reduce-scattered once, with the embedding unit (as zerosim
+                # counts it), not once per use.
+                continue
             g = self.groups[gi]
             grad = g.grad_full
             self.comm.reduce_scatter(grad, [g.layout.shard] * self.world_size, name="unit gradient")
             lo, hi = g.layout.owned(self.rank)
-            g.grad_shard.add_(grad[lo:hi])  # add: a tied matrix gets the head's part and its own
+            g.grad_shard.copy_(grad[lo:hi])
             for p in g.params:
                 p.grad = None
             grad.untyped_storage().resize_(0)

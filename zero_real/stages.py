@@ -25,6 +25,7 @@ import torch.distributed as dist
 from zero_real.flat import FlatParams
 from zero_real.measure import ActivationTracker
 from zero_real.optim import LossScale, ShardAdam
+from zerosim.memory import STAGE2_LIVE_BUCKETS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -204,7 +205,15 @@ class ZeRO1(DDP):
 
 
 class ZeRO2(ZeRO1):
-    """Gradients sharded: no full gradient buffer, buckets are separate and short-lived."""
+    """Gradients sharded: no full gradient buffer; a pool of STAGE2_LIVE_BUCKETS bucket buffers.
+
+    A gradient is cut into the buckets it spans and each bucket is reduced as soon as it fills,
+    before the next slice is copied: one large gradient (a vocabulary matrix spanning hundreds of
+    buckets) passes through the pool instead of occupying one buffer per slice. If every pooled
+    buffer is partly filled when another bucket needs one (gradients arriving out of address
+    order), the oldest is reduced early as it stands: unfilled elements are zero on every rank and
+    the owned part is added into the shard, so the rest of that bucket is reduced later, exactly.
+    """
 
     stage = 2
 
@@ -212,46 +221,60 @@ class ZeRO2(ZeRO1):
         layout = self.flat.layout
         self.grad_shard = torch.zeros(layout.shard, dtype=self.dtype, device=device)
         self.rec.ledger.add_state("grads", self.grad_shard, layout.numel / self.world_size)
-        self.bucket_buffers: dict[int, torch.Tensor] = {}
-        self.spare_buckets: list[torch.Tensor] = []  # reused: one filling, one reducing, typically
+        self.bucket_buffers: dict[int, torch.Tensor] = {}  # filling, oldest first
+        self.pool: list[torch.Tensor] = []  # free buffers, reused across buckets and steps
+        self.pool_size = 0
         return self.grad_shard
 
     def gradient_waiting(self, p):
-        self.rec.ledger.alloc("buckets", p.grad.numel() * p.grad.element_size())
+        # A tied weight's first part stays in autograd's own buffer until the second arrives.
+        self.rec.ledger.alloc("autograd_grads", p.grad.numel() * p.grad.element_size())
 
     def zero_grads(self):
         self.grad_shard.zero_()
         for p in self.flat.params:
-            p.grad = None  # autograd allocates each gradient; the hook hands it to a bucket
+            p.grad = None  # autograd allocates each gradient; the hook hands it to the buckets
 
     def gradient_ready(self, slot, p):
         grad = p.grad.reshape(-1)
-        for i, (lo, hi) in enumerate(self.buckets):
+        nbytes = grad.numel() * grad.element_size()
+        if self.uses[p] == 1:  # autograd's buffer, alive until its last slice is in a bucket
+            self.rec.ledger.alloc("autograd_grads", nbytes)
+        for i, (lo, hi) in enumerate(self.buckets):  # top down: backward's order
             a, b = max(lo, slot.offset), min(hi, slot.offset + slot.numel)
             if a < b:
-                if i not in self.bucket_buffers:
-                    self.bucket_buffers[i] = self._bucket_buffer(grad.device)[:hi - lo]
-                self.bucket_buffers[i][a - lo:b - lo].copy_(grad[a - slot.offset:b - slot.offset])
-        if self.uses[p] > 1:
-            self.rec.ledger.free("buckets", p.grad.numel() * p.grad.element_size())
-        p.grad = None  # the non-owned part of this gradient is gone once its bucket is reduced
-        super().gradient_ready(slot, p)
+                self._bucket(i)[a - lo:b - lo].copy_(grad[a - slot.offset:b - slot.offset])
+                self.filled[i] += b - a
+                if self.filled[i] == hi - lo:
+                    self.reduce_bucket(i)
+        p.grad = grad = None  # the non-owned part of this gradient is gone: its buckets reduced
+        self.rec.ledger.free("autograd_grads", nbytes)
 
-    def reduce_bucket(self, i):
+    def reduce_bucket(self, i, name=None):
         lo, hi = self.buckets[i]
         bucket = self.bucket_buffers.pop(i)
-        self.comm.reduce_scatter(bucket, self.flat.layout.pieces(lo, hi), name=f"bucket {i}")
+        self.comm.reduce_scatter(bucket, self.flat.layout.pieces(lo, hi), name=name or f"bucket {i}")
         own_lo, own_hi = self.flat.layout.owned(self.rank)
         a, b = max(lo, own_lo), min(hi, own_hi)
-        if a < b:
-            self.grad_shard[a - own_lo:b - own_lo].copy_(bucket[a - lo:b - lo])
-        self.spare_buckets.append(bucket)
+        if a < b:  # add: a bucket reduced early comes back for the rest of its elements
+            self.grad_shard[a - own_lo:b - own_lo].add_(bucket[a - lo:b - lo])
+        self.pool.append(bucket._base)
 
-    def _bucket_buffer(self, device) -> torch.Tensor:
-        if self.spare_buckets:
-            return self.spare_buckets.pop()._base
-        self.rec.ledger.alloc("buckets", self.bucket_elements * self.flat.full.element_size())
-        return torch.empty(self.bucket_elements, dtype=self.dtype, device=device)
+    def _bucket(self, i: int) -> torch.Tensor:
+        """Bucket i's buffer, taken from the pool when it starts filling."""
+        if i not in self.bucket_buffers:
+            if not self.pool and self.pool_size == STAGE2_LIVE_BUCKETS:
+                oldest = next(iter(self.bucket_buffers))
+                self.reduce_bucket(oldest, name=f"bucket {oldest} (partial)")
+            if not self.pool:
+                self.pool_size += 1
+                self.rec.ledger.alloc("buckets", self.bucket_elements * self.flat.full.element_size())
+                self.pool.append(torch.empty(self.bucket_elements, dtype=self.dtype,
+                                             device=self.grad_shard.device))
+            lo, hi = self.buckets[i]
+            # Zeroed: a bucket reduced before it fills must add nothing for its missing elements.
+            self.bucket_buffers[i] = self.pool.pop()[:hi - lo].zero_()
+        return self.bucket_buffers[i]
 
 
 # ZeRO-3 builds on ZeRO2 above; import zero_real.stages (not stage3) first.
