@@ -84,3 +84,29 @@ def test_a_rank_dying_mid_run_stops_every_rank():
     for pid in info.value.pids:  # nothing left behind
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie (exited, not yet reaped by whoever inherited it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
+    """Rank 1 stops (alive) at its second collective of step 1; its peers time out after 5 s.
+    The launcher names rank 1, not the peer that timed out first, and leaves nothing behind."""
+    from zero_real.launch import RankFailed, spawn, train
+    from zerosim.load import load_scenario
+
+    scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
+    cfg = {"scenario": scenario, "stage": 1, "collectives": "native", "backend": "gloo",
+           "steps": 3, "seed": 0, "lr": 1e-3, "timeout_s": 5, "nproc": 3, "hang_rank": 1,
+           "hang_step": 1, "profile_memory": False}
+    start = time.monotonic()
+    with pytest.raises(RankFailed, match="rank 1 stopped making progress at step 1") as info:
+        spawn(train, 3, cfg, timeout_s=50)
+    assert time.monotonic() - start < 30
+    assert all(_gone(pid) for pid in info.value.pids)

@@ -160,8 +160,9 @@ def build_parser() -> Parser:
                           "sharding without W processes (losses are not meaningful)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--lr", type=float, default=1e-3)
-    run.add_argument("--timeout-s", type=float, default=60.0,
-                     help="limit on init and on each collective, seconds")
+    run.add_argument("--timeout-s", type=float, default=30.0,
+                     help="limit on init and on each collective, seconds (default 30): a rank "
+                          "that stops making progress is named within this plus a few seconds")
     run.set_defaults(func=_cmd_run)
     return parser
 
