@@ -4,8 +4,10 @@ Exit codes as zerosim's: 0 ok, 1 a rank failed, 2 bad input or missing torch."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 from typing import Any, Sequence
 
@@ -71,6 +73,31 @@ def _check_run_args(args) -> None:
                              "leave --nproc at 1 and --collectives at native")
 
 
+class Stopped(BaseException):
+    """SIGINT or SIGTERM, raised in the launcher's main thread so that the launch unwinds: ranks
+    stopped and reaped, workdir removed (BaseException: no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum, self.name = signum, signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _signals_stop_the_run():
+    def handler(signum, frame):
+        raise Stopped(signum)
+
+    try:
+        saved = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        saved = {}
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
 def _cmd_run(args) -> int:
     try:
         import torch  # noqa: F401
@@ -98,13 +125,17 @@ def _cmd_run(args) -> int:
     if args.fake_world_size:
         cfg["backend"] = "fake"
     try:
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.fake_world_size:
-            result = run_under_torchrun(cfg)
-        else:
-            result = run(cfg)
+        with _signals_stop_the_run():
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.fake_world_size:
+                result = run_under_torchrun(cfg)
+            else:
+                result = run(cfg)
     except RankFailed as exc:
         print(f"zero-real: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except Stopped as exc:  # the launcher stopped and reaped every rank on the way out
+        print(f"zero-real: {exc.name}: every rank stopped", file=sys.stderr)
+        return 128 + exc.signum
     if result is None:
         return EXIT_OK  # torchrun ranks other than 0
     if args.out:
