@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from zero_real import watch
 from zerosim.config import STAGE_NAMES
+from zerosim.errors import InputError
 from zerosim.memory import stage_memory
 
 KILL_GRACE_S = 5.0
@@ -110,7 +111,8 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
             "ledger": recorder.ledger.as_dict(),
             "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},
             "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
-            "params": params, "hardware": hardware(device)}
+            "params": params, "hardware": hardware(device),
+            "under_profiler": recorder._profiler is not None}
 
 
 def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str, launcher_pid: int) -> None:
@@ -203,6 +205,8 @@ def measurement(cfg: dict, results: list[dict], world_size: int) -> dict:
         "collectives": cfg["collectives"], "steps": cfg["steps"], "seed": cfg["seed"],
         "torch_version": torch.__version__, "hardware": results[0]["hardware"],
         "losses": results[0]["losses"], "zerosim_memory": analytic, "ranks": ranks,
+        # CPU memory profiling adds per-op overhead: timings taken under it are slower.
+        "timings_under_profiler": any(r.get("under_profiler", False) for r in results),
         "events": [e for r in results for e in r["events"]],
         "memory_samples": [s for r in results for s in r["memory_samples"]],
     }
@@ -215,6 +219,32 @@ def run(cfg: dict) -> dict:
         return measurement(cfg, results, cfg["fake_world_size"])
     results = spawn(train, cfg["nproc"], cfg, cfg.get("run_timeout_s"))
     return measurement(cfg, results, cfg["nproc"])
+
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_env(environ=os.environ) -> tuple[int, int] | None:
+    """(world size, processes per node) when torchrun launched us, None for a local run. All of
+    torchrun's variables or none: a stray RANK in a shell must not silently switch modes."""
+    present = [k for k in TORCHRUN_VARS if k in environ]
+    if not present:
+        return None
+    missing = [k for k in TORCHRUN_VARS if k not in environ]
+    if missing:
+        raise InputError(f"{', '.join(present)} set but {', '.join(missing)} not: under torchrun "
+                         f"all of {', '.join(TORCHRUN_VARS)} are set; unset the others for a "
+                         f"local run")
+    try:
+        world = int(environ["WORLD_SIZE"])
+        local = int(environ.get("LOCAL_WORLD_SIZE", world))
+    except ValueError:
+        raise InputError(f"WORLD_SIZE={environ['WORLD_SIZE']!r} and LOCAL_WORLD_SIZE="
+                         f"{environ.get('LOCAL_WORLD_SIZE')!r} must be integers") from None
+    if world < 1 or local < 1 or world % local:
+        raise InputError(f"WORLD_SIZE={world} is not a whole number of nodes of "
+                         f"LOCAL_WORLD_SIZE={local} processes")
+    return world, local
 
 
 def run_under_torchrun(cfg: dict) -> dict | None:
