@@ -10,6 +10,7 @@ allocation total, measured the same way for every implementation (zero_real.meas
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -25,7 +26,8 @@ from zerosim.load import load_scenario
 def peer(rank: int, world: int, cfg: dict) -> dict:
     """One rank of DDP or FSDP2 training the scenario's model with torch.optim.Adam."""
     scenario, t = cfg["scenario"], cfg["scenario"].training
-    torch.set_num_threads(1)
+    # The thread count zero_real's train() gives each rank: the same share of the box's cores.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg["nproc"]))
     recorder = Recorder(rank, torch.device("cpu"))
     model = materialize(build_model(scenario.model), cfg["seed"])
     if cfg["peer"] == "ddp":
@@ -51,7 +53,7 @@ def peer(rank: int, world: int, cfg: dict) -> dict:
         wrapped(idx, targets).backward()
         opt.step()
         times.append(time.perf_counter() - start)
-    return {"peak_bytes": recorder.finish(), "step_s": statistics.median(times[1:])}
+    return {"peak_bytes": recorder.finish(), "step_s": _median_after_warmup(times)}
 
 
 def ours(rank: int, world: int, cfg: dict) -> dict:
@@ -61,7 +63,12 @@ def ours(rank: int, world: int, cfg: dict) -> dict:
     starts = sorted(e["start_s"] for e in steps[0])
     ends = [e["end_s"] for e in result["events"] if e["name"] == "optimizer"]
     step_s = [end - start for start, end in zip(starts, sorted(ends))]
-    return {"peak_bytes": result["peak_bytes"], "step_s": statistics.median(step_s[1:])}
+    return {"peak_bytes": result["peak_bytes"], "step_s": _median_after_warmup(step_s)}
+
+
+def _median_after_warmup(times: list[float]) -> float:
+    """Median of the steps after the first (warm-up); with one step, that step."""
+    return statistics.median(times[1:] or times)
 
 
 def main() -> None:

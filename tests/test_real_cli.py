@@ -38,6 +38,7 @@ def test_run_stage3_two_ranks_writes_measurement(tmp_path):
                 "hardware", "losses", "ranks", "events"):
         assert key in m, key
     assert (m["stage"], m["world_size"], m["backend"], m["collectives"]) == (3, 2, "gloo", "ring")
+    assert m["timings_under_profiler"] is True  # CPU memory profiling was on
     assert len(m["losses"]) == 2 and len(m["ranks"]) == 2
     for rank in m["ranks"]:
         assert set(rank["phases"]) == {"after_init", "after_forward", "after_backward", "after_step"}
@@ -84,3 +85,93 @@ def test_a_rank_dying_mid_run_stops_every_rank():
     for pid in info.value.pids:  # nothing left behind
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie (exited, not yet reaped by whoever inherited it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
+    """Rank 1 stops (alive) at its second collective of step 1; its peers time out after 5 s.
+    The launcher names rank 1, not the peer that timed out first, and leaves nothing behind."""
+    from zero_real.launch import RankFailed, spawn, train
+    from zerosim.load import load_scenario
+
+    scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
+    cfg = {"scenario": scenario, "stage": 1, "collectives": "native", "backend": "gloo",
+           "steps": 3, "seed": 0, "lr": 1e-3, "timeout_s": 5, "nproc": 3, "hang_rank": 1,
+           "hang_step": 1, "profile_memory": False}
+    start = time.monotonic()
+    with pytest.raises(RankFailed, match="rank 1 stopped making progress at step 1") as info:
+        spawn(train, 3, cfg, timeout_s=50)
+    assert time.monotonic() - start < 30
+    assert all(_gone(pid) for pid in info.value.pids)
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("training.optimizer=sgd", "training.optimizer = sgd"),
+    ("training.optimizer_offload=cpu", "training.optimizer_offload = cpu"),
+    ("training.activation_checkpointing=full", "training.activation_checkpointing = full"),
+    ("training.flash_attention=true", "training.flash_attention = true"),
+    ("training.gradient_reduction=all_reduce", "training.gradient_reduction = all_reduce"),
+])
+def test_unsupported_scenario_settings_are_refused(override, fragment):
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--set", override),
+                          fragment, "zero_real; it supports")
+
+
+def test_rope_with_odd_head_dimension_is_refused():
+    result = run_zero_real("run", TINY, "--stage", "1", "--set", "model.position=rope",
+                           "--set", "model.hidden=60", "--set", "model.heads=4")
+    assert_one_line_error(result, "model.position = rope", "60 / 4 = 15")
+
+
+def test_out_in_a_missing_directory_is_refused_before_the_run(tmp_path):
+    result = run_zero_real("run", TINY, "--stage", "1", "--out", tmp_path / "nope" / "m.json")
+    assert_one_line_error(result, "--out", "does not exist")
+
+
+def test_run_timeout_must_be_positive():
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--run-timeout-s", "0"),
+                          "--run-timeout-s 0")
+
+
+def test_a_model_too_big_for_this_box_is_refused_before_launching():
+    result = run_zero_real("run", SCENARIOS / "megatron_7b5_64gpu.toml", "--stage", "0",
+                           "--nproc", "2", "--set", "training.activation_checkpointing=none")
+    assert_one_line_error(result, "not enough memory", "2 process(es) x", "MemAvailable")
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK, MASTER_ADDR, MASTER_PORT not"),
+    ({"RANK": "0"}, "WORLD_SIZE"),
+    ({"RANK": "0", "WORLD_SIZE": "x", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+     "must be integers"),
+    ({"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1",
+      "LOCAL_WORLD_SIZE": "2"}, "whole number of nodes"),
+])
+def test_partial_or_bad_torchrun_environment_is_refused(monkeypatch, env, fragment):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1"), fragment)
+
+
+def test_torchrun_world_comes_from_the_environment(monkeypatch):
+    from zero_real.launch import torchrun_env
+
+    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "h",
+           "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": "4"}
+    assert torchrun_env(env) == (8, 4)
+    assert torchrun_env({}) is None
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--nproc", "2"),
+                          "--nproc 2 disagrees with torchrun's WORLD_SIZE=8")

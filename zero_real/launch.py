@@ -4,7 +4,8 @@ Local runs spawn one process per rank with a fresh FileStore rendezvous; under t
 WORLD_SIZE set) the same `train` runs in each launched process. Failure is bounded at every level:
 `timeout_s` on init and on every collective (gloo applies the process group's timeout to each
 operation, send/recv included); and here, if any rank exits non-zero, the others are terminated,
-then killed, and the error names the rank. `fake_world_size` runs one rank against torch's fake
+then killed, and the error names the rank (the one that died, or the one that stopped making
+progress: see watch.py). `run_timeout_s`, when given, bounds the whole run. `fake_world_size` runs one rank against torch's fake
 process group: collectives do nothing, so memory is one rank's at W-way sharding (numbers are
 not trained values).
 """
@@ -24,10 +25,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from zero_real import watch
 from zerosim.config import STAGE_NAMES
+from zerosim.errors import InputError
 from zerosim.memory import stage_memory
 
 KILL_GRACE_S = 5.0
+# Peers of a hung rank wait this long in a collective; well under the 60 s in which a failed run
+# must be over (timeout, then terminate and kill with KILL_GRACE_S).
+DEFAULT_TIMEOUT_S = 30.0
 # Ranks start from a fork server that has already imported these: paid once, not once per rank
 # (on a 2-core box four ranks importing torch and sympy take seconds each).
 PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "zero_real.stages",
@@ -80,6 +86,8 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.get("nproc", world_size)))
     gc.collect()  # an earlier run in this process (tests) must not free its buffers mid-measurement
     recorder = Recorder(rank, device, cfg.get("profile_memory", True))  # before any allocation
+    heartbeat = watch.Heartbeat(cfg.get("progress_file"))
+    watch.instrument(recorder, heartbeat, cfg, rank)
     comm = Collectives(cfg["collectives"], rank, world_size, recorder, backend)
     model = build_model(scenario.model)
     engine = STAGES[cfg["stage"]](model, scenario, rank=rank, world_size=world_size, comm=comm,
@@ -92,6 +100,7 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
         idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg["seed"], step)
         if cfg.get("die_rank") == rank and step == cfg.get("die_step", 0):
             os._exit(17)  # the kill test: a rank vanishing mid-run
+        heartbeat.step = step
         losses.append(engine.step(idx.to(device), targets.to(device), step))
     params = None
     if cfg.get("return_params"):
@@ -102,12 +111,15 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
             "ledger": recorder.ledger.as_dict(),
             "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},
             "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
-            "params": params, "hardware": hardware(device)}
+            "params": params, "hardware": hardware(device),
+            "under_profiler": recorder._profiler is not None}
 
 
-def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str) -> None:
+def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str, launcher_pid: int) -> None:
     """One spawned rank: init, run, write the result (or the error) where the parent looks."""
+    watch.die_with_launcher(launcher_pid)
     try:
+        cfg = dict(cfg, progress_file=f"{workdir}/rank{rank}.progress")
         world = cfg["fake_world_size"] if cfg["backend"] == "fake" else world_size
         init_distributed(rank, world, cfg["backend"], f"file://{workdir}/store", cfg["timeout_s"])
         world = dist.get_world_size()
@@ -122,56 +134,61 @@ def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str) -> None:
         os._exit(1)
 
 
-def spawn(fn, nproc: int, cfg: dict, timeout_s: float) -> list:
-    """Run fn(rank, world_size, cfg) in nproc fresh processes; results in rank order."""
+def spawn(fn, nproc: int, cfg: dict, timeout_s: float | None = None) -> list:
+    """Run fn(rank, world_size, cfg) in nproc fresh processes; results in rank order.
+    `timeout_s` bounds the whole run (None: no bound; cfg["timeout_s"] bounds each collective).
+    Whatever happens, including an exception here (a signal turned into one by the CLI), every
+    rank is stopped and reaped before the workdir goes."""
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
-    with tempfile.TemporaryDirectory(prefix="zero_real_") as workdir:
-        procs = [context.Process(target=_entry, args=(fn, r, nproc, cfg, workdir), daemon=True)
-                 for r in range(nproc)]
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + timeout_s
-        failed = None
-        while failed is None and any(p.exitcode is None for p in procs):
-            failed = next((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
-            if failed is None and time.monotonic() > deadline:
-                failed = -1
-            time.sleep(0.05)
-        if failed is None:
-            failed = next((r for r, p in enumerate(procs) if p.exitcode != 0), None)
-        for p in procs:
-            p.join(0.1)
-        if failed is not None:
-            # Peers of a crashed rank fail too ("connection closed"); give the crash a moment to
-            # be seen, then blame the rank that died without reporting, if there is one.
-            time.sleep(0.5)
-            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-            silent = [r for r in dead if not Path(f"{workdir}/rank{r}.err").exists()]
-            failed = (silent or dead or [failed])[0]
+    watch.sweep_stale()
+    with tempfile.TemporaryDirectory(prefix=watch.PREFIX) as workdir:
+        watch.mark_owner(workdir)
+        procs = [context.Process(target=_entry, args=(fn, r, nproc, cfg, workdir, os.getpid()),
+                                 daemon=True) for r in range(nproc)]
+        try:
+            for p in procs:
+                p.start()
+            failure = _supervise(procs, workdir, cfg, timeout_s)
+        finally:
             _stop(procs)
-            raise RankFailed(_failure(failed, procs, workdir, timeout_s), [p.pid for p in procs])
+        if failure is not None:
+            raise RankFailed(failure, [p.pid for p in procs])
         return [torch.load(f"{workdir}/rank{r}.pt", weights_only=False) for r in range(nproc)]
 
 
+def _supervise(procs, workdir: str, cfg: dict, timeout_s: float | None) -> str | None:
+    """Wait for the ranks; the failure message, or None when every rank finished cleanly."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while any(p.exitcode is None for p in procs):
+        if any(p.exitcode not in (None, 0) for p in procs):
+            # Peers of a crashed rank fail too ("connection closed"); give the crash a moment
+            # to be seen before deciding whom to blame.
+            time.sleep(0.5)
+            _, why = watch.blame(workdir, procs, cfg["timeout_s"])
+            return f"{why}; all ranks stopped"
+        if deadline is not None and time.monotonic() > deadline:
+            return f"ranks did not finish within --run-timeout-s {timeout_s:g} s; all stopped"
+        time.sleep(0.05)
+    if any(p.exitcode != 0 for p in procs):
+        _, why = watch.blame(workdir, procs, cfg["timeout_s"])
+        return f"{why}; all ranks stopped"
+    return None
+
+
 def _stop(procs) -> None:
+    """Terminate what is still running, kill what ignores that, reap everything."""
     for p in procs:
-        if p.exitcode is None:
+        if p.pid is not None and p.exitcode is None:
             p.terminate()
     end = time.monotonic() + KILL_GRACE_S
     for p in procs:
+        if p.pid is None:
+            continue  # never started
         p.join(max(0.0, end - time.monotonic()))
         if p.exitcode is None:
             p.kill()
             p.join()
-
-
-def _failure(rank: int, procs, workdir: str, timeout_s: float) -> str:
-    if rank < 0:
-        return f"ranks did not finish within {timeout_s:g} s; all stopped"
-    err = Path(f"{workdir}/rank{rank}.err")
-    reason = err.read_text(encoding="utf-8") if err.exists() else "no error message"
-    return f"rank {rank} failed (exit code {procs[rank].exitcode}): {reason}; all ranks stopped"
 
 
 def measurement(cfg: dict, results: list[dict], world_size: int) -> dict:
@@ -188,6 +205,8 @@ def measurement(cfg: dict, results: list[dict], world_size: int) -> dict:
         "collectives": cfg["collectives"], "steps": cfg["steps"], "seed": cfg["seed"],
         "torch_version": torch.__version__, "hardware": results[0]["hardware"],
         "losses": results[0]["losses"], "zerosim_memory": analytic, "ranks": ranks,
+        # CPU memory profiling adds per-op overhead: timings taken under it are slower.
+        "timings_under_profiler": any(r.get("under_profiler", False) for r in results),
         "events": [e for r in results for e in r["events"]],
         "memory_samples": [s for r in results for s in r["memory_samples"]],
     }
@@ -196,10 +215,36 @@ def measurement(cfg: dict, results: list[dict], world_size: int) -> dict:
 def run(cfg: dict) -> dict:
     """Local run: nproc processes, or one process against a fake world of fake_world_size."""
     if cfg.get("fake_world_size"):
-        results = spawn(train, 1, cfg, cfg["timeout_s"] * 4)
+        results = spawn(train, 1, cfg, cfg.get("run_timeout_s"))
         return measurement(cfg, results, cfg["fake_world_size"])
-    results = spawn(train, cfg["nproc"], cfg, cfg["timeout_s"] * 4)
+    results = spawn(train, cfg["nproc"], cfg, cfg.get("run_timeout_s"))
     return measurement(cfg, results, cfg["nproc"])
+
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_env(environ=os.environ) -> tuple[int, int] | None:
+    """(world size, processes per node) when torchrun launched us, None for a local run. All of
+    torchrun's variables or none: a stray RANK in a shell must not silently switch modes."""
+    present = [k for k in TORCHRUN_VARS if k in environ]
+    if not present:
+        return None
+    missing = [k for k in TORCHRUN_VARS if k not in environ]
+    if missing:
+        raise InputError(f"{', '.join(present)} set but {', '.join(missing)} not: under torchrun "
+                         f"all of {', '.join(TORCHRUN_VARS)} are set; unset the others for a "
+                         f"local run")
+    try:
+        world = int(environ["WORLD_SIZE"])
+        local = int(environ.get("LOCAL_WORLD_SIZE", world))
+    except ValueError:
+        raise InputError(f"WORLD_SIZE={environ['WORLD_SIZE']!r} and LOCAL_WORLD_SIZE="
+                         f"{environ.get('LOCAL_WORLD_SIZE')!r} must be integers") from None
+    if world < 1 or local < 1 or world % local:
+        raise InputError(f"WORLD_SIZE={world} is not a whole number of nodes of "
+                         f"LOCAL_WORLD_SIZE={local} processes")
+    return world, local
 
 
 def run_under_torchrun(cfg: dict) -> dict | None:

@@ -1,0 +1,91 @@
+"""The launcher under signals: SIGTERM stops every rank and removes the workdir; a SIGKILLed
+launcher's ranks die with it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.conftest import SCENARIOS  # noqa: E402
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def _gone(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            parents[int(entry)] = int(stat[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def _wait_for(predicate, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def _launch_long_run(tmp_path):
+    """A 2-rank run far longer than the test, started with its workdir under tmp_path; returns
+    once both ranks are past step 0, with the launcher and every process below it."""
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "zero_real.cli", "run", str(TINY), "--stage",
+                             "1", "--nproc", "2", "--steps", "100000", "--timeout-s", "10"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def running() -> bool:
+        beats = list(tmp_path.glob("zero_real_*/rank*.progress"))
+        return len(beats) == 2 and all(b.read_text().split()[:1] not in ([], ["-1"])
+                                       for b in beats)
+    try:
+        assert _wait_for(running, 40), "ranks never got past step 0"
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=10)
+        raise
+    return proc, _descendants(proc.pid)
+
+
+def test_sigterm_stops_every_rank_and_removes_the_workdir(tmp_path):
+    proc, children = _launch_long_run(tmp_path)
+    assert len(children) >= 3  # fork server and two ranks
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.splitlines() == ["zero-real: SIGTERM: every rank stopped"], err
+    assert _wait_for(lambda: all(_gone(pid) for pid in children), 5)
+    assert not list(tmp_path.glob("zero_real_*"))
+
+
+def test_ranks_die_with_a_sigkilled_launcher(tmp_path):
+    proc, children = _launch_long_run(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert _wait_for(lambda: all(_gone(pid) for pid in children), 5)
