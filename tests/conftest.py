@@ -23,10 +23,15 @@ class CliResult:
 
 def run_zerosim(*argv: str) -> CliResult:
     """`zerosim ARGV` in-process; SystemExit (argparse) counts as the exit code."""
+    return run_main(cli.main, *argv)
+
+
+def run_main(main, *argv) -> CliResult:
+    """A command's main(argv) in-process, its output captured."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = cli.main([str(a) for a in argv])
+            code = main([str(a) for a in argv])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
     return CliResult(code, out.getvalue(), err.getvalue())

@@ -1,7 +1,5 @@
 """`zero-real run`: the README command, its JSON, bad input, and a rank dying mid-run."""
 
-import contextlib
-import io
 import json
 import os
 import time
@@ -10,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.conftest import SCENARIOS, CliResult, assert_one_line_error  # noqa: E402
+from tests.conftest import SCENARIOS, CliResult, assert_one_line_error, run_main  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 
@@ -18,13 +16,7 @@ TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 def run_zero_real(*argv) -> CliResult:
     from zero_real import cli
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return CliResult(code, out.getvalue(), err.getvalue())
+    return run_main(cli.main, *argv)
 
 
 def test_run_stage3_two_ranks_writes_measurement(tmp_path):
