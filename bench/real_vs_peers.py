@@ -58,12 +58,13 @@ def peer(rank: int, world: int, cfg: dict) -> dict:
 
 def ours(rank: int, world: int, cfg: dict) -> dict:
     result = train(rank, world, dict(cfg, profile_memory=True))
-    steps = [[e for e in result["events"] if e["phase"] == "forward" and e["name"] == "forward"
-              and e["layer"] == 0]]
-    starts = sorted(e["start_s"] for e in steps[0])
-    ends = [e["end_s"] for e in result["events"] if e["name"] == "optimizer"]
-    step_s = [end - start for start, end in zip(starts, sorted(ends))]
-    return {"peak_bytes": result["peak_bytes"], "step_s": _median_after_warmup(step_s)}
+    # The "after_step" memory mark ends each step; the time between consecutive marks is one
+    # step (compute segments split around collectives, so events make no step boundary).
+    ends = sorted(s["t_s"] for s in result["memory_samples"] if s["point"] == "after_step")
+    periods = [b - a for a, b in zip(ends, ends[1:])]
+    if not periods:  # one step: from its first event to its end
+        periods = [ends[0] - min(e["start_s"] for e in result["events"])]
+    return {"peak_bytes": result["peak_bytes"], "step_s": statistics.median(periods)}
 
 
 def _median_after_warmup(times: list[float]) -> float:
