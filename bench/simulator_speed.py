@@ -1,6 +1,6 @@
 """Wall time of `zerosim simulate` for the ZeRO paper's 7.5B model, all four stages, at 64, 1024
 and 16384 GPUs (8 per node), and how the cost grows with N. Also the per-rank mode, which a
-non-uniform cluster needs, at 16 to 256 ranks.
+cluster with jitter needs, at 16 to 256 ranks, and the classes mode a straggler needs.
 
 Goals (issue 3, on a 2-core machine): 64 GPUs <= 0.5 s, 1024 <= 2 s, 16384 <= 10 s, all four
 stages together. Run: python bench/simulator_speed.py
@@ -46,7 +46,12 @@ def main() -> None:
         verdict = "ok" if wall <= GOALS_S[gpus] else "OVER"
         print(f"{gpus:>6}  {gpus // 8:>5}  {wall:>7.3f}  {GOALS_S[gpus]:>6}  {steps:>30}  {verdict}{growth}")
         previous = (gpus, wall)
-    print("\nper-rank mode (every rank simulated, as [variation] requires), reduce buckets 200 MiB")
+    print("\none straggler (rank 5, slowdown 1.2): classes mode simulates 2 ranks")
+    for gpus in (64, 1024, 16384):
+        s = load_scenario(PAPER, [f"cluster.nodes={gpus // 8}", "cluster.gpus_per_node=8",
+                                  "variation.slow_ranks=[5]", "variation.slowdown=1.2"])
+        print(f"{gpus:>6}  {all_stages_s(s):>7.3f} s")
+    print("\nper-rank mode (every rank simulated, as jitter requires), reduce buckets 200 MiB")
     for gpus in (16, 64, 256):
         s = load_scenario(PAPER, [f"cluster.nodes={gpus // 8}", "cluster.gpus_per_node=8",
                                   "training.reduce_bucket_MiB=200"])

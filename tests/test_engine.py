@@ -99,13 +99,35 @@ def test_symmetric_and_per_rank_modes_agree_on_a_uniform_16_rank_cluster(algorit
     assert symmetric.ranks[0].state.events == every_rank.ranks[0].state.events
 
 
+CLASS_VARIANTS = [
+    ["variation.slow_ranks=[5]", "variation.slowdown=1.2"],
+    ["variation.degraded_links=[9]", "variation.link_bandwidth_factor=0.05"],
+    ["variation.slow_ranks=[0, 5]", "variation.degraded_links=[3, 9]", "cluster.collective_algorithm='ring'"],
+]
+
+
+@pytest.mark.parametrize("variation", CLASS_VARIANTS, ids=["straggler", "degraded", "both-flat-ring"])
+def test_rank_classes_agree_with_every_rank(variation):
+    """Stragglers and degraded links: one rank per class gives what simulating all 16 gives."""
+    s = load_scenario(LLAMA, ["cluster.nodes=2", "training.reduce_bucket_MiB=200", *variation])
+    for stage in range(4):
+        classes, every_rank = simulate(s, stage), simulate(s, stage, mode="per_rank")
+        assert classes.mode == "classes" and classes.ranks_simulated < 16
+        assert _as_comparable(classes) == _as_comparable(every_rank)
+
+
+def test_jitter_simulates_every_rank():
+    s = load_scenario(TINY, ["variation.jitter_pct=5"])
+    assert simulate(s, 0).mode == "per_rank" and simulate(s, 0).ranks_simulated == 4
+
+
 def test_a_straggler_slows_every_stage():
     uniform = load_scenario(LLAMA, ["cluster.nodes=2", "training.reduce_bucket_MiB=200"])
     slow = load_scenario(LLAMA, ["cluster.nodes=2", "training.reduce_bucket_MiB=200",
                                  "variation.slow_ranks=[5]", "variation.slowdown=1.2"])
     for stage in range(4):
         base, straggling = simulate(uniform, stage, keep_events=False), simulate(slow, stage, keep_events=False)
-        assert straggling.mode == "per_rank"
+        assert straggling.mode == "classes" and straggling.ranks_simulated == 2
         assert straggling.step_time_s > base.step_time_s
         assert straggling.slowest_rank == 5
 
@@ -176,7 +198,7 @@ def test_one_stage_table_marks_nothing_else():
     (["--mode", "symmetric", "--set", "variation.jitter_pct=1"], "--mode symmetric"),
     (["--set", "training.reduce_bucket_MiB=1e-6"], "gradient buckets"),
     (["--set", "model.layers=100000", "--stage", "3"], "model.layers"),
-    (["--set", "cluster.nodes=128", "--set", "variation.slow_ranks=[1]"], "limited to"),
+    (["--set", "cluster.nodes=128", "--set", "variation.jitter_pct=1"], "limited to"),
 ])
 def test_simulate_bad_input(argv, fragment):
     assert_one_line_error(run_zerosim("simulate", ZERO_PAPER, *argv), fragment)

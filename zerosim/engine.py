@@ -7,9 +7,11 @@ the cluster (network.py) in the phases of its algorithm (collectives/).
 
 A uniform cluster is simulated through one representative rank: every rank does the same thing
 at the same time, so rank 0's compute, memory and links (plus the one link per role a flat
-ring needs) stand for all of them. That turns O(n) processes per collective into O(1). Give it
-variation (a straggler, a degraded link, jitter) and every rank is simulated; on uniform input the
-two modes give identical numbers (tests/test_engine.py).
+ring needs) stand for all of them. That turns O(n) processes per collective into O(1). With
+stragglers or degraded links, ranks fall into classes: one representative of the uniform ranks,
+each straggler, and each degraded link are simulated ("classes"). Jitter makes every rank
+different, so every rank is simulated ("per_rank"). On the same input the modes give identical
+numbers (tests/test_engine.py).
 """
 
 from __future__ import annotations
@@ -149,20 +151,35 @@ class Engine:
         c = scenario.cluster
         self.group = Group(c.world_size, c.gpus_per_node)
         self.algorithm = collectives.choose_algorithm(c.collective_algorithm, self.group)
-        uniform = scenario.variation.is_uniform
-        self.per_rank = mode == "per_rank" or (mode == "auto" and not uniform)
-        if not self.per_rank and not uniform:
+        v = scenario.variation
+        if mode == "symmetric" and not v.is_uniform:
             raise InputError("--mode symmetric needs a uniform cluster, but [variation] sets "
                              "stragglers, degraded links or jitter")
-        if self.per_rank and c.world_size > MAX_PER_RANK:
+        if mode == "per_rank" or v.jitter_pct:
+            self.mode = "per_rank"  # jitter makes every rank different
+        else:
+            self.mode = "symmetric" if v.is_uniform else "classes"
+        self.per_rank = self.mode != "symmetric"  # more than one rank computes
+        if self.mode == "per_rank" and c.world_size > MAX_PER_RANK:
             raise InputError(
-                f"simulating every rank of {c.world_size} ranks (needed for [variation] or "
+                f"simulating every rank of {c.world_size} ranks (needed for jitter or "
                 f"--mode per_rank) is limited to {MAX_PER_RANK} ranks: it costs O(ranks) per "
                 f"collective (about 25 s per stage at 256 ranks)")
         scopes = {FLAT} if self.algorithm == "ring" else set()
-        self.compute_ranks = list(range(c.world_size)) if self.per_rank else [0]
-        self.link_ranks = (self.compute_ranks if self.per_rank
-                           else representatives(self.group, scopes))
+        if self.mode == "per_rank":
+            self.compute_ranks = self.link_ranks = list(range(c.world_size))
+        else:
+            # Ranks in one class do the same thing at the same time: one uniform representative
+            # (the first rank that is neither slow) stands for all of them, every straggler is
+            # simulated, and every degraded link joins the representative links.
+            slow = set(v.slow_ranks) if v.slowdown != 1 else set()
+            degraded = set(v.degraded_links) if v.link_bandwidth_factor != 1 else set()
+            uniform = next((r for r in range(c.world_size) if r not in slow), None)
+            self.compute_ranks = sorted(slow | ({uniform} if uniform is not None else set()))
+            self.link_ranks = sorted(set(representatives(self.group, scopes)) | degraded)
+            if len(self.compute_ranks) > MAX_PER_RANK:
+                raise InputError(f"{len(self.compute_ranks)} slow ranks are more than the "
+                                 f"{MAX_PER_RANK} ranks the engine simulates one by one")
         self.cluster = Cluster(self.env, scenario, self.link_ranks)
         self.keep_events = keep_events
         self.keep_samples = keep_events
@@ -263,7 +280,7 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto",
         comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
         peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
         memory_at=dict(rank0.memory.marks), algorithm=engine.algorithm,
-        mode="per_rank" if engine.per_rank else "symmetric",
+        mode=engine.mode,
         ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
         notes=_notes(scenario))
 

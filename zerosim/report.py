@@ -70,9 +70,12 @@ def _describe(scenario: Scenario) -> list[str]:
 def simulation_line(scenario: Scenario, results) -> str:
     first = results[0]
     c, t = scenario.cluster, scenario.training
-    reason = "--mode per_rank" if scenario.variation.is_uniform else "[variation] set"
-    simulated = ("1 representative rank (uniform cluster)" if first.mode == "symmetric"
-                 else f"all {first.ranks_simulated} ranks ({reason})")
+    reason = "--mode per_rank" if scenario.variation.is_uniform else "[variation] jitter"
+    simulated = {
+        "symmetric": "1 representative rank (uniform cluster)",
+        "classes": f"{first.ranks_simulated} rank(s): one for the uniform ranks and each "
+                   f"straggler, plus every degraded link",
+        "per_rank": f"all {first.ranks_simulated} ranks ({reason})"}[first.mode]
     batch = f", micro-batch {t.micro_batch} x seq {t.seq_len}" if scenario.model.is_bare else ""
     return (f"one training step{batch} | collectives: "
             f"{first.algorithm} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
