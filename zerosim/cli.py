@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev)")
     sim.add_argument("--mode", choices=("auto", "symmetric", "per_rank"), default="auto",
                      help="auto (default): one representative rank on a uniform cluster, every "
-                          "rank when [variation] is set; per_rank forces every rank")
+                          "straggler and degraded link besides when [variation] sets them, every "
+                          "rank under jitter; per_rank forces every rank")
 
     coll = command(
         "collective", _cmd_collective, "one collective on the simulated cluster (nccl-tests figures)",

@@ -118,7 +118,7 @@ class RankContext:
             request: CommRequest = yield queue.get()
             if request.before is not None:
                 yield from request.before()
-            if self.engine.per_rank:
+            if len(self.engine.compute_ranks) > 1:  # wait until every simulated rank joins
                 key = (stream, self._launched[stream])
                 self._launched[stream] += 1
                 start_s, sent_bytes = yield self.engine.collective(key, request.op, request.size_bytes)
@@ -159,7 +159,6 @@ class Engine:
             self.mode = "per_rank"  # jitter makes every rank different
         else:
             self.mode = "symmetric" if v.is_uniform else "classes"
-        self.per_rank = self.mode != "symmetric"  # more than one rank computes
         if self.mode == "per_rank" and c.world_size > MAX_PER_RANK:
             raise InputError(
                 f"simulating every rank of {c.world_size} ranks (needed for jitter or "
