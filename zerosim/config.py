@@ -265,9 +265,18 @@ class VariationConfig:
         _positive("variation.seed", self.seed, allow_zero=True)
 
     @property
+    def slow(self) -> frozenset[int]:
+        """Ranks that really compute slower (none when slowdown is 1)."""
+        return frozenset(self.slow_ranks) if self.slowdown != 1 else frozenset()
+
+    @property
+    def degraded(self) -> frozenset[int]:
+        """Ranks whose links really run slower (none when the factor is 1)."""
+        return frozenset(self.degraded_links) if self.link_bandwidth_factor != 1 else frozenset()
+
+    @property
     def is_uniform(self) -> bool:
-        return not (self.slow_ranks and self.slowdown != 1) and not (
-            self.degraded_links and self.link_bandwidth_factor != 1) and self.jitter_pct == 0
+        return not self.slow and not self.degraded and self.jitter_pct == 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -70,7 +70,7 @@ class RankContext:
         self.rank = rank
         self.state = RankState(rank, MemoryTimeline(rank, keep_samples=engine.keep_samples))
         v = engine.scenario.variation
-        self._slowdown = v.slowdown if rank in v.slow_ranks else 1.0
+        self._slowdown = v.slowdown if rank in v.slow else 1.0
         self._jitter = v.jitter_pct / 100
         self._rng = np.random.default_rng([v.seed, rank]) if self._jitter else None
         self._streams: dict[str, simpy.Store] = {}
@@ -171,11 +171,9 @@ class Engine:
             # Ranks in one class do the same thing at the same time: one uniform representative
             # (the first rank that is neither slow) stands for all of them, every straggler is
             # simulated, and every degraded link joins the representative links.
-            slow = set(v.slow_ranks) if v.slowdown != 1 else set()
-            degraded = set(v.degraded_links) if v.link_bandwidth_factor != 1 else set()
-            uniform = next((r for r in range(c.world_size) if r not in slow), None)
-            self.compute_ranks = sorted(slow | ({uniform} if uniform is not None else set()))
-            self.link_ranks = sorted(set(representatives(self.group, scopes)) | degraded)
+            uniform = next((r for r in range(c.world_size) if r not in v.slow), None)
+            self.compute_ranks = sorted(v.slow | ({uniform} if uniform is not None else set()))
+            self.link_ranks = sorted(v.degraded.union(representatives(self.group, scopes)))
             if len(self.compute_ranks) > MAX_PER_RANK:
                 raise InputError(f"{len(self.compute_ranks)} slow ranks are more than the "
                                  f"{MAX_PER_RANK} ranks the engine simulates one by one")

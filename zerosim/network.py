@@ -101,10 +101,9 @@ class Cluster:
         self.compute_efficiency = c.compute_efficiency
         self.hbm_bandwidth_bytes_per_s = c.hbm_bandwidth_GBps * GB
         self.ranks = list(range(self.world_size)) if ranks is None else list(ranks)
-        degraded = set(v.degraded_links)
         self.links: dict[tuple[int, str], Link] = {}
         for rank in self.ranks:
-            factor = v.link_bandwidth_factor if rank in degraded else 1.0
+            factor = v.link_bandwidth_factor if rank in v.degraded else 1.0
             for name, tier in self.tiers.items():
                 self.links[rank, name] = Link(env, f"rank{rank}.{name}",
                                               tier.bandwidth_bytes_per_s * factor, tier.latency_s)

@@ -84,15 +84,17 @@ def step_shape(scenario, stage: int) -> StepShape:
     master = 2 * FP32_BYTES + bp if t.precision != "fp32" else 2 * bp
     recompute = activations(m, t).recompute_bytes
     psi = total_params(m)
+    # Checked before the unit list is built: a bare Ψ may ask for 2**53 layers.
     _check_size(stage, m.n_layers + 2, bg * psi, mib_to_bytes(t.reduce_bucket_MiB), bp * psi,
                 mib_to_bytes(t.allgather_bucket_MiB))
+    units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
     return StepShape(
-        stage=stage, memory=stage_memory(scenario, stage), gather_elements=gather_units(m),
+        stage=stage, memory=stage_memory(scenario, stage), gather_elements=units,
         gradient_elements=gradient_units(m), flops=unit_flops(m, t),
         activation_bytes=unit_activation_bytes(m, t),
         recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
-        params=total_params(m), shard=shard_elements(total_params(m), scenario.world_size),
+        params=psi, shard=shard_elements(psi, scenario.world_size),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
         optimizer_bytes_per_element=bg + master + 2 * FP32_BYTES * moments,

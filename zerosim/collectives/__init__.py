@@ -70,7 +70,7 @@ def simulate_collective(scenario, op: str, size_bytes: float, ranks: int | None 
     phases = plan(op, size_bytes, group, algorithm)
     # Only a degraded link inside the group changes a collective (stragglers and jitter slow
     # compute, not links).
-    degraded = v.link_bandwidth_factor != 1 and any(r < n for r in v.degraded_links)
+    degraded = any(r < n for r in v.degraded)
     if degraded and mode == "symmetric":
         raise InputError("--mode symmetric needs uniform links, but [variation] degrades a link of "
                          "the group")

@@ -122,10 +122,10 @@ def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: l
                                                 phase.steps * cluster.link(r, tier).latency_s))
                               for r, tier in links])
         else:
-            yield from _steps(env, cluster, group, phase, links, log)
+            yield from _steps(env, cluster, phase, links, log)
 
 
-def _steps(env, cluster, group, phase, links, log) -> Iterator:
+def _steps(env, cluster, phase, links, log) -> Iterator:
     for step in range(phase.steps):
         start_s = env.now
         sends = [env.process(_send(env, cluster.link(r, tier), phase.chunk_bytes,
