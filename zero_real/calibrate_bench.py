@@ -97,7 +97,7 @@ def measure_world(rank: int, world_size: int, cfg: dict) -> dict:
     out["collectives"] = collectives(rank, world_size, cfg, device, progress)
     out["compute"] = compute(world_size, cfg, device, progress)
     out["optimizer"] = optimizer(world_size, cfg, device, progress)
-    out["memory"] = memory(rank, world_size, cfg, progress)
+    out["memory"] = memory(rank, world_size, cfg, device, progress)
     return out
 
 
@@ -224,12 +224,14 @@ def optimizer(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
     return rows
 
 
-def memory(rank: int, n: int, cfg: dict, progress: Progress) -> list[dict]:
+def memory(rank: int, n: int, cfg: dict, device, progress: Progress) -> list[dict]:
     """launch.train itself, per (stage, micro-batch): the allocator (CPU: profiler) and ledger."""
     gc.collect()
     progress.begin("memory", len(cfg["memory_scenarios"]))
     rows = []
     for (stage, b), scenario in cfg["memory_scenarios"].items():
+        if device.type == "cuda":  # train reports the peak since the last reset: this run's only
+            torch.cuda.reset_peak_memory_stats(device)
         result = train(rank, n, {
             "scenario": scenario, "stage": stage, "backend": cfg["backend"],
             "collectives": cfg["collective_modes"][0], "steps": MEMORY_STEPS, "seed": 0,
