@@ -95,13 +95,20 @@ class Profile:
                                                 / segments[-1]["s_per_byte"] / 1e9)
         return out
 
-    def collective_alpha_beta(self, impl: str, op: str, n: int,
-                              size_bytes: float) -> tuple[float, float] | None:
-        t0 = self.collective_time(impl, op, n, 0.0)
-        t1 = self.collective_time(impl, op, n, size_bytes)
-        if t0 is None or t1 is None:
+    def ring_terms(self, impl: str, op: str, n: int,
+                   size_bytes: float) -> tuple[float, float] | None:
+        """(latency per ring step in s, bus bandwidth in bytes/s) that make a ring of n ranks
+        take exactly the fitted time for this message size; None when not measured."""
+        t0 = self.collective_time(impl, op, n, size_bytes)
+        if t0 is None:
             return None
-        return t0, (t1 - t0) / size_bytes if size_bytes else 0.0
+        by_ranks = self.fit["collectives"][impl][op]
+        m = _nearest([int(k) for k in by_ranks], n)
+        segments = by_ranks[str(m)]["segments"]
+        seg = next((s for s in segments if size_bytes <= s["max_bytes"]), segments[-1])
+        latency = seg["alpha_s"] / _ring_steps(op, m)
+        beta = seg["s_per_byte"] * _busbw_factor(op, n) / _busbw_factor(op, m)
+        return latency, (_busbw_factor(op, n) / beta if beta > 0 else float("inf"))
 
     # compute
     def _by_processes(self, section: str, processes: int) -> dict[str, Any] | None:
