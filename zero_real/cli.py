@@ -1,5 +1,6 @@
-"""`zero-real` command line: what this box can run (`info`), and `run`: a stage for real, measured,
-written as a measurement JSON. `calibrate` arrives with the calibration issue.
+"""`zero-real` command line: what this box can run (`info`); `run`: a stage for real, measured,
+written as a measurement JSON; `calibrate`: this box's collectives, compute, optimizer and memory,
+written as a profile for zerosim (zero_real.calibrate).
 Exit codes as zerosim's: 0 ok, 1 a rank failed, 2 bad input or missing torch."""
 
 from __future__ import annotations
@@ -235,6 +236,12 @@ def _cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _cmd_calibrate(args) -> int:
+    from zero_real.calibrate import command
+
+    return command(args)
+
+
 def summary(result: dict, out: str | None) -> str:
     mib = 2**20
     lines = [f"{result['stage_name']} (stage {result['stage']}) on {result['world_size']} ranks, "
@@ -292,6 +299,31 @@ def build_parser() -> Parser:
     run.add_argument("--run-timeout-s", type=float, metavar="S",
                      help="limit on the whole run, seconds (default: none)")
     run.set_defaults(func=_cmd_run)
+    cal = commands.add_parser("calibrate", help="measure this box (collectives, compute, optimizer, "
+                              "memory) for zerosim; writes a profile JSON")
+    cal.add_argument("scenario", help="scenario TOML whose model is measured")
+    cal.add_argument("--nproc", type=int, required=True, metavar="N",
+                     help="measure worlds of 2..N local processes (N = 1: compute, optimizer and "
+                          "memory only)")
+    cal.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    cal.add_argument("--collectives", default="native,ring", metavar="MODES",
+                     help="comma-separated: native, ring (default both)")
+    cal.add_argument("--min-size-KiB", dest="min_size_KiB", type=float, default=1.0,
+                     help="smallest collective buffer, KiB (default 1)")
+    cal.add_argument("--max-size-MiB", dest="max_size_MiB", type=float, default=256.0,
+                     help="largest collective buffer, MiB (default 256); sizes double from the "
+                          "smallest")
+    cal.add_argument("--micro-batches", metavar="B,B,...",
+                     help="micro-batches for compute and memory (default: 1, the scenario's, "
+                          "twice it)")
+    cal.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="TABLE.KEY=VALUE", help="override one scenario key (repeatable)")
+    cal.add_argument("--timeout-s", type=float, default=30.0,
+                     help="limit on init and on each collective, seconds (default 30)")
+    cal.add_argument("--run-timeout-s", type=float, metavar="S",
+                     help="limit on each world of n processes, seconds (default: none)")
+    cal.add_argument("--out", required=True, metavar="FILE.json", help="write the profile here")
+    cal.set_defaults(func=_cmd_calibrate)
     return parser
 
 

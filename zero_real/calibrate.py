@@ -1,0 +1,272 @@
+"""`zero-real calibrate`: measure this box for zerosim. For each world of n = 2..N local processes
+(n = 1 alone when N = 1), launched like `zero-real run --nproc n`, every rank measures
+collectives, compute per unit, the optimizer and the real stages' memory (calibrate_bench.py);
+this side checks the request, starts each world, shows progress, and writes one JSON profile:
+the raw measurements, or what zerosim.calibrate.build_profile makes of them when it exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import shlex
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from zero_real.cli import (EXIT_FAILED, MEMORY_FRACTION, TORCH_MISSING, Stopped, _check_memory,
+                           _check_supported, _mem_available, _signals_stop_the_run)
+from zero_real.calibrate_progress import ProgressPrinter
+from zero_real.collectives import MODES
+from zerosim.cli import EXIT_OK
+from zerosim.errors import InputError
+
+FORMAT, VERSION = "zerosim-profile", 1
+COLLECTIVE_BUFFERS = 3  # per rank at the largest size: the buffer, the ring's scratch, gloo's copy
+
+
+def _positive(flag: str, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise InputError(f"{flag} {value:g} must be a positive number")
+
+
+def _modes(text: str) -> list[str]:
+    modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise InputError(f"--collectives {text}: {', '.join(unknown) or 'nothing'} is not a "
+                         f"collectives mode; allowed: {', '.join(MODES)} (comma-separated)")
+    return modes
+
+
+def _micro_batches(text: str | None, default: int) -> list[int]:
+    if text is None:
+        return sorted({1, default, 2 * default})
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise InputError(f"--micro-batches {text}: give positive integers separated by commas, "
+                         f"e.g. 1,2,4")
+    return sorted(set(values))
+
+
+def _sizes(args, nproc: int) -> list[int]:
+    """Powers of two in bytes from --min-size-KiB to --max-size-MiB (nccl-tests' -b/-e/-f 2)."""
+    _positive("--min-size-KiB", args.min_size_KiB)
+    _positive("--max-size-MiB", args.max_size_MiB)
+    lo, hi = args.min_size_KiB * 2**10, args.max_size_MiB * 2**20
+    if lo > hi:
+        raise InputError(f"--min-size-KiB {args.min_size_KiB:g} = {lo:g} bytes exceeds "
+                         f"--max-size-MiB {args.max_size_MiB:g} = {hi:g} bytes")
+    size, sizes = 1 << max(0, math.ceil(math.log2(lo))), []
+    while size <= hi:
+        sizes.append(size)
+        size *= 2
+    if not sizes:
+        raise InputError(f"no power of two bytes lies between {lo:g} and {hi:g} bytes")
+    if nproc > 1 and sizes[0] < 4 * nproc:
+        raise InputError(f"--min-size-KiB {args.min_size_KiB:g}: the smallest buffer, {sizes[0]} "
+                         f"bytes, must hold one fp32 element per rank: >= 4 x {nproc} = "
+                         f"{4 * nproc} bytes")
+    return sizes
+
+
+def _check_out(out: str) -> None:
+    parent = os.path.dirname(os.path.abspath(out))
+    if os.path.isdir(out):
+        raise InputError(f"--out {out} is a directory; give a file name, e.g. {out}/NAME.json")
+    if not os.path.isdir(parent):
+        raise InputError(f"--out {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"--out {out}: directory {parent} is not writable")
+
+
+def plan(args) -> dict:
+    """Check everything before the first process starts; the settings of every world."""
+    try:
+        import torch
+    except ImportError:
+        raise InputError(TORCH_MISSING) from None
+    from zerosim.load import load_scenario
+    from zerosim.model import total_params
+
+    if args.nproc < 1:
+        raise InputError(f"--nproc {args.nproc} must be >= 1")
+    _positive("--timeout-s", args.timeout_s)
+    _positive("--run-timeout-s", args.run_timeout_s)
+    modes, sizes = _modes(args.collectives), _sizes(args, args.nproc)
+    _check_out(args.out)
+    if args.backend == "nccl" and torch.cuda.device_count() < args.nproc:
+        raise InputError(f"--backend nccl needs {args.nproc} CUDA devices, this box has "
+                         f"{torch.cuda.device_count()}; use --backend gloo on CPU")
+
+    def load(n: int, *extra: str):
+        return load_scenario(args.scenario, [*args.overrides, "cluster.nodes=1",
+                                             f"cluster.gpus_per_node={n}", *extra])
+
+    scenario = load(args.nproc)
+    if scenario.model.is_bare:
+        raise InputError(f"{args.scenario}: zero_real needs a model shape (hidden, heads, vocab, "
+                         f"...), not a bare parameter count")
+    _check_supported(scenario)
+    micro_batches = _micro_batches(args.micro_batches, scenario.training.micro_batch)
+    psi, elements = total_params(scenario.model), [2**10]
+    while elements[-1] * 4 <= max(2**22, psi):
+        elements.append(elements[-1] * 4)
+    worlds = {}
+    for n in range(2, args.nproc + 1) if args.nproc > 1 else [1]:
+        worlds[n] = {
+            "scenario": load(n), "backend": args.backend, "collective_modes": modes,
+            "sizes": sizes, "micro_batches": micro_batches, "optimizer_elements": elements,
+            "lr": 1e-3, "timeout_s": args.timeout_s, "nproc": n,
+            "memory_scenarios": {(s, b): load(n, f"training.zero_stage={s}",
+                                              f"training.micro_batch={b}")
+                                 for s in (0, 1, 2, 3) for b in micro_batches}}
+    if args.backend == "gloo":  # ranks share this box's memory: refuse what cannot fit
+        largest = worlds[max(worlds)]["memory_scenarios"][(0, micro_batches[-1])]
+        _check_memory(largest, 0, args.nproc, args.nproc)
+        available, need = _mem_available(), args.nproc * COLLECTIVE_BUFFERS * sizes[-1]
+        if args.nproc > 1 and available is not None and need > MEMORY_FRACTION * available:
+            raise InputError(
+                f"not enough memory for --max-size-MiB {args.max_size_MiB:g}: {args.nproc} "
+                f"process(es) x {COLLECTIVE_BUFFERS} buffers x {sizes[-1] / 2**20:g} MiB = "
+                f"{need / 2**30:.2f} GiB > {MEMORY_FRACTION:.0%} of MemAvailable "
+                f"{available / 2**30:.2f} GiB")
+    return {"scenario": scenario, "worlds": worlds, "modes": modes}
+
+
+def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str) -> dict:
+    """The profile's raw JSON: rank 0's numbers, maxima over ranks where they can differ."""
+    import torch
+
+    scenario, first = the_plan["scenario"], results[min(results)][0]
+    t = scenario.training
+    rows = {"collectives": [], "compute": [], "optimizer": [], "memory": []}
+    for n, ranks in results.items():
+        zero = ranks[0]
+        rows["collectives"] += zero["collectives"]
+        for i, row in enumerate(zero["compute"]):
+            rows["compute"].append({
+                **{k: row[k] for k in ("processes", "unit", "micro_batch", "seq_len",
+                                       "forward_s", "backward_s")},
+                "forward_s_max_rank": max(r["compute"][i]["forward_s"] for r in ranks),
+                "backward_s_max_rank": max(r["compute"][i]["backward_s"] for r in ranks),
+                "iterations": row["iterations"]})
+        for i, row in enumerate(zero["optimizer"]):
+            rows["optimizer"].append({**row, "time_s_max_rank": max(r["optimizer"][i]["time_s"]
+                                                                    for r in ranks)})
+        for i, row in enumerate(zero["memory"]):
+            per_rank = [r["memory"][i] for r in ranks]
+            rows["memory"].append({
+                "processes": n, "stage": row["stage"], "micro_batch": row["micro_batch"],
+                "seq_len": t.seq_len, "collectives": the_plan["modes"][0],
+                "peak_bytes": max(r["peak_bytes"] for r in per_rank),
+                "phases": {p: max(r["phases"][p] for r in per_rank) for p in row["phases"]},
+                "ledger_phases": row["ledger_phases"]})
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {
+        "format": FORMAT, "version": VERSION,
+        "provenance": {"host": socket.gethostname(), "hardware": first["hardware"],
+                       "backend": args.backend, "device": first["device"],
+                       "torch_version": torch.__version__, "date": date,
+                       "scenario": args.scenario, "overrides": args.overrides,
+                       "nproc": args.nproc, "collectives": the_plan["modes"], "command": command},
+        "scenario": {"model": dataclasses.asdict(scenario.model),
+                     "training": {"precision": t.precision, "optimizer": t.optimizer,
+                                  "seq_len": t.seq_len, "micro_batch": t.micro_batch}},
+        "measurements": rows}
+
+
+def fit(scenario, raw: dict, out: str) -> dict:
+    """zerosim's fit when it exists (zerosim.calibrate.build_profile), else the raw profile."""
+    import importlib
+    import importlib.util
+
+    import zerosim
+
+    spec = importlib.util.find_spec("zerosim.calibrate")
+    # Only the zerosim beside this zero_real: an editable install's finder also resolves modules
+    # missing here from the checkout it was installed from (another branch's work in progress).
+    if spec is None or Path(spec.origin).parent != Path(zerosim.__file__).parent:
+        return raw
+    build_profile = getattr(importlib.import_module("zerosim.calibrate"), "build_profile", None)
+    if build_profile is None:
+        return raw
+    try:
+        return build_profile(scenario, raw)
+    except InputError as exc:  # keep what took minutes to measure
+        kept = str(Path(out).with_suffix(".raw.json"))
+        write_json(kept, raw)
+        raise InputError(f"fitting the profile failed: {exc}; the measurements are in {kept}") \
+            from None
+
+
+def write_json(path: str, data: dict) -> None:
+    """Whole or not at all: a temporary file beside `path`, then an atomic rename over it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"--out {path}: {exc.strerror or exc}") from None
+        raise
+
+
+def reproduce(args) -> str:
+    """The command, every setting spelled out (defaults included), to redo this calibration."""
+    argv = ["zero-real", "calibrate", args.scenario, "--nproc", str(args.nproc),
+            "--backend", args.backend, "--collectives", args.collectives,
+            "--min-size-KiB", f"{args.min_size_KiB:g}", "--max-size-MiB", f"{args.max_size_MiB:g}"]
+    if args.micro_batches is not None:
+        argv += ["--micro-batches", args.micro_batches]
+    for override in args.overrides:
+        argv += ["--set", override]
+    argv += ["--timeout-s", f"{args.timeout_s:g}"]
+    if args.run_timeout_s is not None:
+        argv += ["--run-timeout-s", f"{args.run_timeout_s:g}"]
+    return shlex.join([*argv, "--out", args.out])
+
+
+def command(args) -> int:
+    """`zero-real calibrate`: exit 0 with the profile written, 1 a rank failed, 2 bad input."""
+    the_plan = plan(args)
+    from zero_real.calibrate_bench import measure_world
+    from zero_real.launch import RankFailed, spawn
+
+    start, results, n = time.monotonic(), {}, None
+    fd, progress_path = tempfile.mkstemp(prefix="zerosim_calibrate_", suffix=".progress")
+    os.close(fd)
+    try:
+        with _signals_stop_the_run():
+            for n, cfg in the_plan["worlds"].items():
+                Path(progress_path).write_text("", encoding="utf-8")
+                with ProgressPrinter(progress_path, f"calibrate n={n}", sys.stderr):
+                    results[n] = spawn(measure_world, n, dict(cfg, calibrate_progress=progress_path),
+                                       args.run_timeout_s)
+    except RankFailed as exc:
+        print(f"zero-real: error: calibrate n={n}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Stopped as exc:
+        print(f"zero-real: {exc.name}: every rank stopped", file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        Path(progress_path).unlink(missing_ok=True)
+    raw = assemble(args, the_plan, results, reproduce(args))
+    write_json(args.out, fit(the_plan["scenario"], raw, args.out))
+    counts = ", ".join(f"{len(v)} {k}" for k, v in raw["measurements"].items())
+    print(f"calibrated {raw['provenance']['hardware']} ({args.backend}) for "
+          f"{the_plan['scenario'].model.name}, n = {', '.join(map(str, results))}: {counts} "
+          f"in {time.monotonic() - start:.0f} s; wrote {args.out}")
+    return EXIT_OK

@@ -1,0 +1,244 @@
+"""What every rank of one calibration world measures, all ranks at once (they share the box as
+they do in a run): collectives, one unit of each kind forward and backward, Adam on a flat shard,
+and the real stages' memory. Rank 0's numbers are reported; where ranks time the same thing, the
+number of iterations is agreed first (a MAX all-reduce of the warm-up time), so that every rank
+runs as long as the others and none gets the box to itself.
+
+Collectives follow nccl-tests (common.cu): a barrier, warm-up, then timed iterations; sizes are
+the whole buffer (reduce_scatter/all_gather: n x piece), fp32. Each iteration is timed on every
+rank and reduced with MAX over ranks (the collective is done when its last rank is), then the
+median is kept. They go through zero_real.collectives.Collectives, the code the stages run.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from zero_real import watch
+from zero_real.calibrate_progress import Progress
+from zero_real.collectives import Collectives
+from zero_real.launch import device_for, hardware, train
+from zero_real.measure import ActivationTracker, Ledger, Recorder
+from zero_real.model import build_model, materialize
+from zero_real.optim import LossScale, ShardAdam
+from zero_real.stages import DTYPES
+from zerosim.collectives import busbw_factor
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
+UNITS = ("embedding", "block", "head")
+COLLECTIVE_TARGET_S, COLLECTIVE_ITERATIONS = 0.1, (5, 50)
+LARGE_BYTES = 16 * 2**20  # from here one warm-up iteration is enough (nccl-tests' large sizes)
+COMPUTE_TARGET_S, COMPUTE_ITERATIONS = 0.05, (5, 5000)
+WARMUP = 2
+MEMORY_STEPS = 2
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device: torch.device) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # not through Collectives: bookkeeping, not measured
+    return t.tolist()
+
+
+def _barrier(device: torch.device) -> None:
+    dist.all_reduce(torch.zeros(1, device=device))  # works the same on gloo and nccl
+
+
+def _iterations(warmup_s: float, target_s: float, bounds: tuple[int, int], device) -> int:
+    """Timed iterations for about target_s, the same on every rank (the slowest rank's warm-up)."""
+    slowest = _max_over_ranks([warmup_s], device)[0]
+    lo, hi = bounds
+    return int(min(hi, max(lo, math.ceil(target_s / max(slowest, 1e-9)))))
+
+
+def _until(once, cost, device) -> list:
+    """Warm up, then time `once` until every rank has spent COMPUTE_TARGET_S on it, in rounds
+    whose length all ranks agree on (a slow warm-up alone must not cut the measurement short)."""
+    lo, hi = COMPUTE_ITERATIONS
+    estimate_s = cost([once() for _ in range(WARMUP)][-1])
+    samples: list = []
+    while True:
+        spent_s = sum(cost(s) for s in samples)
+        least_spent, slowest = _max_over_ranks([-spent_s, estimate_s], device)
+        least_spent = -least_spent
+        if len(samples) >= hi or (len(samples) >= lo and least_spent >= COMPUTE_TARGET_S):
+            return samples
+        k = math.ceil((COMPUTE_TARGET_S - least_spent) / max(slowest, 1e-9))
+        samples += [once() for _ in range(min(hi - len(samples), max(lo - len(samples), k, 1)))]
+        estimate_s = statistics.median(cost(s) for s in samples)
+
+
+def measure_world(rank: int, world_size: int, cfg: dict) -> dict:
+    """Everything one rank measures in a world of world_size processes (spawned by launch.spawn)."""
+    device = device_for(cfg["backend"], rank)
+    if device.type == "cpu":  # exactly as launch.train: ranks share the box's cores
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    progress = Progress(cfg.get("calibrate_progress"), rank)
+    out = {"rank": rank, "device": device.type, "hardware": hardware(device)}
+    out["collectives"] = collectives(rank, world_size, cfg, device, progress)
+    out["compute"] = compute(world_size, cfg, device, progress)
+    out["optimizer"] = optimizer(world_size, cfg, device, progress)
+    out["memory"] = memory(rank, world_size, cfg, progress)
+    return out
+
+
+def collectives(rank: int, n: int, cfg: dict, device, progress: Progress) -> list[dict]:
+    if n == 1:
+        return []
+    recorder = Recorder(rank, device, profile_memory=False)  # as the stages call them
+    watch.instrument(recorder, watch.Heartbeat(cfg.get("progress_file")), cfg, rank)
+    progress.begin("collectives", len(cfg["collective_modes"]) * len(OPS) * len(cfg["sizes"]))
+    rows = []
+    for impl in cfg["collective_modes"]:
+        comm = Collectives(impl, rank, n, recorder, cfg["backend"])
+        for op in OPS:
+            for size in cfg["sizes"]:
+                piece = size // (4 * n)  # fp32 elements per rank
+                buf = torch.zeros(size // 4 if op == "all_reduce" else n * piece, device=device)
+                run = {"all_reduce": lambda: comm.all_reduce(buf),
+                       "reduce_scatter": lambda: comm.reduce_scatter(buf, [piece] * n),
+                       "all_gather": lambda: comm.all_gather(buf, [piece] * n)}[op]
+                _barrier(device)
+                warm = [_timed(run, device) for _ in range(1 if size >= LARGE_BYTES else WARMUP)]
+                k = _iterations(warm[-1], COLLECTIVE_TARGET_S, COLLECTIVE_ITERATIONS, device)
+                times = _max_over_ranks([_timed(run, device) for _ in range(k)], device)
+                time_s = statistics.median(times)
+                size_bytes = buf.numel() * buf.element_size()
+                algbw = size_bytes / time_s / 1e9
+                rows.append({"impl": impl, "op": op, "ranks": n, "size_bytes": size_bytes,
+                             "time_s": time_s, "iterations": k, "algbw_GBps": algbw,
+                             "busbw_GBps": algbw * busbw_factor(op, n)})
+                recorder.events.clear()
+                del buf, run
+                progress.tick()
+    return rows
+
+
+def _units(scenario, device):
+    """Embedding, first block and head, materialised alone, with a call and an input each."""
+    m, t = scenario.model, scenario.training
+    dtype = DTYPES[t.precision]
+    model = build_model(m)
+    embedding = materialize(model.embedding, 0, dtype, device)
+    block = materialize(model.blocks[0], 0, dtype, device)
+    head = materialize(model.head, 0, dtype, device)
+    params = [*embedding.parameters(), *block.parameters(), *head.parameters()]
+    for p in params:  # gradients accumulate in place, as into DDP's flat buffer
+        p.grad = torch.zeros_like(p)
+
+    def inputs(b: int):
+        idx = torch.randint(0, m.vocab, (b, t.seq_len), device=device)
+        x = torch.randn(b, t.seq_len, m.hidden, device=device).to(dtype)
+        return idx, x
+
+    calls = {"embedding": lambda x, targets: embedding(x),
+             "block": lambda x, targets: block(x),
+             "head": lambda x, targets: head(x, embedding.tok.weight, targets)}
+    return calls, inputs, params
+
+
+def compute(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
+    scenario = cfg["scenario"]
+    calls, inputs, params = _units(scenario, device)
+    ptrs = {p.untyped_storage().data_ptr() for p in params}
+    tracker = ActivationTracker(Ledger(), lambda ptr: ptr in ptrs)  # DDP.step's saved-tensor hooks
+    loss_grad = torch.tensor(LossScale(scenario.training.precision).value, device=device)
+    progress.begin("compute", len(UNITS) * len(cfg["micro_batches"]))
+    rows = []
+    for b in cfg["micro_batches"]:
+        idx, x = inputs(b)
+        for unit in UNITS:
+            grad = None
+
+            def once():
+                nonlocal grad
+                for p in params:
+                    p.grad.zero_()
+                x_in = idx if unit == "embedding" else x.detach().requires_grad_()
+                _sync(device)
+                start = time.perf_counter()
+                with tracker.hooks():
+                    out = calls[unit](x_in, idx)
+                _sync(device)
+                middle = time.perf_counter()
+                if grad is None:
+                    grad = loss_grad if unit == "head" else torch.ones_like(out)
+                torch.autograd.backward(out, grad)
+                _sync(device)
+                end = time.perf_counter()
+                tracker.release()
+                return middle - start, end - middle
+
+            _barrier(device)
+            forward, backward = zip(*_until(once, sum, device))
+            rows.append({"processes": n, "unit": unit, "micro_batch": b,
+                         "seq_len": scenario.training.seq_len,
+                         "forward_s": statistics.median(forward),
+                         "backward_s": statistics.median(backward),
+                         "iterations": len(forward)})
+            progress.tick()
+    return rows
+
+
+def optimizer(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
+    """What the stages time as "optimizer": unscaled_grad + step, on a flat shard."""
+    precision = cfg["scenario"].training.precision
+    dtype, scale = DTYPES[precision], LossScale(precision).value
+    progress.begin("optimizer", len(cfg["optimizer_elements"]))
+    rows = []
+    for elements in cfg["optimizer_elements"]:
+        param = (torch.randn(elements, device=device) * 0.02).to(dtype)
+        grad = torch.empty(elements, dtype=dtype, device=device)
+        opt = ShardAdam(param, grad, world_size=n, ledger=Ledger(), ideal_elements=elements,
+                        lr=cfg["lr"])
+
+        def once():
+            grad.fill_(1e-3)  # fp32 divides it in place: refill, or it decays into denormals
+            return _timed(lambda: opt.step(opt.unscaled_grad(scale)), device)
+
+        _barrier(device)
+        times = _until(once, float, device)
+        rows.append({"processes": n, "precision": precision, "elements": elements,
+                     "time_s": statistics.median(times), "iterations": len(times)})
+        del param, grad, opt
+        progress.tick()
+    return rows
+
+
+def memory(rank: int, n: int, cfg: dict, progress: Progress) -> list[dict]:
+    """launch.train itself, per (stage, micro-batch): the allocator (CPU: profiler) and ledger."""
+    gc.collect()
+    progress.begin("memory", len(cfg["memory_scenarios"]))
+    rows = []
+    for (stage, b), scenario in cfg["memory_scenarios"].items():
+        result = train(rank, n, {
+            "scenario": scenario, "stage": stage, "backend": cfg["backend"],
+            "collectives": cfg["collective_modes"][0], "steps": MEMORY_STEPS, "seed": 0,
+            "lr": cfg["lr"], "nproc": n, "timeout_s": cfg["timeout_s"],
+            "progress_file": cfg.get("progress_file")})
+        rows.append({"stage": stage, "micro_batch": b, "peak_bytes": result["peak_bytes"],
+                     "phases": result["phases"],
+                     "ledger_phases": {point: sum(by_category.values())
+                                       for point, by_category in result["ledger_phases"].items()}})
+        del result
+        progress.tick()
+    return rows
