@@ -36,7 +36,8 @@ def test_run_stage3_two_ranks_writes_measurement(tmp_path):
         assert set(rank["phases"]) == {"after_init", "after_forward", "after_backward", "after_step"}
         assert rank["peak_bytes"] >= max(rank["phases"].values()) > 0
         assert rank["ledger"]["model_states"] == m["zerosim_memory"]["model_states_bytes"]
-    schema = {"rank", "stream", "name", "phase", "layer", "op", "bytes", "start_s", "end_s"}
+    schema = {"rank", "step", "stream", "name", "phase", "layer", "op", "bytes", "start_s",
+              "end_s"}
     assert all(set(e) == schema for e in m["events"])
     comm = [e for e in m["events"] if e["stream"] == "comm"]
     assert {e["op"] for e in comm} == {"all_gather", "reduce_scatter"}  # ZeRO-3 needs no all-reduce
@@ -45,8 +46,27 @@ def test_run_stage3_two_ranks_writes_measurement(tmp_path):
     assert layers == {0, 1, 2, 3}  # embedding, 2 blocks, head
 
 
+def test_timed_steps_run_without_the_profiler_after_the_memory_steps(tmp_path):
+    out = tmp_path / "m.json"
+    result = run_zero_real("run", TINY, "--stage", 1, "--nproc", 2, "--steps", 1,
+                           "--timed-steps", 2, "--out", out)
+    assert result.code == 0, result.stderr
+    m = json.loads(out.read_text())
+    assert (m["steps"], m["timed_steps"], m["timings_under_profiler"]) == (1, 2, False)
+    assert m["overlap_comm"] is False
+    assert len(m["losses"]) == 3
+    assert {e["step"] for e in m["events"]} == {0, 1, 2}
+    for rank in m["ranks"]:  # memory as measured in the profiled step, not lost to later steps
+        assert rank["phases"]["after_init"] == rank["ledger"]["model_states"]
+        assert all(v is not None and v > 0 for v in rank["phases"].values())
+    # timed steps still mark their phases, with the ledger only
+    unmeasured = [s for s in m["memory_samples"] if s["step"] >= 1]
+    assert len(unmeasured) == 2 * 3 * 2 and all("measured_bytes" not in s for s in unmeasured)
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["run", "missing.toml", "--stage", "1"], "missing.toml"),
+    (["run", TINY, "--stage", "1", "--timed-steps", "-1"], "--timed-steps -1"),
     (["run", TINY, "--stage", "5"], "--stage 5"),
     (["run", TINY, "--stage", "1", "--nproc", "0"], "--nproc 0"),
     (["run", TINY, "--stage", "1", "--collectives", "tree"], "tree"),

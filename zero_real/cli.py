@@ -117,6 +117,8 @@ def _check_run_args(args) -> None:
     for flag, value in (("--nproc", args.nproc), ("--steps", args.steps)):
         if value is not None and value < 1:
             raise InputError(f"{flag} {value} must be >= 1")
+    if args.timed_steps < 0:
+        raise InputError(f"--timed-steps {args.timed_steps} must be >= 0")
     if args.timeout_s <= 0:
         raise InputError(f"--timeout-s {args.timeout_s:g} must be > 0")
     if args.run_timeout_s is not None and args.run_timeout_s <= 0:
@@ -204,7 +206,8 @@ def _cmd_run(args) -> int:
 
     cfg = {"scenario": scenario, "scenario_path": args.scenario, "overrides": args.overrides,
            "stage": args.stage, "nproc": args.nproc, "backend": args.backend,
-           "collectives": args.collectives, "steps": args.steps, "seed": args.seed, "lr": args.lr,
+           "collectives": args.collectives, "steps": args.steps, "timed_steps": args.timed_steps,
+           "seed": args.seed, "lr": args.lr,
            "timeout_s": args.timeout_s, "run_timeout_s": args.run_timeout_s,
            "fake_world_size": args.fake_world_size}
     if args.fake_world_size:
@@ -277,7 +280,11 @@ def build_parser() -> Parser:
     run.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     run.add_argument("--collectives", choices=("native", "ring"), default="native",
                      help="torch.distributed's collectives, or a ring built from send/recv")
-    run.add_argument("--steps", type=int, default=3)
+    run.add_argument("--steps", type=int, default=3,
+                     help="steps measured for memory (under the CPU memory profiler)")
+    run.add_argument("--timed-steps", type=int, default=0, metavar="K",
+                     help="K more steps with memory profiling off, for timings without its "
+                          "overhead (what `zerosim validate` compares step times with)")
     run.add_argument("--out", metavar="FILE.json", help="write the measurement JSON here")
     run.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="TABLE.KEY=VALUE", help="override one scenario key (repeatable)")

@@ -95,24 +95,32 @@ def train(rank: int, world_size: int, cfg: dict) -> dict:
     recorder.mark("after_init", 0)
     t = scenario.training
     losses = []
-    for step in range(cfg["steps"]):
+    under_profiler = recorder.profiling
+    # Memory is measured over the first `steps` steps; `timed_steps` more run with memory
+    # profiling off, so their timings carry no profiler overhead.
+    timed = cfg.get("timed_steps", 0)
+    for step in range(cfg["steps"] + timed):
+        if step == cfg["steps"] and timed:
+            recorder.finish()
         rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
         idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg["seed"], step)
         if cfg.get("die_rank") == rank and step == cfg.get("die_step", 0):
             os._exit(17)  # the kill test: a rank vanishing mid-run
-        heartbeat.step = step
+        heartbeat.step = recorder.step = step
         losses.append(engine.step(idx.to(device), targets.to(device), step))
     params = None
     if cfg.get("return_params"):
         params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
     peak = recorder.finish()
-    phases = {s["point"]: s.get("measured_bytes") for s in recorder.samples}
+    # Memory at each point as last measured (timed steps after the profiler stopped have none).
+    phases = {s["point"]: s.get("measured_bytes") for s in recorder.samples
+              if s.get("measured_bytes") is not None or s["step"] < cfg["steps"]}
     return {"rank": rank, "peak_bytes": peak, "phases": phases,
             "ledger": recorder.ledger.as_dict(),
             "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},
             "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
             "params": params, "hardware": hardware(device),
-            "under_profiler": recorder._profiler is not None}
+            "under_profiler": under_profiler and not timed}
 
 
 def _entry(fn, rank: int, world_size: int, cfg: dict, workdir: str, launcher_pid: int) -> None:
@@ -202,11 +210,15 @@ def measurement(cfg: dict, results: list[dict], world_size: int) -> dict:
         "stage": cfg["stage"], "stage_name": STAGE_NAMES[cfg["stage"]],
         "world_size": world_size, "processes": len(results),
         "fake_world_size": cfg.get("fake_world_size"), "backend": cfg["backend"],
-        "collectives": cfg["collectives"], "steps": cfg["steps"], "seed": cfg["seed"],
+        "collectives": cfg["collectives"], "steps": cfg["steps"],
+        "timed_steps": cfg.get("timed_steps", 0), "seed": cfg["seed"],
         "torch_version": torch.__version__, "hardware": results[0]["hardware"],
         "losses": results[0]["losses"], "zerosim_memory": analytic, "ranks": ranks,
-        # CPU memory profiling adds per-op overhead: timings taken under it are slower.
+        # CPU memory profiling adds per-op overhead: timings taken under it are slower. With
+        # timed_steps, steps from `steps` on ran without it (memory was measured before them).
         "timings_under_profiler": any(r.get("under_profiler", False) for r in results),
+        # Collectives run synchronously on the training thread: none overlaps compute.
+        "overlap_comm": False,
         "events": [e for r in results for e in r["events"]],
         "memory_samples": [s for r in results for s in r["memory_samples"]],
     }

@@ -116,6 +116,8 @@ class Recorder:
         self.events: list[dict] = []
         self.samples: list[dict] = []
         self.phase, self.layer = "forward", None
+        self.step = 0  # the training step events belong to (set by the training loop)
+        self.peak_bytes: int | None = None  # once memory measurement has stopped
         self._open = None  # the compute segment being timed: (name, phase, layer, start_s)
         self.cuda = device.type == "cuda"
         self._profiler = None
@@ -131,7 +133,7 @@ class Recorder:
 
     def _event(self, stream: str, name: str, op, nbytes, start_s: float, phase=None,
                layer=None) -> None:
-        self.events.append({"rank": self.rank, "stream": stream, "name": name,
+        self.events.append({"rank": self.rank, "step": self.step, "stream": stream, "name": name,
                             "phase": phase or self.phase, "layer": layer, "op": op,
                             "bytes": nbytes, "start_s": start_s, "end_s": self._now()})
 
@@ -175,13 +177,25 @@ class Recorder:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             sample["measured_bytes"] = torch.cuda.memory_allocated(self.device)
-        elif self._profiler is not None:
+        elif self.profiling:
             with torch.profiler.record_function(f"{MARK}{len(self.samples)}"):
                 pass
         self.samples.append(sample)
 
+    @property
+    def profiling(self) -> bool:
+        """CPU memory profiling is on: every op pays its overhead, so timings are slower."""
+        return self._profiler is not None and self.peak_bytes is None
+
     def finish(self) -> int:
-        """Stop measuring; fill in measured bytes of every sample; return the peak in bytes."""
+        """Stop measuring memory; fill in measured bytes of every sample so far; return the peak
+        in bytes. Later steps run without the profiler (timed steps); later marks carry only the
+        ledger on CPU. Idempotent."""
+        if self.peak_bytes is None:
+            self.peak_bytes = self._finish()
+        return self.peak_bytes
+
+    def _finish(self) -> int:
         if self.cuda:
             return torch.cuda.max_memory_allocated(self.device)
         if self._profiler is None:

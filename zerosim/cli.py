@@ -1,8 +1,9 @@
 """`zerosim` command line. Exit codes: 0 success, 1 a check failed, 2 bad input (one line on stderr).
 
 Commands: `memory` (analytic per-rank memory), `simulate` (one training step per stage on the
-simulated cluster), `collective` (one collective, nccl-tests figures). `validate`, `sweep`, `plan`
-and `plot` arrive with the calibration and trade-off issues.
+simulated cluster), `collective` (one collective, nccl-tests figures), `validate` (simulate what zero-real measured,
+with a calibration profile, and report the error). `sweep`, `plan` and `plot` arrive with the
+trade-off issue.
 """
 
 from __future__ import annotations
@@ -126,6 +127,33 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from zerosim.files import read_json_object
+    from zerosim.validate import format_report, validate
+
+    if not args.tolerance_pct > 0:
+        raise InputError(f"--tolerance-pct {args.tolerance_pct:g} must be > 0")
+    measurement = read_json_object(Path(args.measurement), "measurement")
+    report = validate(measurement, args.measurement, args.scenario, args.profile)
+    mean = report["mean_abs_error_pct"]
+    report["tolerance_pct"] = args.tolerance_pct
+    report["within_tolerance"] = mean is not None and mean <= args.tolerance_pct
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report, args.tolerance_pct))
+    return EXIT_OK if report["within_tolerance"] else EXIT_CHECK_FAILED
+
+
+def _positive_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="zerosim", description="Memory and time of DDP and ZeRO-1/2/3 on N GPUs.")
     parser.add_argument("--version", action="version", version=f"zerosim {__version__}")
@@ -171,6 +199,22 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--mode", choices=("auto", "symmetric", "per_rank"), default="auto",
                       help="auto (default): one representative link per role unless a link of "
                            "the group is degraded; per_rank: every rank's links")
+
+    val = commands.add_parser(
+        "validate", help="simulate what zero-real measured; per-metric error",
+        description="Re-simulate exactly the configuration of a `zero-real run` measurement "
+                    "with a calibration profile and print, per metric, measured, simulated and "
+                    "error %, then the mean and max absolute error. Exit 1 when the mean is "
+                    "above the tolerance.")
+    val.add_argument("measurement", metavar="MEASUREMENT.json", help="zero-real run --out file")
+    val.add_argument("--profile", metavar="P.json",
+                     help="calibration profile (default: the scenario's cluster.profile)")
+    val.add_argument("--scenario", metavar="SCENARIO.toml",
+                     help="the measurement's scenario file, if it moved since the run")
+    val.add_argument("--tolerance-pct", type=_positive_float, default=10.0, metavar="X",
+                     help="largest acceptable mean absolute error, percent (default 10)")
+    val.add_argument("--json", action="store_true", help="print a JSON object")
+    val.set_defaults(func=_cmd_validate)
     return parser
 
 

@@ -8,6 +8,7 @@ presets, overrides and companion files (Hugging Face, DeepSpeed) lives in load.p
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from zerosim.checks import MAX_VALUE, is_finite_number, one_of as _one_of, positive as _positive
 from zerosim.errors import InputError
@@ -25,6 +26,7 @@ NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 ALGORITHMS = ("auto", "ring", "hierarchical")
 GRADIENT_REDUCTIONS = ("reduce_scatter", "all_reduce")
+COLLECTIVE_IMPLS = ("native", "ring")
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 
@@ -152,6 +154,12 @@ class ClusterConfig:
     compute_efficiency: float = 0.5
     """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
     kernels); a calibration profile replaces it with a measured value."""
+    profile: str | None = None
+    """Calibration profile JSON written by `zero-real calibrate` (relative to the scenario file):
+    its measured collective, compute, optimizer and memory figures replace the preset's."""
+    collective_impl: str = "native"
+    """Which measured implementation of the profile prices collectives: "native" (the
+    library's own, e.g. NCCL or gloo) or "ring" (zero_real's ring from send/recv)."""
     collective_algorithm: str = "auto"
     """"ring" (one flat ring over all ranks, paced by its slowest link), "hierarchical" (ring
     inside each node, ring between nodes, ring inside again) or "auto" (hierarchical when there
@@ -173,6 +181,7 @@ class ClusterConfig:
             raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
                              f"of peak and must be <= 1")
         _one_of("cluster.collective_algorithm", self.collective_algorithm, ALGORITHMS)
+        _one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
 
     @property
     def world_size(self) -> int:
@@ -205,6 +214,9 @@ class TrainingConfig:
     """ZeRO-3: layers gathered ahead of the one computing (0 = no prefetch)."""
     optimizer_offload: str = "none"
     """"cpu" keeps optimizer states (and the gradient shard they consume) in host memory (ZeRO-Offload)."""
+    overlap_comm: bool = True
+    """Collectives run beside compute on their own streams (DeepSpeed's overlap_comm). false:
+    every collective completes before compute goes on, as zero_real's synchronous ones do."""
     gradient_reduction: str = "reduce_scatter"
     """Stages 1-2: "reduce_scatter" gradients to their owners (the ZeRO paper's 2Ψ per step with
     the parameter all-gather), or "all_reduce" them first as DeepSpeed does by default (3Ψ)."""
@@ -289,6 +301,8 @@ class Scenario:
     variation: VariationConfig = field(default_factory=VariationConfig)
     source: str = ""
     """Path of the scenario file (for reports)."""
+    profile: Any = field(default=None, compare=False, repr=False)
+    """The calibration profile cluster.profile names, loaded (zerosim.profile.Profile), or None."""
 
     def __post_init__(self) -> None:
         m, t = self.model, self.training

@@ -27,6 +27,7 @@ import simpy
 from zerosim import collectives
 from zerosim.collectives.ring import FLAT, Group, representatives, run_phases
 from zerosim.config import Scenario
+from zerosim.costs import price_phases
 from zerosim.errors import InputError
 from zerosim.network import Cluster
 from zerosim.timeline import MemoryTimeline
@@ -77,11 +78,9 @@ class RankContext:
         self._launched: dict[str, int] = defaultdict(int)
 
     # compute stream
-    def compute(self, flops: float, name: str, phase: str, layer: int | None,
-                duration_s: float | None = None) -> Iterator:
-        c = self.engine.cluster
-        if duration_s is None:
-            duration_s = flops / (c.peak_flops * c.compute_efficiency)
+    def compute(self, duration_s: float, name: str, phase: str, layer: int | None) -> Iterator:
+        """Busy the compute stream for duration_s (costs.py: measured or FLOPs / rate), scaled by
+        this rank's slowdown and jitter."""
         duration_s *= self._slowdown
         if self._rng is not None:
             duration_s *= 1 + self._jitter * float(self._rng.uniform(-1.0, 1.0))
@@ -206,8 +205,9 @@ class Engine:
         each rank sent. Plans are cached: buckets mostly share one size."""
         phases = self._plans.get((op, size_bytes))
         if phases is None:
-            phases = self._plans[op, size_bytes] = collectives.plan(op, size_bytes, self.group,
-                                                                    self.algorithm)
+            phases = collectives.plan(op, size_bytes, self.group, self.algorithm)
+            phases = self._plans[op, size_bytes] = price_phases(self.scenario, op, size_bytes,
+                                                                self.group, phases)
         yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
         return collectives.bytes_sent_per_rank(phases)
 

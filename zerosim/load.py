@@ -130,11 +130,22 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return table, key, value
 
 
-def _resolve_cluster(table: dict[str, Any]) -> ClusterConfig:
+def _resolve_cluster(table: dict[str, Any], base_dir: Path) -> tuple[ClusterConfig, Any]:
+    """The cluster, and the calibration profile it names (None when it names none). Precedence:
+    preset < profile < the scenario's own keys."""
     gpu = _coerce("cluster.gpu", table.get("gpu", DEFAULT_GPU), "str")
     if gpu not in GPU_PRESETS:
         raise InputError(f"cluster.gpu = {gpu!r} is not a preset; known: {', '.join(GPU_PRESETS)}")
-    return ClusterConfig(**_typed("cluster", {**GPU_PRESETS[gpu], **table, "gpu": gpu}))
+    profile, measured = None, {}
+    if table.get("profile") is not None:
+        from zerosim.profile import load_profile
+
+        profile = load_profile(base_dir / _coerce("cluster.profile", table["profile"], "str"))
+        impl = _coerce("cluster.collective_impl", table.get("collective_impl", "native"), "str")
+        measured = profile.cluster_numbers(impl)
+    cluster = ClusterConfig(**_typed("cluster", {**GPU_PRESETS[gpu], **measured, **table,
+                                                 "gpu": gpu}))
+    return cluster, profile
 
 
 def _resolve_model(table: dict[str, Any], base_dir: Path) -> ModelConfig:
@@ -153,17 +164,18 @@ def _typed(table: str, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source: str = "",
-                   cli_hf_config: bool = False) -> Scenario:
-    """Scenario from already-merged tables (keys checked). hf_config paths resolve against
-    base_dir, or the working directory when the path came from the command line."""
+                   cli_hf_config: bool = False, cli_profile: bool = False) -> Scenario:
+    """Scenario from already-merged tables (keys checked). hf_config and profile paths resolve
+    against base_dir, or the working directory when the path came from the command line."""
     model = _resolve_model(tables["model"], Path.cwd() if cli_hf_config else base_dir)
     training_table = dict(tables["training"])
     if "seq_len" not in training_table and not model.is_bare and model.max_seq_len is not None:
         training_table["seq_len"] = model.max_seq_len
     training = TrainingConfig(**_typed("training", training_table))
-    return Scenario(model=model, cluster=_resolve_cluster(tables["cluster"]), training=training,
+    cluster, profile = _resolve_cluster(tables["cluster"], Path.cwd() if cli_profile else base_dir)
+    return Scenario(model=model, cluster=cluster, training=training,
                     variation=VariationConfig(**_typed("variation", tables["variation"])),
-                    source=source)
+                    source=source, profile=profile)
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = (),
@@ -179,10 +191,11 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         if not isinstance(precision, str) or precision not in BYTES_PER_ELEMENT:
             precision = TrainingConfig.precision  # the scenario's own error is raised below
         tables["training"].update(read_deepspeed_config(deepspeed, precision=precision, notes=notes))
-    cli_hf_config = False
+    from_cli = set()
     for text in overrides:
         table, key, value = parse_override(text)
         tables[table][key] = value
-        cli_hf_config = cli_hf_config or (table, key) == ("model", "hf_config")
+        from_cli.add((table, key))
     return build_scenario(tables, base_dir=path.parent, source=str(path),
-                          cli_hf_config=cli_hf_config)
+                          cli_hf_config=("model", "hf_config") in from_cli,
+                          cli_profile=("cluster", "profile") in from_cli)

@@ -20,10 +20,11 @@ from typing import Iterator
 
 import simpy
 
+from zerosim.costs import OptimizerCost, compute_seconds, memory_terms, optimizer_cost
 from zerosim.errors import InputError
 from zerosim.memory import (BYTES_PER_ELEMENT, FP32_BYTES, MOMENTS, STAGE2_LIVE_BUCKETS,
                             STAGE3_LIVE_LAYER_GRADS, StageMemory, shard_elements, stage_memory)
-from zerosim.model import (UnitFlops, activations, gather_units, gradient_units, total_params,
+from zerosim.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops)
 from zerosim.units import mib_to_bytes
 
@@ -36,7 +37,9 @@ class StepShape:
     memory: StageMemory
     gather_elements: list[int]
     gradient_elements: list[int]
-    flops: list[UnitFlops]
+    forward_s: list[float]
+    backward_s: list[float]
+    """Compute seconds of each unit's forward and backward (costs.py)."""
     activation_bytes: list[int]
     recompute_bytes: list[int]
     """Regenerated activations alive during each unit's backward (checkpointed layers only)."""
@@ -46,9 +49,14 @@ class StepShape:
     shard: int
     bucket_bytes: int
     allgather_bucket_bytes: int
-    optimizer_bytes_per_element: int
+    optimizer: OptimizerCost
     prefetch_layers: int
     gradient_reduction: str
+    overlap_comm: bool
+    workspace_bytes: int
+    """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
+    residue_bytes: int
+    """Bytes the allocator keeps after backward (a profile's measurement)."""
 
 
 # A step costs a few simpy events per bucket and per all-gather chunk, and about ten times that
@@ -89,16 +97,26 @@ def step_shape(scenario, stage: int) -> StepShape:
                 mib_to_bytes(t.allgather_bucket_MiB))
     units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
+    forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t))
+    extra = memory_terms(scenario, stage)
+    activation_bytes = unit_activation_bytes(m, t)
+    if extra["activations"]:  # measured activations: the analytic split, scaled to their total
+        total = sum(activation_bytes)
+        activation_bytes = ([max(0, round(a * (total + extra["activations"]) / total))
+                             for a in activation_bytes] if total else
+                            activation_bytes[:-1] + [max(0, extra["activations"])])
     return StepShape(
         stage=stage, memory=stage_memory(scenario, stage), gather_elements=units,
-        gradient_elements=gradient_units(m), flops=unit_flops(m, t),
-        activation_bytes=unit_activation_bytes(m, t),
+        gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
+        activation_bytes=activation_bytes,
         recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
         params=psi, shard=shard_elements(psi, scenario.world_size),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
-        optimizer_bytes_per_element=bg + master + 2 * FP32_BYTES * moments,
-        prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction)
+        optimizer=optimizer_cost(scenario, bg + master + 2 * FP32_BYTES * moments),
+        prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
+        overlap_comm=t.overlap_comm, workspace_bytes=max(0, extra["workspace"]),
+        residue_bytes=max(0, extra["residue"]))
 
 
 class DDP:
@@ -121,8 +139,11 @@ class DDP:
         self.ctx.mark("after_init")
         yield from self.forward()
         self.ctx.mark("after_forward")
+        self.ctx.alloc("workspace", "workspace", self.shape.workspace_bytes)
         yield from self.backward()
         yield from self.drain()
+        self.ctx.free("workspace")
+        self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
         self.ctx.mark("after_backward")
         yield from self.optimizer_step()
         yield from self.drain()
@@ -132,7 +153,7 @@ class DDP:
         self.start_gathers("forward", range(self.layers))
         for unit in range(self.layers):
             yield from self.gathered(unit, "forward")
-            yield from self.ctx.compute(self.shape.flops[unit].forward, "forward", "forward", unit)
+            yield from self.ctx.compute(self.shape.forward_s[unit], "forward", "forward", unit)
             self.ctx.alloc(("activations", unit), "activations", self.shape.activation_bytes[unit])
             self.release(unit, "forward")
 
@@ -148,24 +169,26 @@ class DDP:
             self.release(unit, "backward")
         if self.filled_bytes:
             self.launch_bucket()
+            yield from self.synchronous()
 
     def produce_gradients(self, unit: int) -> Iterator:
         """Backward of one unit, cut where its gradients cross bucket boundaries."""
-        duration_flops = self.shape.flops[unit].backward
+        duration_s = self.shape.backward_s[unit]
         total = self.shape.grad_bytes_per_element * self.shape.gradient_elements[unit]
         if total == 0:
-            yield from self.ctx.compute(duration_flops, "backward", "backward", unit)
+            yield from self.ctx.compute(duration_s, "backward", "backward", unit)
             return
         produced = 0
         while produced < total:
             if self.filled_bytes == 0:
                 yield from self.open_bucket()
             piece = min(total - produced, self.shape.bucket_bytes - self.filled_bytes)
-            yield from self.ctx.compute(duration_flops * piece / total, "backward", "backward", unit)
+            yield from self.ctx.compute(duration_s * piece / total, "backward", "backward", unit)
             produced += piece
             self.filled_bytes += piece
             if self.filled_bytes == self.shape.bucket_bytes:
                 self.launch_bucket()
+                yield from self.synchronous()
 
     def open_bucket(self) -> Iterator:
         return iter(())  # a slice of the persistent gradient buffer: nothing to allocate
@@ -180,13 +203,17 @@ class DDP:
             yield self.env.all_of(self.pending)
         self.pending = []
 
+    def synchronous(self) -> Iterator:
+        """Without overlap_comm, compute waits for the collective just launched."""
+        if not self.shape.overlap_comm:
+            yield from self.drain()
+
     def optimizer_elements(self) -> int:
         return self.shape.params
 
     def optimizer_step(self) -> Iterator:
-        moved = self.optimizer_elements() * self.shape.optimizer_bytes_per_element
-        duration_s = moved / self.ctx.engine.cluster.hbm_bandwidth_bytes_per_s
-        yield from self.ctx.compute(0.0, "optimizer", "step", None, duration_s=duration_s)
+        duration_s = self.shape.optimizer.seconds(self.optimizer_elements())
+        yield from self.ctx.compute(duration_s, "optimizer", "step", None)
 
     # ZeRO-3 hooks: nothing to gather while parameters are replicated.
     def start_gathers(self, phase: str, units) -> None:
@@ -272,6 +299,12 @@ class ZeRO3(ZeRO1):
 
     def gathered(self, unit: int, phase: str) -> Iterator:
         yield self.gathers.pop((phase, unit))
+        if not self.shape.overlap_comm:  # synchronous prefetch: the next units before compute
+            # gathers are queued in the order the units compute
+            ahead = [self.gathers[key] for key in self.gathers if key[0] == phase]
+            ahead = ahead[:self.shape.prefetch_layers]
+            if ahead:
+                yield self.env.all_of(ahead)
 
     def release(self, unit: int, phase: str) -> None:
         self.ctx.free(("gathered", phase, unit))
@@ -285,7 +318,7 @@ class ZeRO3(ZeRO1):
         # added to the embedding's and reduce-scattered with the embedding unit: sent once.
         self.ctx.alloc(key, "layer_grads", bg * self.shape.gather_elements[unit])
         size = bg * self.shape.gradient_elements[unit]
-        yield from self.ctx.compute(self.shape.flops[unit].backward, "backward", "backward", unit)
+        yield from self.ctx.compute(self.shape.backward_s[unit], "backward", "backward", unit)
 
         def reduced() -> None:
             self.ctx.free(key)
@@ -294,6 +327,7 @@ class ZeRO3(ZeRO1):
         self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
                                           "gradient reduce-scatter", "backward", unit,
                                           after=reduced))
+        yield from self.synchronous()
 
     def optimizer_step(self) -> Iterator:
         yield from DDP.optimizer_step(self)  # on the shard; parameters stay sharded: no all-gather

@@ -3,14 +3,16 @@
 Categories are those of the analytic model and of zero_real's ledger: params, grads, optimizer
 (fp32 master copy and moments), activations, buckets (stage 2 gradient buckets), gathered (stage 3
 parameters gathered for compute) and layer_grads (stage 3 full gradients awaiting their
-reduce-scatter). Only GPU memory is tracked; host memory under offload is reported analytically.
+reduce-scatter), and what a calibration profile measured beyond them: workspace (transient
+during backward) and allocator (kept after it). Only GPU memory is tracked; host memory under offload is reported analytically.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-CATEGORIES = ("params", "grads", "optimizer", "activations", "buckets", "gathered", "layer_grads")
+CATEGORIES = ("params", "grads", "optimizer", "activations", "buckets", "gathered", "layer_grads",
+              "workspace", "allocator")
 
 
 class MemoryTimeline:

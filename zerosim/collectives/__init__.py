@@ -65,9 +65,11 @@ def simulate_collective(scenario, op: str, size_bytes: float, ranks: int | None 
                          f"{c.nodes} node(s) x {c.gpus_per_node} GPUs)")
     if op not in OPS:
         raise InputError(f"--op {op!r} is not one of {', '.join(OPS)}")
+    from zerosim.costs import price_phases
+
     group = Group(n, min(c.gpus_per_node, n))
     algorithm = choose_algorithm(c.collective_algorithm, group)
-    phases = plan(op, size_bytes, group, algorithm)
+    phases = price_phases(scenario, op, size_bytes, group, plan(op, size_bytes, group, algorithm))
     # Only a degraded link inside the group changes a collective (stragglers and jitter slow
     # compute, not links).
     degraded = any(r < n for r in v.degraded)

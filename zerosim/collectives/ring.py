@@ -45,6 +45,14 @@ class Phase:
     """FLAT, INTRA (rings inside each node) or INTER (one ring per local index across nodes)."""
     steps: int
     chunk_bytes: float
+    latency_s: float | None = None
+    """Latency per step; None: the link's. A calibration profile sets it (costs.price_phases)."""
+    link_scale: float = 1.0
+    """Link-time per byte relative to the link's bandwidth (a profile's measured bus bandwidth
+    for this op, against the link's): the bytes sent are unchanged, their time is scaled."""
+
+    def latency(self, link) -> float:
+        return link.latency_s if self.latency_s is None else self.latency_s
 
 
 @dataclass(frozen=True)
@@ -112,14 +120,14 @@ def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: l
         if phase.steps == 0:
             continue
         links = [(rank, link_tier(group, rank, phase.scope)) for rank in ranks]
+        wire = phase.chunk_bytes * phase.link_scale
         if granularity == "phase" and len(links) == 1:  # one representative link: no sub-process
             link = cluster.link(*links[0])
-            yield env.timeout(phase.steps * link.latency_s)
-            yield link.transfer(phase.steps * phase.chunk_bytes)
+            yield env.timeout(phase.steps * phase.latency(link))
+            yield link.transfer(phase.steps * wire)
         elif granularity == "phase":
-            yield env.all_of([env.process(_send(env, cluster.link(r, tier),
-                                                phase.steps * phase.chunk_bytes,
-                                                phase.steps * cluster.link(r, tier).latency_s))
+            yield env.all_of([env.process(_send(env, cluster.link(r, tier), phase.steps * wire,
+                                                phase.steps * phase.latency(cluster.link(r, tier))))
                               for r, tier in links])
         else:
             yield from _steps(env, cluster, phase, links, log)
@@ -128,8 +136,8 @@ def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: l
 def _steps(env, cluster, phase, links, log) -> Iterator:
     for step in range(phase.steps):
         start_s = env.now
-        sends = [env.process(_send(env, cluster.link(r, tier), phase.chunk_bytes,
-                                   cluster.link(r, tier).latency_s)) for r, tier in links]
+        sends = [env.process(_send(env, cluster.link(r, tier), phase.chunk_bytes * phase.link_scale,
+                                   phase.latency(cluster.link(r, tier)))) for r, tier in links]
         yield env.all_of(sends)
         if log is not None:
             log.extend(StepRecord(r, phase.walk, step, tier, phase.chunk_bytes, start_s, env.now)

@@ -1,0 +1,226 @@
+"""The fit: from `zero-real calibrate`'s microbenchmarks to the simulator's parameters (no torch).
+
+- Collectives: per implementation, op and group size, time = α + β·S by least squares on relative
+  error (every size counts alike, 1 KiB as much as 256 MiB). One line rarely holds from 1 KiB to
+  256 MiB: libraries switch algorithms and protocols with the size (NCCL's LL/LL128/Simple,
+  gloo's), so the sizes are cut into at most MAX_SEGMENTS ranges, each with its own α-β, where one
+  line leaves a point more than SPLIT_ABOVE_PCT off.
+- Compute: per unit kind (embedding, block, head) and pass, time = overhead + slope·work, work the
+  unit's FLOPs (zerosim.model.unit_flops), or its tokens where it has none (the embedding lookup).
+- Optimizer step: time = overhead + seconds per element of the shard it updates.
+- Memory: what the real stages held beyond the analytic model, per stage, as bytes = fixed +
+  per_token·tokens: activations (after forward), allocator residue (after the step), and the
+  workspace on top of the simulated peak (autograd temporaries, the logits' gradient, ...).
+
+Each fit keeps its residuals (percent of the measured value), so a profile says how well it fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from zerosim.errors import InputError
+from zerosim.profile import FORMAT, UNITS, VERSION, Profile, check_fit
+
+MAX_SEGMENTS = 3
+SPLIT_ABOVE_PCT = 5.0
+MIN_POINTS_PER_SEGMENT = 3
+
+
+def fit_line(x, y) -> dict[str, Any]:
+    """y = intercept + slope·x minimising the relative residuals (y - fit) / y. A negative
+    intercept or slope is not physical (noise at one end): that term is dropped and the other
+    refitted. Returns intercept, slope and the residuals in percent."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) == 0 or np.any(y <= 0) or not np.all(np.isfinite(x)) or not np.all(np.isfinite(y)):
+        raise InputError("a fit needs positive, finite measurements")
+    w = 1.0 / y
+    if len(x) >= 2 and np.ptp(x) > 0:
+        design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+        intercept, slope = np.linalg.lstsq(design, y * w, rcond=None)[0]
+    else:
+        intercept, slope = -1.0, 0.0
+    if intercept < 0 or slope < 0:
+        if intercept < 0 and np.any(x > 0):  # through the origin
+            intercept, slope = 0.0, float(np.sum(x * w * w * y) / np.sum((x * w) ** 2))
+        if slope < 0 or not np.any(x > 0):  # a constant
+            intercept, slope = float(np.sum(w) / np.sum(w * w)), 0.0
+    residuals = (intercept + slope * x - y) / y * 100
+    return {"intercept": float(intercept), "slope": float(slope),
+            "residuals_pct": [round(float(r), 3) for r in residuals]}
+
+
+def _cost(fit: dict[str, Any]) -> float:
+    return float(sum(r * r for r in fit["residuals_pct"]))
+
+
+def fit_segments(sizes, times) -> list[dict[str, Any]]:
+    """α-β segments over increasing sizes: the fewest (at most MAX_SEGMENTS, each of at least
+    MIN_POINTS_PER_SEGMENT points) that leave no point more than SPLIT_ABOVE_PCT off, else the
+    best cut into MAX_SEGMENTS. A segment covers sizes up to its max_bytes: the geometric
+    midpoint between its last point and the next segment's first (the last: its last point)."""
+    order = np.argsort(sizes)
+    s, t = np.asarray(sizes, float)[order], np.asarray(times, float)[order]
+    chosen = None
+    for k in range(1, MAX_SEGMENTS + 1):
+        best = None
+        for cuts in itertools.combinations(range(1, len(s)), k - 1):
+            bounds = [0, *cuts, len(s)]
+            if k > 1 and min(b - a for a, b in zip(bounds, bounds[1:])) < MIN_POINTS_PER_SEGMENT:
+                continue
+            fits = [fit_line(s[a:b], t[a:b]) for a, b in zip(bounds, bounds[1:])]
+            cost = sum(_cost(f) for f in fits)
+            if best is None or cost < best[0]:
+                best = (cost, bounds, fits)
+        if best is None:
+            break  # too few points for k segments
+        chosen = best
+        if max(abs(r) for f in best[2] for r in f["residuals_pct"]) <= SPLIT_ABOVE_PCT:
+            break
+    _, bounds, fits = chosen
+    out = []
+    for i, ((a, b), f) in enumerate(zip(zip(bounds, bounds[1:]), fits)):
+        last = i == len(fits) - 1
+        out.append({"min_bytes": float(s[a]),
+                    "max_bytes": float(s[b - 1]) if last else float(math.sqrt(s[b - 1] * s[b])),
+                    "alpha_s": f["intercept"], "s_per_byte": f["slope"],
+                    "points": int(b - a), "residuals_pct": f["residuals_pct"]})
+    return out
+
+
+def fit_collectives(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        groups[r["impl"], r["op"], int(r["ranks"])].append((r["size_bytes"], r["time_s"]))
+    fit: dict[str, Any] = {}
+    for (impl, op, n), points in sorted(groups.items()):
+        sizes, times = zip(*sorted(points))
+        segments = fit_segments(sizes, times)
+        big = segments[-1]
+        fit.setdefault(impl, {}).setdefault(op, {})[str(n)] = {
+            "segments": segments,
+            # The largest messages' bus bandwidth (nccl-tests' busbw): comparable across n.
+            "busbw_GBps": (2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n)
+            / big["s_per_byte"] / 1e9 if big["s_per_byte"] > 0 else None,
+            "max_abs_residual_pct": max(abs(x) for seg in segments for x in seg["residuals_pct"]),
+        }
+    return fit
+
+
+def _unit_index(unit: str, layers: int) -> int:
+    return {"embedding": 0, "block": 1, "head": layers + 1}[unit]
+
+
+def _at(scenario, micro_batch: int, seq_len: int):
+    t = dataclasses.replace(scenario.training, micro_batch=int(micro_batch), seq_len=int(seq_len))
+    return dataclasses.replace(scenario, training=t)
+
+
+def fit_compute(rows: list[dict[str, Any]], scenario) -> dict[str, Any]:
+    from zerosim.model import unit_flops
+
+    m = scenario.model
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        flops = unit_flops(m, _at(scenario, r["micro_batch"], r["seq_len"]).training)
+        unit = flops[_unit_index(r["unit"], m.layers)]
+        tokens = r["micro_batch"] * r["seq_len"]
+        for phase in ("forward", "backward"):
+            work = getattr(unit, phase)
+            groups[int(r["processes"]), r["unit"], phase].append((work, tokens, r[f"{phase}_s"]))
+    fit: dict[str, Any] = {}
+    for (n, unit, phase), points in sorted(groups.items()):
+        per = "flop" if all(work > 0 for work, _, _ in points) else "token"
+        x = [work if per == "flop" else tokens for work, tokens, _ in points]
+        line = fit_line(x, [t for _, _, t in points])
+        fit.setdefault(str(n), {}).setdefault(unit, {})[phase] = {
+            "per": per, "overhead_s": line["intercept"], "slope": line["slope"],
+            "residuals_pct": line["residuals_pct"]}
+    return fit
+
+
+def fit_optimizer(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    groups: dict[int, list] = defaultdict(list)
+    for r in rows:
+        groups[int(r["processes"])].append((r["elements"], r["time_s"]))
+    fit = {}
+    for n, points in sorted(groups.items()):
+        line = fit_line(*zip(*sorted(points)))
+        fit[str(n)] = {"overhead_s": line["intercept"], "s_per_element": line["slope"],
+                       "residuals_pct": line["residuals_pct"]}
+    return fit
+
+
+def _line_through(tokens, values) -> dict[str, float]:
+    """fixed + per_token·tokens by ordinary least squares (values may be negative or zero)."""
+    tokens, values = np.asarray(tokens, float), np.asarray(values, float)
+    if len(set(tokens)) < 2:
+        return {"fixed": float(values.mean()), "per_token": 0.0}
+    slope, fixed = np.polyfit(tokens, values, 1)
+    return {"fixed": float(fixed), "per_token": float(slope)}
+
+
+def _simulate_row(scenario, row, profile):
+    from zerosim.engine import simulate
+
+    c = dataclasses.replace(scenario.cluster, nodes=1, gpus_per_node=int(row["processes"]))
+    s = dataclasses.replace(_at(scenario, row["micro_batch"], row["seq_len"]), cluster=c,
+                            profile=profile)
+    s = dataclasses.replace(s, training=dataclasses.replace(s.training, zero_stage=row["stage"],
+                                                            overlap_comm=False))
+    return simulate(s, row["stage"], keep_events=False)
+
+
+def fit_memory(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dict[str, Any]:
+    """Per process count and stage. Needs the timing fits in `fit` (the engine runs with them)."""
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        groups[int(r["processes"]), int(r["stage"])].append(r)
+    zero = {"fixed": 0.0, "per_token": 0.0}
+    memory: dict[str, Any] = {}
+    for (n, stage), group in sorted(groups.items()):
+        bare = {k: dict(zero) for k in ("activations", "residue", "workspace")}
+        memory.setdefault(str(n), {})[str(stage)] = bare
+        profile = Profile("(fitting)", {"fit": {**fit, "memory": memory}})
+        tokens = [r["micro_batch"] * r["seq_len"] for r in group]
+        sims = [_simulate_row(scenario, r, profile) for r in group]
+        act = [(r["phases"]["after_forward"] - r["phases"]["after_init"])
+               - (s.memory_at["after_forward"] - s.memory_at["after_init"])
+               for r, s in zip(group, sims)]
+        residue = [r["phases"]["after_step"] - s.memory_at["after_step"]
+                   for r, s in zip(group, sims)]
+        bare["activations"], bare["residue"] = _line_through(tokens, act), _line_through(tokens,
+                                                                                         residue)
+        profile = Profile("(fitting)", {"fit": {**fit, "memory": memory}})
+        sims = [_simulate_row(scenario, r, profile) for r in group]
+        bare["workspace"] = _line_through(tokens, [r["peak_bytes"] - s.peak_bytes
+                                                   for r, s in zip(group, sims)])
+    return memory
+
+
+def build_profile(scenario, raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` (format, version, provenance, scenario, measurements) with its "fit" added."""
+    if raw.get("format") != FORMAT or raw.get("version") != VERSION:
+        raise InputError(f"not a version-{VERSION} {FORMAT} measurement")
+    meas = raw.get("measurements", {})
+    fit: dict[str, Any] = {}
+    if meas.get("collectives"):
+        fit["collectives"] = fit_collectives(meas["collectives"])
+    if meas.get("compute") and not scenario.model.is_bare:
+        fit["compute"] = fit_compute(meas["compute"], scenario)
+    if meas.get("optimizer"):
+        fit["optimizer"] = fit_optimizer(meas["optimizer"])
+    if meas.get("memory") and not scenario.model.is_bare:
+        fit["memory"] = fit_memory(meas["memory"], scenario, fit)
+    check_fit(fit, "(new)")
+    return {**raw, "fit": fit}
+
+
+__all__ = ["UNITS", "build_profile", "fit_collectives", "fit_compute", "fit_line",
+           "fit_memory", "fit_optimizer", "fit_segments"]

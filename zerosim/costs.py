@@ -1,0 +1,100 @@
+"""What each piece of a step costs: seconds of compute per unit, seconds of the optimizer step,
+the time of a collective on the links, and the memory the real stages hold beyond the analytic
+model. Two sources, one interface:
+
+- the preset (no profile): FLOPs / (peak x compute_efficiency), optimizer bytes / HBM bandwidth,
+  ring steps over links of the preset's bandwidth and latency, no extra memory;
+- a calibration profile (cluster.profile): the lines and α-β segments `zero-real calibrate`
+  measured and zerosim.calibrate fitted, for what it measured. What it did not measure (a bare-Ψ
+  model's layers, links between nodes) keeps the preset's figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from zerosim.collectives.ring import FLAT, Group, Phase
+from zerosim.model import UnitFlops
+from zerosim.network import INTER
+
+# zero_real's and the profile's names for the gather units of model.py
+EMBEDDING, BLOCK, HEAD = "embedding", "block", "head"
+
+
+def unit_kinds(model) -> list[str]:
+    if model.is_bare:
+        return [BLOCK] * model.n_layers
+    return [EMBEDDING] + [BLOCK] * model.layers + [HEAD]
+
+
+def compute_seconds(scenario, flops: list[UnitFlops]) -> tuple[list[float], list[float]]:
+    """Forward and backward seconds of each unit for one micro-batch on one rank."""
+    c, t, profile = scenario.cluster, scenario.training, scenario.profile
+    rate = c.peak_tflops * 1e12 * c.compute_efficiency
+    tokens = t.micro_batch * (t.seq_len or 0)
+    forward, backward = [], []
+    for kind, f in zip(unit_kinds(scenario.model), flops):
+        for phase, out in (("forward", forward), ("backward", backward)):
+            work = getattr(f, phase)
+            measured = None
+            if profile is not None and not scenario.model.is_bare:
+                measured = profile.unit_time(scenario.world_size, kind, phase, work, tokens)
+            out.append(measured if measured is not None else work / rate)
+    return forward, backward
+
+
+@dataclass(frozen=True)
+class OptimizerCost:
+    overhead_s: float
+    s_per_element: float
+
+    def seconds(self, elements: int) -> float:
+        return self.overhead_s + self.s_per_element * elements
+
+
+def optimizer_cost(scenario, bytes_per_element: int) -> OptimizerCost:
+    """The optimizer step over the elements of a rank's partition: measured, or the bytes it
+    moves over HBM bandwidth."""
+    profile = scenario.profile
+    if profile is not None:
+        t0 = profile.optimizer_time(scenario.world_size, 0)
+        if t0 is not None:
+            return OptimizerCost(t0, profile.optimizer_time(scenario.world_size, 1) - t0)
+    return OptimizerCost(0.0, bytes_per_element / (scenario.cluster.hbm_bandwidth_GBps * 1e9))
+
+
+def memory_terms(scenario, stage: int) -> dict[str, int]:
+    """Bytes beyond the analytic model (activations, allocator residue, workspace) the profile
+    measured for this stage; zeros without a profile."""
+    zero = {"activations": 0, "residue": 0, "workspace": 0}
+    profile, t, m = scenario.profile, scenario.training, scenario.model
+    if profile is None or m.is_bare:
+        return zero
+    terms = profile.memory_terms(scenario.world_size, stage, t.micro_batch * t.seq_len)
+    return terms if terms is not None else zero
+
+
+def price_phases(scenario, op: str, size_bytes: float, group: Group,
+                 phases: list[Phase]) -> list[Phase]:
+    """Phases inside one node priced by the profile's fit of `op` (its per-step latency and bus
+    bandwidth for this message size); phases between nodes keep the preset's links."""
+    profile = scenario.profile
+    if profile is None or not phases:
+        return phases
+    c = scenario.cluster
+    out = []
+    for phase in phases:
+        if phase.scope == INTER or (phase.scope == FLAT and group.nodes > 1):
+            out.append(phase)
+            continue
+        k = group.size if phase.scope == FLAT else group.gpus_per_node
+        terms = profile.ring_terms(c.collective_impl, op, k, size_bytes)
+        if terms is None:
+            out.append(phase)
+            continue
+        latency_s, busbw = terms
+        link_bw = c.intra_node_bandwidth_GBps * 1e9
+        out.append(dataclasses.replace(phase, latency_s=latency_s,
+                                       link_scale=link_bw / busbw if busbw > 0 else 0.0))
+    return out

@@ -1,0 +1,205 @@
+"""Calibration profiles: what `zero-real calibrate` measured on a box, and the simulator's
+parameters fitted from it (zerosim.calibrate). A scenario names one with
+`[cluster] profile = "profiles/x.json"`; its numbers then replace the preset's.
+
+A profile is one JSON object:
+
+    format, version            "zerosim-profile", 1
+    provenance                 host, hardware, backend, device, torch_version, date, command, ...
+    scenario                   the model and training settings the measurements were taken with
+    measurements               raw microbenchmarks: collectives, compute, optimizer, memory
+    fit                        collectives[impl][op][ranks] -> α-β segments by message size
+                               compute[processes][unit][forward|backward] -> overhead + slope
+                               optimizer[processes] -> overhead + seconds per element
+                               memory[processes][stage] -> activations, allocator residue,
+                               workspace (bytes = fixed + per_token * tokens)
+
+Everything here is read-only lookups; the fitting lives in calibrate.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zerosim.errors import InputError
+from zerosim.files import read_json_object
+
+FORMAT, VERSION = "zerosim-profile", 1
+UNITS = ("embedding", "block", "head")
+MEMORY_TERMS = ("activations", "residue", "workspace")
+
+
+def _ring_steps(op: str, n: int) -> int:
+    return 2 * (n - 1) if op == "all_reduce" else n - 1
+
+
+def _busbw_factor(op: str, n: int) -> float:
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def _nearest(keys, n: int) -> int:
+    """The measured count closest to n (the larger on a tie: more sharing, more like a big run)."""
+    return min(keys, key=lambda k: (abs(k - n), -k))
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: str
+    data: dict[str, Any]
+
+    @property
+    def fit(self) -> dict[str, Any]:
+        return self.data["fit"]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.data.get("provenance", {})
+
+    def describe(self) -> str:
+        p = self.provenance
+        return (f"{self.path} ({p.get('hardware', '?')}, {p.get('backend', '?')}, "
+                f"torch {p.get('torch_version', '?')}, {p.get('date', '?')[:10]})")
+
+    # collectives
+    def collective_time(self, impl: str, op: str, n: int, size_bytes: float) -> float | None:
+        """Seconds for `op` over a buffer of size_bytes on n ranks of one box (or node); None when
+        the profile measured no such op. A group size it did not measure is priced from the
+        nearest one by the ring's law: latency per ring step and bus bandwidth carry over."""
+        by_ranks = self.fit.get("collectives", {}).get(impl, {}).get(op)
+        if not by_ranks or n < 2:
+            return None
+        m = _nearest([int(k) for k in by_ranks], n)
+        segments = by_ranks[str(m)]["segments"]
+        seg = next((s for s in segments if size_bytes <= s["max_bytes"]), segments[-1])
+        alpha, beta = seg["alpha_s"], seg["s_per_byte"]
+        if m != n:
+            alpha *= _ring_steps(op, n) / _ring_steps(op, m)
+            beta *= _busbw_factor(op, n) / _busbw_factor(op, m)
+        return alpha + beta * size_bytes
+
+    def cluster_numbers(self, impl: str) -> dict[str, float]:
+        """The preset's intra-node link figures as measured: all_reduce at the largest group,
+        bus bandwidth of the largest messages and latency per ring step of the smallest. They are
+        what `zerosim collective` and tables show; the engine prices each op from the fit."""
+        by_ranks = self.fit.get("collectives", {}).get(impl, {}).get("all_reduce")
+        if not by_ranks:
+            return {}
+        n = max(int(k) for k in by_ranks)
+        segments = by_ranks[str(n)]["segments"]
+        out = {"intra_node_latency_us": segments[0]["alpha_s"] / _ring_steps("all_reduce", n) * 1e6}
+        if segments[-1]["s_per_byte"] > 0:
+            out["intra_node_bandwidth_GBps"] = (_busbw_factor("all_reduce", n)
+                                                / segments[-1]["s_per_byte"] / 1e9)
+        return out
+
+    def ring_terms(self, impl: str, op: str, n: int,
+                   size_bytes: float) -> tuple[float, float] | None:
+        """(latency per ring step in s, bus bandwidth in bytes/s) that make a ring of n ranks
+        take exactly the fitted time for this message size; None when not measured."""
+        t0 = self.collective_time(impl, op, n, size_bytes)
+        if t0 is None:
+            return None
+        by_ranks = self.fit["collectives"][impl][op]
+        m = _nearest([int(k) for k in by_ranks], n)
+        segments = by_ranks[str(m)]["segments"]
+        seg = next((s for s in segments if size_bytes <= s["max_bytes"]), segments[-1])
+        latency = seg["alpha_s"] / _ring_steps(op, m)
+        beta = seg["s_per_byte"] * _busbw_factor(op, n) / _busbw_factor(op, m)
+        return latency, (_busbw_factor(op, n) / beta if beta > 0 else float("inf"))
+
+    # compute
+    def _by_processes(self, section: str, processes: int) -> dict[str, Any] | None:
+        table = self.fit.get(section) or {}
+        if not table:
+            return None
+        return table[str(_nearest([int(k) for k in table], processes))]
+
+    def unit_time(self, processes: int, unit: str, phase: str, flops: float,
+                  tokens: int) -> float | None:
+        table = self._by_processes("compute", processes)
+        if table is None or unit not in table:
+            return None
+        line = table[unit][phase]
+        x = flops if line["per"] == "flop" else tokens
+        return line["overhead_s"] + line["slope"] * x
+
+    def optimizer_time(self, processes: int, elements: int) -> float | None:
+        line = self._by_processes("optimizer", processes)
+        if line is None:
+            return None
+        return line["overhead_s"] + line["s_per_element"] * elements
+
+    # memory
+    def memory_terms(self, processes: int, stage: int, tokens: int) -> dict[str, int] | None:
+        """Bytes beyond the analytic model that the real stage showed, at this many tokens."""
+        table = self._by_processes("memory", processes)
+        if table is None or str(stage) not in table:
+            return None
+        terms = table[str(stage)]
+        return {k: max(0, round(terms[k]["fixed"] + terms[k]["per_token"] * tokens))
+                for k in MEMORY_TERMS}
+
+
+def _check_number(where: str, value: Any, path: Path) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"profile {path}: {where} must be a finite number, got {value!r}")
+
+
+def check_fit(fit: Any, path: Path) -> None:
+    """Every number the simulator will read is present and finite (one line naming the first
+    that is not)."""
+    if not isinstance(fit, dict):
+        raise InputError(f"profile {path}: 'fit' must be an object")
+    try:
+        for impl, ops in fit.get("collectives", {}).items():
+            for op, by_ranks in ops.items():
+                for n, entry in by_ranks.items():
+                    int(n)
+                    if not entry["segments"]:
+                        raise KeyError("segments")
+                    for i, seg in enumerate(entry["segments"]):
+                        for key in ("alpha_s", "s_per_byte", "max_bytes"):
+                            _check_number(f"fit.collectives.{impl}.{op}.{n}.segments[{i}].{key}",
+                                          seg[key], path)
+        for n, units in fit.get("compute", {}).items():
+            int(n)
+            for unit, phases in units.items():
+                for phase in ("forward", "backward"):
+                    line = phases[phase]
+                    for key in ("overhead_s", "slope"):
+                        _check_number(f"fit.compute.{n}.{unit}.{phase}.{key}", line[key], path)
+                    if line["per"] not in ("flop", "token"):
+                        raise KeyError(f"{unit}.{phase}.per")
+        for n, line in fit.get("optimizer", {}).items():
+            int(n)
+            for key in ("overhead_s", "s_per_element"):
+                _check_number(f"fit.optimizer.{n}.{key}", line[key], path)
+        for n, stages in fit.get("memory", {}).items():
+            int(n)
+            for stage, terms in stages.items():
+                for term in MEMORY_TERMS:
+                    for key in ("fixed", "per_token"):
+                        _check_number(f"fit.memory.{n}.{stage}.{term}.{key}", terms[term][key],
+                                      path)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise InputError(f"profile {path}: malformed 'fit' section ({type(exc).__name__}: "
+                         f"{exc}); re-run zero-real calibrate") from None
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    data = read_json_object(path, "profile")
+    if data.get("format") != FORMAT:
+        raise InputError(f"profile {path}: not a zerosim profile (format {data.get('format')!r}, "
+                         f"expected {FORMAT!r})")
+    if data.get("version") != VERSION:
+        raise InputError(f"profile {path}: version {data.get('version')!r} is not supported "
+                         f"(this zerosim reads version {VERSION})")
+    if "fit" not in data:
+        raise InputError(f"profile {path}: no 'fit' section (raw measurements only); fit it "
+                         f"with zero-real calibrate")
+    check_fit(data["fit"], path)
+    return Profile(str(path), data)
