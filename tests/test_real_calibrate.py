@@ -109,6 +109,22 @@ def test_memory_of_each_stage_against_its_ledger(two):
     assert by[0, 2]["ledger_phases"]["after_forward"] > by[0, 1]["ledger_phases"]["after_forward"]
 
 
+def test_the_profile_is_fitted_and_drives_the_simulator(two):
+    from tests.conftest import run_zerosim
+    from zerosim.profile import load_profile
+
+    _, profile, out = two
+    assert set(profile["fit"]) == {"collectives", "compute", "optimizer", "memory"}
+    measured = {(r["impl"], r["op"]): r["time_s"] for r in profile["measurements"]["collectives"]
+                if r["size_bytes"] == 2**20}
+    loaded = load_profile(out)
+    for (impl, op), time_s in measured.items():  # the fit goes through what it was fitted to
+        assert loaded.collective_time(impl, op, 2, 2**20) == pytest.approx(time_s, rel=0.5)
+    result = run_zerosim("simulate", TINY, "--set", f'cluster.profile="{out}"',
+                         "--set", "cluster.gpus_per_node=2", "--json")
+    assert result.code == 0, result.stderr
+
+
 def test_one_process_measures_no_collectives(tmp_path):
     out = tmp_path / "one.json"
     result = calibrate(TINY, "--nproc", 1, "--micro-batches", 1, "--collectives", "ring",
@@ -156,9 +172,13 @@ def test_out_a_directory_is_bad_input(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/meminfo").exists(), reason="the check reads /proc/meminfo")
-def test_collective_buffers_beyond_memory_are_refused(tmp_path):
-    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--max-size-MiB", 2**20,
-                                    "--out", tmp_path / "p.json"), "not enough memory")
+def test_what_does_not_fit_this_box_is_refused(tmp_path):
+    out = ("--out", tmp_path / "p.json")
+    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--max-size-MiB", 2**20, *out),
+                          "not enough memory for --max-size-MiB")
+    huge = ["--set", "model.hidden=16384", "--set", "model.ffn=65536", "--set", "model.layers=100"]
+    assert_one_line_error(calibrate(TINY, "--nproc", 2, *huge, *out),  # run's own check
+                          "not enough memory: 2 process(es)")
 
 
 @pytest.mark.skipif(torch.cuda.device_count() > 0, reason="checks the no-GPU message")
