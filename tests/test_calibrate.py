@@ -187,8 +187,8 @@ def test_memory_terms_reproduce_what_the_stage_showed(profile_path, stage):
     ('{"format": "other", "version": 1}', "not a zerosim profile"),
     ('{"format": "zerosim-profile", "version": 7}', "version 7"),
     ('{"format": "zerosim-profile", "version": 1}', "no 'fit'"),
-    ('{"format": "zerosim-profile", "version": 1, "fit": {"optimizer": {"2": {"overhead_s": '
-     'NaN, "s_per_element": 1}}}}', "fit.optimizer.2.overhead_s"),
+    ('{"format": "zerosim-profile", "version": 1, "fit": {"optimizer": {"2": {"segments": '
+     '[{"alpha_s": NaN, "s_per_byte": 1, "max_bytes": 9}]}}}}', "fit.optimizer.2.segments[0]"),
     ('{"format": "zerosim-profile", "version": 1, "fit": {"compute": {"2": {"block": {}}}}}',
      "malformed"),
 ])

@@ -114,7 +114,11 @@ def test_the_profile_is_fitted_and_drives_the_simulator(two):
     from zerosim.profile import load_profile
 
     _, profile, out = two
-    assert set(profile["fit"]) == {"collectives", "compute", "optimizer", "memory"}
+    assert set(profile["fit"]) == {"collectives", "compute", "optimizer", "memory", "step"}
+    for row in profile["measurements"]["memory"]:  # the stages' own timed steps, for fit_step
+        timing = row["timing"]
+        assert timing["step_time_s"] >= timing["compute_s"] > 0
+        assert timing["calls_reduce_scatter" if row["stage"] else "calls_all_reduce"] >= 1
     measured = {(r["impl"], r["op"]): r["time_s"] for r in profile["measurements"]["collectives"]
                 if r["size_bytes"] == 2**20}
     loaded = load_profile(out)

@@ -169,6 +169,8 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
                 "seq_len": t.seq_len, "collectives": the_plan["modes"][0],
                 "peak_bytes": max(r["peak_bytes"] for r in per_rank),
                 "phases": {p: max(r["phases"][p] for r in per_rank) for p in row["phases"]},
+                "timing": {k: sum(r["timing"].get(k, 0.0) for r in per_rank) / len(per_rank)
+                           for k in row["timing"]},
                 "ledger_phases": row["ledger_phases"]})
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {

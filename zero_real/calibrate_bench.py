@@ -37,6 +37,7 @@ COLLECTIVE_TARGET_S, COLLECTIVE_ITERATIONS = 0.1, (5, 50)
 LARGE_BYTES = 16 * 2**20  # from here one warm-up iteration is enough (nccl-tests' large sizes)
 COMPUTE_TARGET_S, COMPUTE_ITERATIONS = 0.05, (5, 5000)
 WARMUP = 2
+TIMED_STEPS = 12  # the first is a warm-up after the profiler stops; validate drops it
 MEMORY_STEPS = 2
 
 
@@ -99,6 +100,14 @@ def measure_world(rank: int, world_size: int, cfg: dict) -> dict:
     out["optimizer"] = optimizer(world_size, cfg, device, progress)
     out["memory"] = memory(rank, world_size, cfg, device, progress)
     return out
+
+
+def collectives_world(rank: int, world_size: int, cfg: dict) -> list[dict]:
+    """Only the collectives, at cfg["sizes"] (bench/fidelity's held-out sizes)."""
+    device = device_for(cfg["backend"], rank)
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    return collectives(rank, world_size, cfg, device, Progress(None, rank))
 
 
 def collectives(rank: int, n: int, cfg: dict, device, progress: Progress) -> list[dict]:
@@ -225,7 +234,11 @@ def optimizer(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
 
 
 def memory(rank: int, n: int, cfg: dict, device, progress: Progress) -> list[dict]:
-    """launch.train itself, per (stage, micro-batch): the allocator (CPU: profiler) and ledger."""
+    """launch.train itself, per (stage, micro-batch): memory from the allocator (CPU: profiler)
+    and ledger over MEMORY_STEPS steps, then step timings over TIMED_STEPS more without the
+    profiler (what zerosim.calibrate.fit_step compares with the microbenchmarks)."""
+    from zerosim.validate import step_figures
+
     gc.collect()
     progress.begin("memory", len(cfg["memory_scenarios"]))
     rows = []
@@ -234,11 +247,16 @@ def memory(rank: int, n: int, cfg: dict, device, progress: Progress) -> list[dic
             torch.cuda.reset_peak_memory_stats(device)
         result = train(rank, n, {
             "scenario": scenario, "stage": stage, "backend": cfg["backend"],
-            "collectives": cfg["collective_modes"][0], "steps": MEMORY_STEPS, "seed": 0,
+            "collectives": cfg["collective_modes"][0], "steps": MEMORY_STEPS,
+            "timed_steps": TIMED_STEPS, "seed": 0,
             "lr": cfg["lr"], "nproc": n, "timeout_s": cfg["timeout_s"],
             "progress_file": cfg.get("progress_file")})
+        # The same step figures `zerosim validate` takes from a run, for this rank.
+        timing = step_figures({"steps": MEMORY_STEPS, "timed_steps": TIMED_STEPS,
+                               "events": result["events"],
+                               "memory_samples": result["memory_samples"]})
         rows.append({"stage": stage, "micro_batch": b, "peak_bytes": result["peak_bytes"],
-                     "phases": result["phases"],
+                     "phases": result["phases"], "timing": timing,
                      "ledger_phases": {point: sum(by_category.values())
                                        for point, by_category in result["ledger_phases"].items()}})
         del result

@@ -7,10 +7,12 @@
   line leaves a point more than SPLIT_ABOVE_PCT off.
 - Compute: per unit kind (embedding, block, head) and pass, time = overhead + slope·work, work the
   unit's FLOPs (zerosim.model.unit_flops), or its tokens where it has none (the embedding lookup).
-- Optimizer step: time = overhead + seconds per element of the shard it updates.
-- Memory: what the real stages held beyond the analytic model, per stage, as bytes = fixed +
-  per_token·tokens: activations (after forward), allocator residue (after the step), and the
-  workspace on top of the simulated peak (autograd temporaries, the logits' gradient, ...).
+- Optimizer step: α-β segments over the elements of the shard it updates.
+- In-step corrections, from the real stages' own timed steps (fit_step): compute in a step over
+  the microbenchmarked units, and each collective's extra time per call in a step.
+- Memory: what the real stages held beyond the analytic model, per stage: activations (after
+  forward), allocator residue (after the step), optimizer temporaries per element, and backward's
+  workspace on top of the simulated peak (the logits' gradient, autograd temporaries).
 
 Each fit keeps its residuals (percent of the measured value), so a profile says how well it fits.
 """
@@ -146,15 +148,13 @@ def fit_compute(rows: list[dict[str, Any]], scenario) -> dict[str, Any]:
 
 
 def fit_optimizer(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per process count: α-β segments over the elements of the shard (small shards live in
+    cache, large ones stream from memory: one line does not fit both)."""
     groups: dict[int, list] = defaultdict(list)
     for r in rows:
         groups[int(r["processes"])].append((r["elements"], r["time_s"]))
-    fit = {}
-    for n, points in sorted(groups.items()):
-        line = fit_line(*zip(*sorted(points)))
-        fit[str(n)] = {"overhead_s": line["intercept"], "s_per_element": line["slope"],
-                       "residuals_pct": line["residuals_pct"]}
-    return fit
+    return {str(n): {"segments": fit_segments(*zip(*sorted(points)))}
+            for n, points in sorted(groups.items())}
 
 
 def _line_through(tokens, values) -> dict[str, float]:
@@ -166,42 +166,115 @@ def _line_through(tokens, values) -> dict[str, float]:
     return {"fixed": float(fixed), "per_token": float(slope)}
 
 
-def _simulate_row(scenario, row, profile):
-    from zerosim.engine import simulate
-
+def _row_scenario(scenario, row, profile):
     c = dataclasses.replace(scenario.cluster, nodes=1, gpus_per_node=int(row["processes"]))
     s = dataclasses.replace(_at(scenario, row["micro_batch"], row["seq_len"]), cluster=c,
                             profile=profile)
-    s = dataclasses.replace(s, training=dataclasses.replace(s.training, zero_stage=row["stage"],
-                                                            overlap_comm=False))
-    return simulate(s, row["stage"], keep_events=False)
+    c = dataclasses.replace(s.cluster, collective_impl=row.get("collectives", "native"))
+    return dataclasses.replace(s, cluster=c, training=dataclasses.replace(
+        s.training, zero_stage=row["stage"], overlap_comm=False))
+
+
+def _simulate_row(scenario, row, profile, keep_events=False):
+    from zerosim.engine import simulate
+
+    return simulate(_row_scenario(scenario, row, profile), row["stage"], keep_events=keep_events)
+
+
+def _optimizer_elements(scenario, row) -> int:
+    from zerosim.memory import shard_elements
+    from zerosim.model import total_params
+
+    psi = total_params(scenario.model)
+    return psi if row["stage"] == 0 else shard_elements(psi, int(row["processes"]))
+
+
+ZERO_LINE = {"fixed": 0.0, "per_token": 0.0}
+# A measured peak this far above every simulated candidate is set by backward's workspace.
+_PEAK_SLACK_BYTES = 1024
 
 
 def fit_memory(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dict[str, Any]:
-    """Per process count and stage. Needs the timing fits in `fit` (the engine runs with them)."""
+    """Per process count and stage, what the real stage held beyond the analytic model:
+    - activations: after forward, minus the analytic activations;
+    - residue: after the step, minus the model states (what the allocator keeps);
+    - optimizer_per_element: the optimizer step's temporaries per element of its partition,
+      where the step sets the peak (the smallest such ratio over the runs);
+    - workspace: backward's transient bytes on top of the simulated backward peak, from the runs
+      whose peak the optimizer step does not explain.
+    Needs the timing fits in `fit` (the engine runs with them)."""
     groups: dict[tuple, list] = defaultdict(list)
     for r in rows:
         groups[int(r["processes"]), int(r["stage"])].append(r)
-    zero = {"fixed": 0.0, "per_token": 0.0}
     memory: dict[str, Any] = {}
     for (n, stage), group in sorted(groups.items()):
-        bare = {k: dict(zero) for k in ("activations", "residue", "workspace")}
-        memory.setdefault(str(n), {})[str(stage)] = bare
+        terms = {"activations": dict(ZERO_LINE), "residue": dict(ZERO_LINE),
+                 "workspace": dict(ZERO_LINE), "optimizer_per_element": 0.0}
+        memory.setdefault(str(n), {})[str(stage)] = terms
         profile = Profile("(fitting)", {"fit": {**fit, "memory": memory}})
         tokens = [r["micro_batch"] * r["seq_len"] for r in group]
         sims = [_simulate_row(scenario, r, profile) for r in group]
-        act = [(r["phases"]["after_forward"] - r["phases"]["after_init"])
-               - (s.memory_at["after_forward"] - s.memory_at["after_init"])
-               for r, s in zip(group, sims)]
-        residue = [r["phases"]["after_step"] - s.memory_at["after_step"]
-                   for r, s in zip(group, sims)]
-        bare["activations"], bare["residue"] = _line_through(tokens, act), _line_through(tokens,
-                                                                                         residue)
+        terms["activations"] = _line_through(tokens, [
+            (r["phases"]["after_forward"] - r["phases"]["after_init"])
+            - (s.memory_at["after_forward"] - s.memory_at["after_init"])
+            for r, s in zip(group, sims)])
+        terms["residue"] = _line_through(tokens, [r["phases"]["after_step"]
+                                                  - s.memory_at["after_step"]
+                                                  for r, s in zip(group, sims)])
         profile = Profile("(fitting)", {"fit": {**fit, "memory": memory}})
         sims = [_simulate_row(scenario, r, profile) for r in group]
-        bare["workspace"] = _line_through(tokens, [r["peak_bytes"] - s.peak_bytes
-                                                   for r, s in zip(group, sims)])
+        elements = [_optimizer_elements(scenario, r) for r in group]
+        terms["optimizer_per_element"] = max(0.0, min(
+            (r["peak_bytes"] - s.memory_at["after_backward"]) / e
+            for r, s, e in zip(group, sims, elements)))
+        backward = [(t, r["peak_bytes"] - s.peak_bytes) for t, r, s, e in
+                    zip(tokens, group, sims, elements)
+                    if r["peak_bytes"] > s.memory_at["after_backward"]
+                    + terms["optimizer_per_element"] * e + _PEAK_SLACK_BYTES]
+        if backward:
+            terms["workspace"] = _line_through(*zip(*backward))
     return memory
+
+
+def fit_step(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dict[str, Any]:
+    """What the real stages' timed steps show beyond the microbenchmarks, per process count and
+    stage (medians over the calibration runs):
+    - compute_scale: in-step compute over the simulated (hooks, bucket bookkeeping, caches);
+    - collective_extra_s per op: in-step time per collective beyond the microbenchmark (ranks
+      arriving apart, launch), which depends on how the stage interleaves compute and collectives;
+    - other_s: time in neither compute nor a collective (storage resizes, copies, Python)."""
+    step: dict[str, Any] = {}
+    bare = Profile("(fitting)", {"fit": fit})
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        if r.get("timing"):
+            groups[int(r["processes"]), str(r["stage"])].append(r)
+    for (n, stage), runs in sorted(groups.items()):
+        scales, other = [], []
+        extra: dict[str, list] = defaultdict(list)
+        for r in runs:
+            sim = _simulate_row(scenario, r, bare, keep_events=True)
+            timing = r["timing"]
+            if sim.compute_s > 0:
+                scales.append(timing["compute_s"] / sim.compute_s)
+            simulated: dict[str, float] = defaultdict(float)
+            for e in sim.ranks[0].state.events:
+                if e["stream"] == "comm":
+                    simulated[e["op"]] += e["end_s"] - e["start_s"]
+            comm = 0.0
+            for key, calls in timing.items():
+                if key.startswith("calls_") and calls:
+                    op = key[len("calls_"):]
+                    comm += timing[f"comm_{op}_s"]
+                    extra[op].append((timing[f"comm_{op}_s"] - simulated[op]) / calls)
+            other.append(timing["step_time_s"] - timing["compute_s"] - comm)
+        entry = step.setdefault(str(n), {"compute_scale": {}, "collective_extra_s": {},
+                                         "other_s": {}})
+        entry["compute_scale"][stage] = float(np.median(scales)) if scales else 1.0
+        entry["collective_extra_s"][stage] = {op: max(0.0, float(np.median(v)))
+                                              for op, v in extra.items()}
+        entry["other_s"][stage] = max(0.0, float(np.median(other)))
+    return step
 
 
 def build_profile(scenario, raw: dict[str, Any]) -> dict[str, Any]:
@@ -217,10 +290,11 @@ def build_profile(scenario, raw: dict[str, Any]) -> dict[str, Any]:
     if meas.get("optimizer"):
         fit["optimizer"] = fit_optimizer(meas["optimizer"])
     if meas.get("memory") and not scenario.model.is_bare:
+        fit["step"] = fit_step(meas["memory"], scenario, fit)
         fit["memory"] = fit_memory(meas["memory"], scenario, fit)
     check_fit(fit, "(new)")
     return {**raw, "fit": fit}
 
 
 __all__ = ["UNITS", "build_profile", "fit_collectives", "fit_compute", "fit_line",
-           "fit_memory", "fit_optimizer", "fit_segments"]
+           "fit_memory", "fit_optimizer", "fit_segments", "fit_step"]

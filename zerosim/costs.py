@@ -28,7 +28,8 @@ def unit_kinds(model) -> list[str]:
     return [EMBEDDING] + [BLOCK] * model.layers + [HEAD]
 
 
-def compute_seconds(scenario, flops: list[UnitFlops]) -> tuple[list[float], list[float]]:
+def compute_seconds(scenario, flops: list[UnitFlops],
+                    stage: int) -> tuple[list[float], list[float]]:
     """Forward and backward seconds of each unit for one micro-batch on one rank."""
     c, t, profile = scenario.cluster, scenario.training, scenario.profile
     rate = c.peak_tflops * 1e12 * c.compute_efficiency
@@ -40,34 +41,56 @@ def compute_seconds(scenario, flops: list[UnitFlops]) -> tuple[list[float], list
             measured = None
             if profile is not None and not scenario.model.is_bare:
                 measured = profile.unit_time(scenario.world_size, kind, phase, work, tokens)
-            out.append(measured if measured is not None else work / rate)
+            out.append(measured * compute_scale(scenario, stage) if measured is not None
+                       else work / rate)
     return forward, backward
 
 
 @dataclass(frozen=True)
 class OptimizerCost:
-    overhead_s: float
-    s_per_element: float
+    """Seconds of the optimizer step over a partition of `elements`."""
+
+    scenario: object
+    bytes_per_element: int
+    scale: float = 1.0
 
     def seconds(self, elements: int) -> float:
-        return self.overhead_s + self.s_per_element * elements
+        profile, n = self.scenario.profile, self.scenario.world_size
+        measured = profile.optimizer_time(n, elements) if profile is not None else None
+        if measured is None:  # the bytes it moves over HBM bandwidth
+            measured = elements * self.bytes_per_element / (
+                self.scenario.cluster.hbm_bandwidth_GBps * 1e9)
+        return measured * self.scale
 
 
-def optimizer_cost(scenario, bytes_per_element: int) -> OptimizerCost:
-    """The optimizer step over the elements of a rank's partition: measured, or the bytes it
-    moves over HBM bandwidth."""
+def optimizer_cost(scenario, bytes_per_element: int, stage: int) -> OptimizerCost:
+    return OptimizerCost(scenario, bytes_per_element, compute_scale(scenario, stage))
+
+
+def compute_scale(scenario, stage: int) -> float:
+    """In-step compute over microbenchmarked compute, as the profile's real steps showed."""
     profile = scenario.profile
-    if profile is not None:
-        t0 = profile.optimizer_time(scenario.world_size, 0)
-        if t0 is not None:
-            return OptimizerCost(t0, profile.optimizer_time(scenario.world_size, 1) - t0)
-    return OptimizerCost(0.0, bytes_per_element / (scenario.cluster.hbm_bandwidth_GBps * 1e9))
+    return profile.compute_scale(scenario.world_size, stage) if profile is not None else 1.0
+
+
+def collective_extra_s(scenario, stage: int, op: str) -> float:
+    """Time a collective takes in a real step beyond its microbenchmark (the profile's)."""
+    profile = scenario.profile
+    if profile is None:
+        return 0.0
+    return profile.collective_extra_s(scenario.world_size, stage, op)
+
+
+def other_s(scenario, stage: int) -> float:
+    """Time per step in neither compute nor a collective (the profile's real steps)."""
+    profile = scenario.profile
+    return profile.other_s(scenario.world_size, stage) if profile is not None else 0.0
 
 
 def memory_terms(scenario, stage: int) -> dict[str, int]:
     """Bytes beyond the analytic model (activations, allocator residue, workspace) the profile
     measured for this stage; zeros without a profile."""
-    zero = {"activations": 0, "residue": 0, "workspace": 0}
+    zero = {"activations": 0, "residue": 0, "workspace": 0, "optimizer_per_element": 0.0}
     profile, t, m = scenario.profile, scenario.training, scenario.model
     if profile is None or m.is_bare:
         return zero

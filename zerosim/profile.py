@@ -10,9 +10,13 @@ A profile is one JSON object:
     measurements               raw microbenchmarks: collectives, compute, optimizer, memory
     fit                        collectives[impl][op][ranks] -> α-β segments by message size
                                compute[processes][unit][forward|backward] -> overhead + slope
-                               optimizer[processes] -> overhead + seconds per element
+                               optimizer[processes] -> α-β segments by shard elements
+                               step[processes] -> compute_scale[stage],
+                               collective_extra_s[stage][op], other_s[stage]: what real steps
+                               showed beyond the microbenchmarks
                                memory[processes][stage] -> activations, allocator residue,
-                               workspace (bytes = fixed + per_token * tokens)
+                               workspace (bytes = fixed + per_token * tokens), and the
+                               optimizer's temporaries per element
 
 Everything here is read-only lookups; the fitting lives in calibrate.py.
 """
@@ -127,10 +131,25 @@ class Profile:
         return line["overhead_s"] + line["slope"] * x
 
     def optimizer_time(self, processes: int, elements: int) -> float | None:
-        line = self._by_processes("optimizer", processes)
-        if line is None:
+        entry = self._by_processes("optimizer", processes)
+        if entry is None:
             return None
-        return line["overhead_s"] + line["s_per_element"] * elements
+        segments = entry["segments"]
+        seg = next((s for s in segments if elements <= s["max_bytes"]), segments[-1])
+        return seg["alpha_s"] + seg["s_per_byte"] * elements
+
+    # in-step corrections
+    def compute_scale(self, processes: int, stage: int) -> float:
+        entry = self._by_processes("step", processes)
+        return entry["compute_scale"].get(str(stage), 1.0) if entry else 1.0
+
+    def collective_extra_s(self, processes: int, stage: int, op: str) -> float:
+        entry = self._by_processes("step", processes)
+        return entry["collective_extra_s"].get(str(stage), {}).get(op, 0.0) if entry else 0.0
+
+    def other_s(self, processes: int, stage: int) -> float:
+        entry = self._by_processes("step", processes)
+        return entry["other_s"].get(str(stage), 0.0) if entry else 0.0
 
     # memory
     def memory_terms(self, processes: int, stage: int, tokens: int) -> dict[str, int] | None:
@@ -139,13 +158,24 @@ class Profile:
         if table is None or str(stage) not in table:
             return None
         terms = table[str(stage)]
-        return {k: max(0, round(terms[k]["fixed"] + terms[k]["per_token"] * tokens))
-                for k in MEMORY_TERMS}
+        out = {k: terms[k]["fixed"] + terms[k]["per_token"] * tokens for k in MEMORY_TERMS}
+        out["optimizer_per_element"] = terms.get("optimizer_per_element", 0.0)
+        return out
 
 
 def _check_number(where: str, value: Any, path: Path) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"profile {path}: {where} must be a finite number, got {value!r}")
+
+
+def _check_segments(where: str, entry: Any, path: Path) -> None:
+    """α-β segments: alpha_s + s_per_byte * size for sizes up to max_bytes ("bytes" are
+    elements for the optimizer)."""
+    if not entry["segments"]:
+        raise KeyError(f"{where}.segments")
+    for i, seg in enumerate(entry["segments"]):
+        for key in ("alpha_s", "s_per_byte", "max_bytes"):
+            _check_number(f"{where}.segments[{i}].{key}", seg[key], path)
 
 
 def check_fit(fit: Any, path: Path) -> None:
@@ -158,12 +188,7 @@ def check_fit(fit: Any, path: Path) -> None:
             for op, by_ranks in ops.items():
                 for n, entry in by_ranks.items():
                     int(n)
-                    if not entry["segments"]:
-                        raise KeyError("segments")
-                    for i, seg in enumerate(entry["segments"]):
-                        for key in ("alpha_s", "s_per_byte", "max_bytes"):
-                            _check_number(f"fit.collectives.{impl}.{op}.{n}.segments[{i}].{key}",
-                                          seg[key], path)
+                    _check_segments(f"fit.collectives.{impl}.{op}.{n}", entry, path)
         for n, units in fit.get("compute", {}).items():
             int(n)
             for unit, phases in units.items():
@@ -173,10 +198,17 @@ def check_fit(fit: Any, path: Path) -> None:
                         _check_number(f"fit.compute.{n}.{unit}.{phase}.{key}", line[key], path)
                     if line["per"] not in ("flop", "token"):
                         raise KeyError(f"{unit}.{phase}.per")
-        for n, line in fit.get("optimizer", {}).items():
+        for n, entry in fit.get("optimizer", {}).items():
             int(n)
-            for key in ("overhead_s", "s_per_element"):
-                _check_number(f"fit.optimizer.{n}.{key}", line[key], path)
+            _check_segments(f"fit.optimizer.{n}", entry, path)
+        for n, entry in fit.get("step", {}).items():
+            int(n)
+            for group in ("compute_scale", "other_s"):
+                for key, value in entry[group].items():
+                    _check_number(f"fit.step.{n}.{group}.{key}", value, path)
+            for stage, ops in entry["collective_extra_s"].items():
+                for op, value in ops.items():
+                    _check_number(f"fit.step.{n}.collective_extra_s.{stage}.{op}", value, path)
         for n, stages in fit.get("memory", {}).items():
             int(n)
             for stage, terms in stages.items():
@@ -184,6 +216,8 @@ def check_fit(fit: Any, path: Path) -> None:
                     for key in ("fixed", "per_token"):
                         _check_number(f"fit.memory.{n}.{stage}.{term}.{key}", terms[term][key],
                                       path)
+                _check_number(f"fit.memory.{n}.{stage}.optimizer_per_element",
+                              terms.get("optimizer_per_element", 0.0), path)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise InputError(f"profile {path}: malformed 'fit' section ({type(exc).__name__}: "
                          f"{exc}); re-run zero-real calibrate") from None

@@ -20,7 +20,9 @@ from typing import Iterator
 
 import simpy
 
-from zerosim.costs import OptimizerCost, compute_seconds, memory_terms, optimizer_cost
+from zerosim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
+                           other_s)
+from zerosim.engine import OTHER
 from zerosim.errors import InputError
 from zerosim.memory import (BYTES_PER_ELEMENT, FP32_BYTES, MOMENTS, STAGE2_LIVE_BUCKETS,
                             STAGE3_LIVE_LAYER_GRADS, StageMemory, shard_elements, stage_memory)
@@ -50,6 +52,8 @@ class StepShape:
     bucket_bytes: int
     allgather_bucket_bytes: int
     optimizer: OptimizerCost
+    optimizer_workspace_per_element: float
+    """Temporaries of the optimizer step per element it updates (a profile's measurement)."""
     prefetch_layers: int
     gradient_reduction: str
     overlap_comm: bool
@@ -57,6 +61,8 @@ class StepShape:
     """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
     residue_bytes: int
     """Bytes the allocator keeps after backward (a profile's measurement)."""
+    other_s: float
+    """Seconds per step in neither compute nor a collective (a profile's measurement)."""
 
 
 # A step costs a few simpy events per bucket and per all-gather chunk, and about ten times that
@@ -97,14 +103,14 @@ def step_shape(scenario, stage: int) -> StepShape:
                 mib_to_bytes(t.allgather_bucket_MiB))
     units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
-    forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t))
+    forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t), stage)
     extra = memory_terms(scenario, stage)
     activation_bytes = unit_activation_bytes(m, t)
     if extra["activations"]:  # measured activations: the analytic split, scaled to their total
         total = sum(activation_bytes)
         activation_bytes = ([max(0, round(a * (total + extra["activations"]) / total))
                              for a in activation_bytes] if total else
-                            activation_bytes[:-1] + [max(0, extra["activations"])])
+                            activation_bytes[:-1] + [max(0, round(extra["activations"]))])
     return StepShape(
         stage=stage, memory=stage_memory(scenario, stage), gather_elements=units,
         gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
@@ -113,10 +119,11 @@ def step_shape(scenario, stage: int) -> StepShape:
         params=psi, shard=shard_elements(psi, scenario.world_size),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
-        optimizer=optimizer_cost(scenario, bg + master + 2 * FP32_BYTES * moments),
+        optimizer=optimizer_cost(scenario, bg + master + 2 * FP32_BYTES * moments, stage),
+        optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
-        overlap_comm=t.overlap_comm, workspace_bytes=max(0, extra["workspace"]),
-        residue_bytes=max(0, extra["residue"]))
+        overlap_comm=t.overlap_comm, workspace_bytes=max(0, round(extra["workspace"])),
+        residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))
 
 
 class DDP:
@@ -144,6 +151,8 @@ class DDP:
         yield from self.drain()
         self.ctx.free("workspace")
         self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
+        if self.shape.other_s:
+            yield from self.ctx.compute(self.shape.other_s, OTHER, "backward", None)
         self.ctx.mark("after_backward")
         yield from self.optimizer_step()
         yield from self.drain()
@@ -212,8 +221,12 @@ class DDP:
         return self.shape.params
 
     def optimizer_step(self) -> Iterator:
-        duration_s = self.shape.optimizer.seconds(self.optimizer_elements())
-        yield from self.ctx.compute(duration_s, "optimizer", "step", None)
+        elements = self.optimizer_elements()
+        self.ctx.alloc("optimizer workspace", "workspace",
+                       round(self.shape.optimizer_workspace_per_element * elements))
+        yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
+                                    None)
+        self.ctx.free("optimizer workspace")
 
     # ZeRO-3 hooks: nothing to gather while parameters are replicated.
     def start_gathers(self, phase: str, units) -> None:

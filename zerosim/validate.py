@@ -46,6 +46,18 @@ def timed_steps(m: dict[str, Any]) -> list[int]:
 
 
 def measured_metrics(m: dict[str, Any]) -> dict[str, float]:
+    out = {k: v for k, v in step_figures(m).items() if not k.startswith("calls_")}
+    for point in PHASES:
+        values = [r["phases"].get(point) for r in m["ranks"]]
+        if values and all(v is not None for v in values):
+            out[f"memory_{point}_bytes"] = max(values)
+    out["peak_bytes"] = max(r["peak_bytes"] for r in m["ranks"])
+    return out
+
+
+def step_figures(m: dict[str, Any]) -> dict[str, float]:
+    """Medians over the timed steps of step_time_s, compute_s, exposed_comm_s, comm_<op>_s and
+    calls_<op> (collectives of that op per step)."""
     out: dict[str, float] = {}
     if not m.get("fake_world_size"):
         steps = set(timed_steps(m))
@@ -60,6 +72,8 @@ def measured_metrics(m: dict[str, Any]) -> dict[str, float]:
             starts[key] = min(starts.get(key, e["start_s"]), e["start_s"])
             name = "compute_s" if e["stream"] == "compute" else f"comm_{e['op']}_s"
             per[key][name] += e["end_s"] - e["start_s"]
+            if e["stream"] != "compute":
+                per[key][f"calls_{e['op']}"] += 1
         for key in starts:
             per[key]["step_time_s"] = ends[key] - starts[key]
             per[key]["exposed_comm_s"] = per[key]["step_time_s"] - per[key]["compute_s"]
@@ -70,11 +84,6 @@ def measured_metrics(m: dict[str, Any]) -> dict[str, float]:
                 for (rank, step), values in per.items():
                     by_step[step].append(values.get(name, 0.0))
                 out[name] = statistics.median(statistics.fmean(v) for v in by_step.values())
-    for point in PHASES:
-        values = [r["phases"].get(point) for r in m["ranks"]]
-        if values and all(v is not None for v in values):
-            out[f"memory_{point}_bytes"] = max(values)
-    out["peak_bytes"] = max(r["peak_bytes"] for r in m["ranks"])
     return out
 
 

@@ -1,0 +1,178 @@
+"""The closed loop, end to end: calibrate -> run -> validate, stages 0-3, on runs the fit never saw.
+
+    python bench/fidelity.py [--profile profiles/cpu_gloo_tiny.json] [--recalibrate]
+                             [--nproc 2] [--micro-batch 3] [--timed-steps 16]
+
+1. The profile: `zero-real calibrate` at micro-batches 1, 2, 4, 8 on 2..4 processes (skipped
+   when the profile exists, unless --recalibrate).
+2. Held-out runs: `zero-real run` of stages 0-3 at a micro-batch the fit did not see (3), on
+   --nproc processes, memory measured in 2 profiled steps, times in --timed-steps more; each
+   stage --repeats times, interleaved, the median taken (one run on a 2-core box varies by
+   about 10%).
+3. `zerosim validate` of each run with the profile.
+4. Held-out collectives: a fresh measurement of all_reduce, reduce_scatter and all_gather at sizes
+   between the profile's powers of two (1.5 x 2^k), against the profile's prediction.
+
+Prints per stage measured / simulated / error for step time, compute, communication and peak
+memory, then the figures the calibration issue sets bars on: peak memory error per stage, step
+time mean absolute error, collective time geomean error for sizes >= 64 KiB, and whether the
+simulator ranks the stages by memory and by step time as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "tiny_gpt_4rank_cpu.toml"
+PROFILE = ROOT / "profiles" / "cpu_gloo_tiny.json"
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def sh(*argv, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", *map(str, argv)], capture_output=True, text=True,
+                          cwd=ROOT)
+    if check and done.returncode not in (0, 1):
+        sys.exit(f"fidelity: {' '.join(map(str, argv))} failed ({done.returncode}):\n"
+                 f"{done.stderr.strip()}")
+    return done
+
+
+def ranking(values: dict[int, float]) -> list[int]:
+    return sorted(values, key=lambda stage: values[stage], reverse=True)
+
+
+def held_out_collectives(profile_path: Path, nproc: int, impl: str) -> list[dict]:
+    """Collectives at 1.5 x 2^k bytes (none of them in the profile), measured afresh."""
+    from zero_real.calibrate_bench import collectives_world
+    from zero_real.launch import spawn
+    from zerosim.profile import load_profile
+
+    sizes = [3 * 2 ** k for k in range(9, 24)]  # 1.5 KiB .. 24 MiB
+    cfg = {"backend": "gloo", "collective_modes": [impl], "sizes": sizes, "nproc": nproc,
+           "timeout_s": 120.0, "fake_world_size": None}
+    rows = spawn(collectives_world, nproc, cfg, 1200)[0]
+    profile = load_profile(profile_path)
+    for row in rows:
+        row["predicted_s"] = profile.collective_time(row["impl"], row["op"], row["ranks"],
+                                                     row["size_bytes"])
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", type=Path, default=PROFILE)
+    parser.add_argument("--recalibrate", action="store_true")
+    parser.add_argument("--calibrate-nproc", type=int, default=4)
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--micro-batch", type=int, default=3)
+    parser.add_argument("--timed-steps", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per stage (median)")
+    parser.add_argument("--max-size-MiB", type=float, default=64)
+    parser.add_argument("--collectives", default="native", choices=("native", "ring"))
+    args = parser.parse_args()
+
+    if args.recalibrate or not args.profile.exists():
+        start = time.perf_counter()
+        print(f"calibrating -> {args.profile} ...", flush=True)
+        sh("zero_real.cli", "calibrate", SCENARIO, "--nproc", args.calibrate_nproc,
+           "--micro-batches", "1,2,4,8", "--max-size-MiB", args.max_size_MiB,
+           "--out", args.profile)
+        print(f"  {time.perf_counter() - start:.0f} s", flush=True)
+    profile = json.loads(args.profile.read_text())
+    fitted = sorted({r["micro_batch"] for r in profile["measurements"].get("compute", [])})
+    if args.micro_batch in fitted:
+        sys.exit(f"fidelity: micro-batch {args.micro_batch} is in the fit ({fitted}): not held out")
+    prov = profile["provenance"]
+    print(f"profile {args.profile.relative_to(ROOT) if args.profile.is_relative_to(ROOT) else args.profile}: "
+          f"{prov.get('hardware')}, {prov.get('backend')}, torch {prov.get('torch_version')}, "
+          f"{prov.get('date')}; fitted at micro-batches {fitted}")
+    print(f"held out: stages 0-3 on {args.nproc} processes at micro-batch {args.micro_batch}, "
+          f"{args.collectives} collectives, {args.timed_steps} timed steps\n")
+
+    runs: dict[int, list[dict]] = {stage: [] for stage in range(4)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):  # interleaved: a slow spell of the box hits every stage
+            for stage in range(4):
+                out = Path(tmp) / f"m{stage}_{repeat}.json"
+                sh("zero_real.cli", "run", SCENARIO, "--stage", stage, "--nproc", args.nproc,
+                   "--collectives", args.collectives,
+                   "--set", f"training.micro_batch={args.micro_batch}",
+                   "--steps", 2, "--timed-steps", args.timed_steps, "--out", out)
+                done = sh("zerosim.cli", "validate", out, "--profile", args.profile, "--json")
+                runs[stage].append({x["name"]: x for x in json.loads(done.stdout)["metrics"]})
+    # per metric: the median of the runs' medians against the (deterministic) simulation
+    reports: dict[int, dict[str, dict]] = {}
+    spread: dict[int, tuple[float, float]] = {}
+    for stage, reps in runs.items():
+        reports[stage] = {}
+        for name in reps[0]:
+            values = [r[name]["measured"] for r in reps if r.get(name, {}).get("measured")]
+            sim = reps[0][name]["simulated"]
+            meas = statistics.median(values) if values else None
+            err = (sim - meas) / meas * 100 if meas and sim is not None else None
+            reports[stage][name] = {"measured": meas, "simulated": sim, "error_pct": err}
+        steps = [r["step_time_s"]["measured"] for r in reps]
+        spread[stage] = (min(steps), max(steps))
+
+    def cell(stage: int, name: str, scale: float) -> str:
+        x = reports[stage].get(name)
+        if x is None or x["measured"] is None:
+            return f"{'-':>26}"
+        err = "" if x["error_pct"] is None else f"{x['error_pct']:+6.1f}%"
+        return f"{x['measured'] * scale:8.2f} {x['simulated'] * scale:8.2f} {err:>8}"
+
+    names = [("step_time_s", 1e3), ("compute_s", 1e3), ("exposed_comm_s", 1e3), ("peak_bytes", 1e-6)]
+    print(f"{'stage':<6}" + "".join(f"{n + (' ms' if n.endswith('_s') else ' MB'):>27}" for n, _ in names))
+    print(f"{'':<6}" + f"{'measured  simulated    error':>27}" * len(names))
+    for stage in range(4):
+        print(f"{stage:<6}" + "".join(f" {cell(stage, n, k)}" for n, k in names))
+
+    step_err = [abs(reports[s]["step_time_s"]["error_pct"]) for s in range(4)]
+    peak_err = [abs(reports[s]["peak_bytes"]["error_pct"]) for s in range(4)]
+    comm_names = sorted({n for s in range(4) for n in reports[s] if n.startswith("comm_")})
+    for name in comm_names:
+        print(f"{name:<24}" + "  ".join(cell(s, name, 1e3) if name in reports[s] else " " * 26
+                                        for s in range(4)) + "   (ms, stages 0-3)")
+    print()
+    rank_of = {}
+    for name in ("peak_bytes", "step_time_s"):
+        measured = ranking({s: reports[s][name]["measured"] for s in range(4)})
+        simulated = ranking({s: reports[s][name]["simulated"] for s in range(4)})
+        rank_of[name] = (measured, simulated)
+    print(f"peak memory error per stage: {', '.join(f'{e:.2f}%' for e in peak_err)} "
+          f"(max {max(peak_err):.2f}%; bar 3%)")
+    print(f"step time mean |error| over stages 0-3: {statistics.fmean(step_err):.1f}% "
+          f"(per stage {', '.join(f'{e:.1f}%' for e in step_err)}; bar 10%)")
+    print("measured step time spread over the runs (min-max): " + ", ".join(
+        f"stage {s} {lo * 1e3:.1f}-{hi * 1e3:.1f} ms" for s, (lo, hi) in spread.items()))
+    for name, (measured, simulated) in rank_of.items():
+        print(f"ranking by {name}: measured {measured}, simulated {simulated}: "
+              f"{'same' if measured == simulated else 'DIFFERENT'}")
+
+    rows = held_out_collectives(args.profile, args.nproc, args.collectives)
+    big = [r for r in rows if r["size_bytes"] >= 64 * 2 ** 10]
+    logs = [abs(math.log(r["predicted_s"] / r["time_s"])) for r in big]
+    geomean = math.exp(statistics.fmean(logs)) - 1
+    print(f"\nheld-out collectives ({args.collectives}, {args.nproc} ranks, 1.5 x 2^k bytes):")
+    for r in rows:
+        print(f"  {r['op']:<15} {r['size_bytes']:>10,} B  measured {r['time_s'] * 1e3:9.3f} ms  "
+              f"predicted {r['predicted_s'] * 1e3:9.3f} ms  "
+              f"{(r['predicted_s'] / r['time_s'] - 1) * 100:+6.1f}%")
+    print(f"collective time geomean |error|, sizes >= 64 KiB: {geomean * 100:.1f}% "
+          f"over {len(big)} points (bar 10%)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
