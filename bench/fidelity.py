@@ -1,7 +1,7 @@
 """The closed loop, end to end: calibrate -> run -> validate, stages 0-3, on runs the fit never saw.
 
     python bench/fidelity.py [--profile profiles/cpu_gloo_tiny.json] [--recalibrate]
-                             [--nproc 2] [--micro-batch 3] [--timed-steps 16]
+                             [--nproc 2] [--micro-batch 3] [--timed-steps 30] [--repeats 3]
 
 1. The profile: `zero-real calibrate` at micro-batches 1, 2, 4, 8 on 2..4 processes (skipped
    when the profile exists, unless --recalibrate).
@@ -11,7 +11,9 @@
    about 10%).
 3. `zerosim validate` of each run with the profile.
 4. Held-out collectives: a fresh measurement of all_reduce, reduce_scatter and all_gather at sizes
-   between the profile's powers of two (1.5 x 2^k), against the profile's prediction.
+   between the profile's powers of two (1.5 x 2^k), against the profile's prediction. The
+   geomean error is exp(mean |ln(predicted / measured)|) - 1: symmetric, so 2x and 0.5x both
+   count as 100%.
 
 Prints per stage measured / simulated / error for step time, compute, communication and peak
 memory, then the figures the calibration issue sets bars on: peak memory error per stage, step
@@ -39,9 +41,11 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 def sh(*argv, check: bool = True) -> subprocess.CompletedProcess:
+    """A command; exit 1 is accepted from `zerosim validate` only (over tolerance is a result)."""
     done = subprocess.run([sys.executable, "-m", *map(str, argv)], capture_output=True, text=True,
                           cwd=ROOT)
-    if check and done.returncode not in (0, 1):
+    accepted = (0, 1) if argv[:2] == ("zerosim.cli", "validate") else (0,)
+    if check and done.returncode not in accepted:
         sys.exit(f"fidelity: {' '.join(map(str, argv))} failed ({done.returncode}):\n"
                  f"{done.stderr.strip()}")
     return done
@@ -51,7 +55,8 @@ def ranking(values: dict[int, float]) -> list[int]:
     return sorted(values, key=lambda stage: values[stage], reverse=True)
 
 
-def held_out_collectives(profile_path: Path, nproc: int, impl: str) -> list[dict]:
+def held_out_collectives(profile_path: Path, nproc: int, impl: str,
+                         seconds_per_size: float) -> list[dict]:
     """Collectives at 1.5 x 2^k bytes (none of them in the profile), measured afresh."""
     from zero_real.calibrate_bench import collectives_world
     from zero_real.launch import spawn
@@ -59,7 +64,7 @@ def held_out_collectives(profile_path: Path, nproc: int, impl: str) -> list[dict
 
     sizes = [3 * 2 ** k for k in range(9, 24)]  # 1.5 KiB .. 24 MiB
     cfg = {"backend": "gloo", "collective_modes": [impl], "sizes": sizes, "nproc": nproc,
-           "timeout_s": 120.0, "fake_world_size": None}
+           "timeout_s": 120.0, "fake_world_size": None, "seconds_per_size": seconds_per_size}
     rows = spawn(collectives_world, nproc, cfg, 1200)[0]
     profile = load_profile(profile_path)
     for row in rows:
@@ -77,6 +82,8 @@ def main() -> int:
     parser.add_argument("--micro-batch", type=int, default=3)
     parser.add_argument("--timed-steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3, help="runs per stage (median)")
+    parser.add_argument("--seconds-per-size", type=float, default=0.5,
+                        help="timed iterations per collective size (calibrate and held-out)")
     parser.add_argument("--max-size-MiB", type=float, default=64)
     parser.add_argument("--collectives", default="native", choices=("native", "ring"))
     args = parser.parse_args()
@@ -86,6 +93,7 @@ def main() -> int:
         print(f"calibrating -> {args.profile} ...", flush=True)
         sh("zero_real.cli", "calibrate", SCENARIO, "--nproc", args.calibrate_nproc,
            "--micro-batches", "1,2,4,8", "--max-size-MiB", args.max_size_MiB,
+           "--seconds-per-size", args.seconds_per_size,
            "--out", args.profile)
         print(f"  {time.perf_counter() - start:.0f} s", flush=True)
     profile = json.loads(args.profile.read_text())
@@ -159,7 +167,7 @@ def main() -> int:
         print(f"ranking by {name}: measured {measured}, simulated {simulated}: "
               f"{'same' if measured == simulated else 'DIFFERENT'}")
 
-    rows = held_out_collectives(args.profile, args.nproc, args.collectives)
+    rows = held_out_collectives(args.profile, args.nproc, args.collectives, args.seconds_per_size)
     big = [r for r in rows if r["size_bytes"] >= 64 * 2 ** 10]
     logs = [abs(math.log(r["predicted_s"] / r["time_s"])) for r in big]
     geomean = math.exp(statistics.fmean(logs)) - 1

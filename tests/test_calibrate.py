@@ -191,6 +191,13 @@ def test_memory_terms_reproduce_what_the_stage_showed(profile_path, stage):
      '[{"alpha_s": NaN, "s_per_byte": 1, "max_bytes": 9}]}}}}', "fit.optimizer.2.segments[0]"),
     ('{"format": "zerosim-profile", "version": 1, "fit": {"compute": {"2": {"block": {}}}}}',
      "malformed"),
+    ('{"format": "zerosim-profile", "version": 1, "fit": {"collectives": {"native": '
+     '{"all_reduce": {"1": {"segments": []}}}}}}', "whole number >= 2"),
+    ('{"format": "zerosim-profile", "version": 1, "fit": {"collectives": {"native": '
+     '{"broadcast": {}}}}}', "prices only all_reduce"),
+    ('{"format": "zerosim-profile", "version": 1, "fit": {"optimizer": {"2": {"segments": '
+     '[{"alpha_s": -1, "s_per_byte": 1, "max_bytes": 9}]}}}}', "must be >= 0"),
+    ('{"format": "zerosim-profile", "version": 1, "fit": {"optimizer": []}}', "malformed"),
 ])
 def test_missing_or_malformed_profile_is_one_line_exit_2(write, tmp_path, content, fragment):
     profile = tmp_path / "p.json"
@@ -301,9 +308,64 @@ def test_validate_cli_exit_codes_and_json(tmp_path, profile_path):
     ('{"stage": 1}', [], "not a zero-real measurement"),
     ("{}", ["--tolerance-pct", "0"], "--tolerance-pct 0"),
     ("{}", ["--tolerance-pct", "x"], "'x' is not a number"),
+    ('{"scenario": "s.toml", "stage": 9, "world_size": 2, "events": [], "ranks": [], '
+     '"memory_samples": [], "steps": 1}', [], "stage 9"),
+    ('{"scenario": 5, "stage": 1, "world_size": 2, "events": [], "ranks": [], '
+     '"memory_samples": [], "steps": 1}', [], "'scenario' must be a path"),
+    (json.dumps({"scenario": str(TINY), "stage": 1, "world_size": 2, "events": [{"rank": 0}],
+                 "ranks": [], "memory_samples": [], "steps": 1}), [], "malformed measurement"),
 ])
 def test_validate_bad_input_is_one_line_exit_2(tmp_path, content, extra, fragment):
     path = tmp_path / "m.json"
     if content is not None:
         path.write_text(content)
     assert_one_line_error(run_zerosim("validate", str(path), *extra), fragment)
+
+
+SCALE, EXTRA_PER_CALL, OTHER = 1.3, {"all_reduce": 2e-4, "reduce_scatter": 3e-4,
+                                     "all_gather": 1e-4}, 5e-4
+
+
+def test_in_step_corrections_are_recovered_and_applied(profile_path):
+    """Timed steps of the real stages 30% slower in compute, each collective slower by a known
+    amount per call, and 0.5 ms of bookkeeping: fit_step recovers them, and the simulator at a
+    micro-batch the fit never saw reproduces such a step."""
+    from zerosim.calibrate import _simulate_row
+    from zerosim.profile import Profile
+
+    scenario = load_scenario(TINY)
+    raw = synthetic_raw(scenario, processes=(2,), micro_batches=(1, 2, 4))
+    fitted = load_profile(profile_path).fit
+    bare = Profile("bare", {"fit": {k: v for k, v in fitted.items() if k in
+                                    ("collectives", "compute", "optimizer")}})
+
+    def real_step(sim):
+        comm = {}
+        for e in sim.ranks[0].state.events:
+            if e["stream"] == "comm":
+                comm.setdefault(e["op"], [0.0, 0])
+                comm[e["op"]][0] += e["end_s"] - e["start_s"] + EXTRA_PER_CALL[e["op"]]
+                comm[e["op"]][1] += 1
+        timing = {"compute_s": SCALE * sim.compute_s}
+        for op, (t, calls) in comm.items():
+            timing[f"comm_{op}_s"], timing[f"calls_{op}"] = t, calls
+        timing["step_time_s"] = timing["compute_s"] + sum(t for t, _ in comm.values()) + OTHER
+        return timing
+
+    for row in raw["measurements"]["memory"]:
+        row["timing"] = real_step(_simulate_row(scenario, row, bare, keep_events=True))
+    step = build_profile(scenario, raw)["fit"]["step"]["2"]
+    for stage in "0123":
+        assert step["compute_scale"][stage] == pytest.approx(SCALE)
+        assert step["other_s"][stage] == pytest.approx(OTHER)
+        for op, extra in step["collective_extra_s"][stage].items():
+            assert extra == pytest.approx(EXTRA_PER_CALL[op])
+    path = profile_path.parent / "with_step.json"
+    path.write_text(json.dumps(build_profile(scenario, raw)))
+    for stage in range(4):
+        held_out = {"processes": 2, "stage": stage, "micro_batch": 3,
+                    "seq_len": scenario.training.seq_len}
+        expected = real_step(_simulate_row(scenario, held_out, bare, keep_events=True))
+        got = _simulate_row(scenario, held_out, load_profile(path))
+        assert got.compute_s == pytest.approx(expected["compute_s"], rel=1e-9)
+        assert got.step_time_s == pytest.approx(expected["step_time_s"], rel=1e-9)

@@ -2,7 +2,7 @@
 (n = 1 alone when N = 1), launched like `zero-real run --nproc n`, every rank measures
 collectives, compute per unit, the optimizer and the real stages' memory (calibrate_bench.py);
 this side checks the request, starts each world, shows progress, and writes one JSON profile:
-the raw measurements, or what zerosim.calibrate.build_profile makes of them when it exists.
+the raw measurements and what zerosim.calibrate.build_profile fits from them.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def plan(args) -> dict:
     if args.nproc < 1:
         raise InputError(f"--nproc {args.nproc} must be >= 1")
     _positive("--timeout-s", args.timeout_s)
+    _positive("--seconds-per-size", args.seconds_per_size)
     _positive("--run-timeout-s", args.run_timeout_s)
     modes, sizes = _modes(args.collectives), _sizes(args, args.nproc)
     _check_out(args.out)
@@ -108,8 +109,10 @@ def plan(args) -> dict:
                          f"{torch.cuda.device_count()}; use --backend gloo on CPU")
 
     def load(n: int, *extra: str):
-        return load_scenario(args.scenario, [*args.overrides, "cluster.nodes=1",
-                                             f"cluster.gpus_per_node={n}", *extra])
+        # cluster.profile = "": the scenario may name the very profile being written
+        return load_scenario(args.scenario, [*args.overrides, 'cluster.profile=""',
+                                             "cluster.nodes=1", f"cluster.gpus_per_node={n}",
+                                             *extra])
 
     scenario = load(args.nproc)
     if scenario.model.is_bare:
@@ -124,7 +127,8 @@ def plan(args) -> dict:
     for n in range(2, args.nproc + 1) if args.nproc > 1 else [1]:
         worlds[n] = {
             "scenario": load(n), "backend": args.backend, "collective_modes": modes,
-            "sizes": sizes, "micro_batches": micro_batches, "optimizer_elements": elements,
+            "sizes": sizes, "seconds_per_size": args.seconds_per_size,
+            "micro_batches": micro_batches, "optimizer_elements": elements,
             "lr": 1e-3, "timeout_s": args.timeout_s, "nproc": n,
             "memory_scenarios": {(s, b): load(n, f"training.zero_stage={s}",
                                               f"training.micro_batch={b}")
@@ -187,27 +191,17 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
 
 
 def fit(scenario, raw: dict, out: str) -> dict:
-    """zerosim's fit when it exists (zerosim.calibrate.build_profile), else the raw profile."""
-    import importlib
-    import importlib.util
+    """zerosim's fit (zerosim.calibrate.build_profile); if it fails, the raw measurements are
+    kept beside the output before the error is reported."""
+    from zerosim.calibrate import build_profile
 
-    import zerosim
-
-    spec = importlib.util.find_spec("zerosim.calibrate")
-    # Only the zerosim beside this zero_real: an editable install's finder also resolves modules
-    # missing here from the checkout it was installed from (another branch's work in progress).
-    if spec is None or Path(spec.origin).parent != Path(zerosim.__file__).parent:
-        return raw
-    build_profile = getattr(importlib.import_module("zerosim.calibrate"), "build_profile", None)
-    if build_profile is None:
-        return raw
     try:
         return build_profile(scenario, raw)
-    except InputError as exc:  # keep what took minutes to measure
+    except Exception as exc:  # noqa: BLE001 - keep what took minutes to measure, whatever failed
         kept = str(Path(out).with_suffix(".raw.json"))
         write_json(kept, raw)
-        raise InputError(f"fitting the profile failed: {exc}; the measurements are in {kept}") \
-            from None
+        raise InputError(f"fitting the profile failed ({type(exc).__name__}: {exc}); the "
+                         f"measurements are in {kept}") from None
 
 
 def write_json(path: str, data: dict) -> None:
@@ -235,7 +229,7 @@ def reproduce(args) -> str:
         argv += ["--micro-batches", args.micro_batches]
     for override in args.overrides:
         argv += ["--set", override]
-    argv += ["--timeout-s", f"{args.timeout_s:g}"]
+    argv += ["--seconds-per-size", f"{args.seconds_per_size:g}", "--timeout-s", f"{args.timeout_s:g}"]
     if args.run_timeout_s is not None:
         argv += ["--run-timeout-s", f"{args.run_timeout_s:g}"]
     return shlex.join([*argv, "--out", args.out])

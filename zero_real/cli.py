@@ -313,6 +313,9 @@ def build_parser() -> Parser:
     cal.add_argument("--max-size-MiB", dest="max_size_MiB", type=float, default=256.0,
                      help="largest collective buffer, MiB (default 256); sizes double from the "
                           "smallest")
+    cal.add_argument("--seconds-per-size", dest="seconds_per_size", type=float, default=0.3,
+                     metavar="S", help="timed iterations per collective size last about S "
+                                       "seconds (5 to 500 iterations; default 0.3)")
     cal.add_argument("--micro-batches", metavar="B,B,...",
                      help="micro-batches for compute and memory (default: 1, the scenario's, "
                           "twice it)")

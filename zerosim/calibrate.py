@@ -9,7 +9,8 @@
   unit's FLOPs (zerosim.model.unit_flops), or its tokens where it has none (the embedding lookup).
 - Optimizer step: α-β segments over the elements of the shard it updates.
 - In-step corrections, from the real stages' own timed steps (fit_step): compute in a step over
-  the microbenchmarked units, and each collective's extra time per call in a step.
+  the microbenchmarked units, each collective's extra time per call in a step, and the time in
+  neither (other_s: bookkeeping such as storage resizes and copies).
 - Memory: what the real stages held beyond the analytic model, per stage: activations (after
   forward), allocator residue (after the step), optimizer temporaries per element, and backward's
   workspace on top of the simulated peak (the logits' gradient, autograd temporaries).
@@ -221,15 +222,17 @@ def fit_memory(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dic
         terms["residue"] = _line_through(tokens, [r["phases"]["after_step"]
                                                   - s.memory_at["after_step"]
                                                   for r, s in zip(group, sims)])
+        residue, terms["residue"] = terms["residue"], dict(ZERO_LINE)  # a peak in backward
         profile = Profile("(fitting)", {"fit": {**fit, "memory": memory}})
         sims = [_simulate_row(scenario, r, profile) for r in group]
+        terms["residue"] = residue
         elements = [_optimizer_elements(scenario, r) for r in group]
         terms["optimizer_per_element"] = max(0.0, min(
-            (r["peak_bytes"] - s.memory_at["after_backward"]) / e
-            for r, s, e in zip(group, sims, elements)))
+            (r["peak_bytes"] - r["phases"]["after_backward"]) / e
+            for r, e in zip(group, elements)))
         backward = [(t, r["peak_bytes"] - s.peak_bytes) for t, r, s, e in
                     zip(tokens, group, sims, elements)
-                    if r["peak_bytes"] > s.memory_at["after_backward"]
+                    if r["peak_bytes"] > r["phases"]["after_backward"]
                     + terms["optimizer_per_element"] * e + _PEAK_SLACK_BYTES]
         if backward:
             terms["workspace"] = _line_through(*zip(*backward))
@@ -258,17 +261,23 @@ def fit_step(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dict[
             if sim.compute_s > 0:
                 scales.append(timing["compute_s"] / sim.compute_s)
             simulated: dict[str, float] = defaultdict(float)
+            sim_calls: dict[str, int] = defaultdict(int)
             for e in sim.ranks[0].state.events:
                 if e["stream"] == "comm":
                     simulated[e["op"]] += e["end_s"] - e["start_s"]
+                    sim_calls[e["op"]] += 1
             comm = 0.0
             for key, calls in timing.items():
-                if key.startswith("calls_") and calls:
-                    op = key[len("calls_"):]
+                if not key.startswith("calls_") or not calls:
+                    continue
+                op = key[len("calls_"):]
+                if sim_calls[op]:  # per collective the simulator runs (it may run fewer)
                     comm += timing[f"comm_{op}_s"]
-                    extra[op].append((timing[f"comm_{op}_s"] - simulated[op]) / calls)
+                    extra[op].append((timing[f"comm_{op}_s"] - simulated[op]) / sim_calls[op])
+            # what the simulator has no collective for (fp16's overflow check) counts as other
             other.append(timing["step_time_s"] - timing["compute_s"] - comm)
-        entry = step.setdefault(str(n), {"compute_scale": {}, "collective_extra_s": {},
+        entry = step.setdefault(str(n), {"impl": runs[0].get("collectives", "native"),
+                                         "compute_scale": {}, "collective_extra_s": {},
                                          "other_s": {}})
         entry["compute_scale"][stage] = float(np.median(scales)) if scales else 1.0
         entry["collective_extra_s"][stage] = {op: max(0.0, float(np.median(v)))

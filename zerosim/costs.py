@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from zerosim.collectives.ring import FLAT, Group, Phase
 from zerosim.model import UnitFlops
 from zerosim.network import INTER
+from zerosim.profile import COLLECTIVE_OPS
 
 # zero_real's and the profile's names for the gather units of model.py
 EMBEDDING, BLOCK, HEAD = "embedding", "block", "head"
@@ -78,7 +79,8 @@ def collective_extra_s(scenario, stage: int, op: str) -> float:
     profile = scenario.profile
     if profile is None:
         return 0.0
-    return profile.collective_extra_s(scenario.world_size, stage, op)
+    return profile.collective_extra_s(scenario.world_size, stage, op,
+                                      scenario.cluster.collective_impl)
 
 
 def other_s(scenario, stage: int) -> float:
@@ -101,9 +103,11 @@ def memory_terms(scenario, stage: int) -> dict[str, int]:
 def price_phases(scenario, op: str, size_bytes: float, group: Group,
                  phases: list[Phase]) -> list[Phase]:
     """Phases inside one node priced by the profile's fit of `op` (its per-step latency and bus
-    bandwidth for this message size); phases between nodes keep the preset's links."""
+    bandwidth for this message size); phases between nodes keep the preset's links. For the ops
+    a profile measured, its fit wins over cluster.intra_node_bandwidth_GBps and latency (those
+    keys then describe only what it did not measure: broadcast, reduce)."""
     profile = scenario.profile
-    if profile is None or not phases:
+    if profile is None or not phases or op not in COLLECTIVE_OPS:
         return phases
     c = scenario.cluster
     out = []

@@ -137,7 +137,7 @@ def _resolve_cluster(table: dict[str, Any], base_dir: Path) -> tuple[ClusterConf
     if gpu not in GPU_PRESETS:
         raise InputError(f"cluster.gpu = {gpu!r} is not a preset; known: {', '.join(GPU_PRESETS)}")
     profile, measured = None, {}
-    if table.get("profile") is not None:
+    if table.get("profile"):  # "" means none (zero-real calibrate, writing the profile, sets it)
         from zerosim.profile import load_profile
 
         profile = load_profile(base_dir / _coerce("cluster.profile", table["profile"], "str"))

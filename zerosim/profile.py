@@ -33,6 +33,8 @@ from zerosim.files import read_json_object
 
 FORMAT, VERSION = "zerosim-profile", 1
 UNITS = ("embedding", "block", "head")
+# What calibrate measures; broadcast and reduce keep the preset's links.
+COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 MEMORY_TERMS = ("activations", "residue", "workspace")
 
 
@@ -63,9 +65,9 @@ class Profile:
         return self.data.get("provenance", {})
 
     def describe(self) -> str:
-        p = self.provenance
+        p = self.provenance if isinstance(self.provenance, dict) else {}
         return (f"{self.path} ({p.get('hardware', '?')}, {p.get('backend', '?')}, "
-                f"torch {p.get('torch_version', '?')}, {p.get('date', '?')[:10]})")
+                f"torch {p.get('torch_version', '?')}, {str(p.get('date', '?'))[:10]})")
 
     # collectives
     def collective_time(self, impl: str, op: str, n: int, size_bytes: float) -> float | None:
@@ -143,9 +145,12 @@ class Profile:
         entry = self._by_processes("step", processes)
         return entry["compute_scale"].get(str(stage), 1.0) if entry else 1.0
 
-    def collective_extra_s(self, processes: int, stage: int, op: str) -> float:
+    def collective_extra_s(self, processes: int, stage: int, op: str, impl: str) -> float:
+        """Measured with the implementation the calibration's stage runs used; none for another."""
         entry = self._by_processes("step", processes)
-        return entry["collective_extra_s"].get(str(stage), {}).get(op, 0.0) if entry else 0.0
+        if not entry or entry.get("impl", "native") != impl:
+            return 0.0
+        return entry["collective_extra_s"].get(str(stage), {}).get(op, 0.0)
 
     def other_s(self, processes: int, stage: int) -> float:
         entry = self._by_processes("step", processes)
@@ -163,9 +168,18 @@ class Profile:
         return out
 
 
-def _check_number(where: str, value: Any, path: Path) -> None:
+def _check_number(where: str, value: Any, path: Path, signed: bool = False) -> None:
+    """A finite number, >= 0 unless `signed` (times, sizes and rates cannot be negative)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"profile {path}: {where} must be a finite number, got {value!r}")
+    if not signed and value < 0:
+        raise InputError(f"profile {path}: {where} = {value!r} must be >= 0")
+
+
+def _check_count(where: str, key: Any, path: Path, least: int) -> None:
+    if not isinstance(key, str) or not key.isdigit() or str(int(key)) != key or int(key) < least:
+        raise InputError(f"profile {path}: {where} key {key!r} must be a whole number >= {least} "
+                         f"written plainly (\"2\")")
 
 
 def _check_segments(where: str, entry: Any, path: Path) -> None:
@@ -186,11 +200,14 @@ def check_fit(fit: Any, path: Path) -> None:
     try:
         for impl, ops in fit.get("collectives", {}).items():
             for op, by_ranks in ops.items():
+                if op not in COLLECTIVE_OPS:
+                    raise InputError(f"profile {path}: fit.collectives.{impl}.{op}: zerosim prices "
+                                     f"only {', '.join(COLLECTIVE_OPS)} from a profile")
                 for n, entry in by_ranks.items():
-                    int(n)
+                    _check_count(f"fit.collectives.{impl}.{op}", n, path, 2)
                     _check_segments(f"fit.collectives.{impl}.{op}.{n}", entry, path)
         for n, units in fit.get("compute", {}).items():
-            int(n)
+            _check_count("fit.compute", n, path, 1)
             for unit, phases in units.items():
                 for phase in ("forward", "backward"):
                     line = phases[phase]
@@ -199,10 +216,10 @@ def check_fit(fit: Any, path: Path) -> None:
                     if line["per"] not in ("flop", "token"):
                         raise KeyError(f"{unit}.{phase}.per")
         for n, entry in fit.get("optimizer", {}).items():
-            int(n)
+            _check_count("fit.optimizer", n, path, 1)
             _check_segments(f"fit.optimizer.{n}", entry, path)
         for n, entry in fit.get("step", {}).items():
-            int(n)
+            _check_count("fit.step", n, path, 1)
             for group in ("compute_scale", "other_s"):
                 for key, value in entry[group].items():
                     _check_number(f"fit.step.{n}.{group}.{key}", value, path)
@@ -210,14 +227,16 @@ def check_fit(fit: Any, path: Path) -> None:
                 for op, value in ops.items():
                     _check_number(f"fit.step.{n}.collective_extra_s.{stage}.{op}", value, path)
         for n, stages in fit.get("memory", {}).items():
-            int(n)
+            _check_count("fit.memory", n, path, 1)
             for stage, terms in stages.items():
-                for term in MEMORY_TERMS:
+                for term in MEMORY_TERMS:  # bytes beyond the analytic model: may be negative
                     for key in ("fixed", "per_token"):
                         _check_number(f"fit.memory.{n}.{stage}.{term}.{key}", terms[term][key],
-                                      path)
+                                      path, signed=True)
                 _check_number(f"fit.memory.{n}.{stage}.optimizer_per_element",
                               terms.get("optimizer_per_element", 0.0), path)
+    except InputError:
+        raise
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise InputError(f"profile {path}: malformed 'fit' section ({type(exc).__name__}: "
                          f"{exc}); re-run zero-real calibrate") from None

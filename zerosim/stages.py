@@ -4,7 +4,8 @@ the difference it makes (the ZeRO paper, Rajbhandari et al. 2020, §5 and §7).
 A step is: forward unit by unit, backward in reverse producing gradients, their reduction, the
 optimizer step. Units are the ZeRO-3 gather units of model.py (embedding, layers, head).
 Memory moves exactly as memory.py counts it, so the timeline's steady points equal the analytic
-model byte for byte and its peak never exceeds the analytic peak:
+model byte for byte and its peak never exceeds the analytic peak (without a calibration profile;
+a profile adds what the real stages showed beyond the model: costs.memory_terms):
 - DDP / ZeRO-1 reduce gradients in place on the persistent flat buffer: buckets are slices of it;
 - ZeRO-2 copies gradients into separate bucket buffers, at most 2 alive (one filling, one
   reducing: a third waits, stalling backward), and frees them once reduced;
@@ -146,11 +147,14 @@ class DDP:
         self.ctx.mark("after_init")
         yield from self.forward()
         self.ctx.mark("after_forward")
-        self.ctx.alloc("workspace", "workspace", self.shape.workspace_bytes)
+        if self.shape.workspace_bytes:
+            self.ctx.alloc("workspace", "workspace", self.shape.workspace_bytes)
         yield from self.backward()
         yield from self.drain()
-        self.ctx.free("workspace")
-        self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
+        if self.shape.workspace_bytes:
+            self.ctx.free("workspace")
+        if self.shape.residue_bytes:
+            self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
         if self.shape.other_s:
             yield from self.ctx.compute(self.shape.other_s, OTHER, "backward", None)
         self.ctx.mark("after_backward")
@@ -222,11 +226,13 @@ class DDP:
 
     def optimizer_step(self) -> Iterator:
         elements = self.optimizer_elements()
-        self.ctx.alloc("optimizer workspace", "workspace",
-                       round(self.shape.optimizer_workspace_per_element * elements))
+        workspace = round(self.shape.optimizer_workspace_per_element * elements)
+        if workspace:
+            self.ctx.alloc("optimizer workspace", "workspace", workspace)
         yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
                                     None)
-        self.ctx.free("optimizer workspace")
+        if workspace:
+            self.ctx.free("optimizer workspace")
 
     # ZeRO-3 hooks: nothing to gather while parameters are replicated.
     def start_gathers(self, phase: str, units) -> None:

@@ -20,6 +20,7 @@ error_pct = (simulated - measured) / measured x 100; the mean and max are over t
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -132,7 +133,7 @@ def scenario_of(m: dict[str, Any], scenario_path: str | None = None,
     if m.get("collectives") in ("native", "ring"):
         overrides.append(f"cluster.collective_impl={m['collectives']}")
     if profile is not None:
-        overrides.append(f'cluster.profile="{profile}"')
+        overrides.append(f"cluster.profile={json.dumps(profile)}")
     return load_scenario(scenario_path or m["scenario"], overrides)
 
 
@@ -141,11 +142,25 @@ def validate(m: dict[str, Any], path: str, scenario_path: str | None = None,
     from zerosim.engine import simulate
 
     _check(m, path)
+    if m["stage"] not in (0, 1, 2, 3) or isinstance(m["stage"], bool):
+        raise InputError(f"{path}: stage {m['stage']!r} is not a ZeRO stage (0-3)")
+    if not isinstance(m["scenario"], str) or not isinstance(m.get("overrides", []), list) or \
+            not all(isinstance(o, str) for o in m.get("overrides", [])):
+        raise InputError(f"{path}: 'scenario' must be a path and 'overrides' a list of strings")
     scenario = scenario_of(m, scenario_path, profile)
+    try:
+        measured = measured_metrics(m)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise InputError(f"{path}: malformed measurement ({type(exc).__name__}: {exc}); "
+                         f"expected what zero-real run --out writes") from None
     result = simulate(scenario, m["stage"])
-    report = compare(measured_metrics(m),
-                     simulated_metrics(result, with_times=not m.get("fake_world_size")))
-    report.update(measurement=path, scenario=scenario_path or m["scenario"], stage=m["stage"],
+    report = compare(measured, simulated_metrics(result, with_times=not m.get("fake_world_size")))
+    notes = []
+    if m.get("timings_under_profiler") and not m.get("fake_world_size"):
+        notes.append("timings were taken under the CPU memory profiler (no --timed-steps): "
+                     "they carry its overhead")
+    report.update(notes=notes, measurement=path, scenario=scenario_path or m["scenario"],
+                  stage=m["stage"],
                   world_size=scenario.world_size,
                   profile=scenario.profile.describe() if scenario.profile else None,
                   hardware=m.get("hardware"), collectives=m.get("collectives"))
@@ -166,7 +181,8 @@ def format_report(report: dict[str, Any], tolerance_pct: float) -> str:
 
     lines = [f"zerosim validate: {report['measurement']} (stage {report['stage']}, "
              f"{report['world_size']} ranks, {report.get('hardware') or '?'})",
-             f"profile: {report['profile'] or 'none (preset figures: uncalibrated)'}", ""]
+             f"profile: {report['profile'] or 'none (preset figures: uncalibrated)'}",
+             *[f"note: {note}" for note in report.get("notes", [])], ""]
     width = max(len(x["name"]) for x in report["metrics"])
     lines.append(f"{'metric':<{width}}  {'measured':>12}  {'simulated':>12}  {'error':>8}")
     for x in report["metrics"]:
