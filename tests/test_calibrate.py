@@ -322,13 +322,13 @@ def test_validate_bad_input_is_one_line_exit_2(tmp_path, content, extra, fragmen
     assert_one_line_error(run_zerosim("validate", str(path), *extra), fragment)
 
 
-SCALE, EXTRA_PER_CALL, OTHER = 1.3, {"all_reduce": 2e-4, "reduce_scatter": 3e-4,
-                                     "all_gather": 1e-4}, 5e-4
+SCALE, COMM_SCALE, OTHER = 1.3, {"all_reduce": 1.2, "reduce_scatter": 0.8,
+                                 "all_gather": 1.5}, 5e-4
 
 
 def test_in_step_corrections_are_recovered_and_applied(profile_path):
-    """Timed steps of the real stages 30% slower in compute, each collective slower by a known
-    amount per call, and 0.5 ms of bookkeeping: fit_step recovers them, and the simulator at a
+    """Timed steps of the real stages 30% slower in compute, each op's collectives slower by a
+    known factor, and 0.5 ms of bookkeeping: fit_step recovers them, and the simulator at a
     micro-batch the fit never saw reproduces such a step."""
     from zerosim.calibrate import _simulate_row
     from zerosim.profile import Profile
@@ -344,7 +344,7 @@ def test_in_step_corrections_are_recovered_and_applied(profile_path):
         for e in sim.ranks[0].state.events:
             if e["stream"] == "comm":
                 comm.setdefault(e["op"], [0.0, 0])
-                comm[e["op"]][0] += e["end_s"] - e["start_s"] + EXTRA_PER_CALL[e["op"]]
+                comm[e["op"]][0] += (e["end_s"] - e["start_s"]) * COMM_SCALE[e["op"]]
                 comm[e["op"]][1] += 1
         timing = {"compute_s": SCALE * sim.compute_s}
         for op, (t, calls) in comm.items():
@@ -358,8 +358,9 @@ def test_in_step_corrections_are_recovered_and_applied(profile_path):
     for stage in "0123":
         assert step["compute_scale"][stage] == pytest.approx(SCALE)
         assert step["other_s"][stage] == pytest.approx(OTHER)
-        for op, extra in step["collective_extra_s"][stage].items():
-            assert extra == pytest.approx(EXTRA_PER_CALL[op])
+        assert step["collective_scale"][stage]
+        for op, scale in step["collective_scale"][stage].items():
+            assert scale == pytest.approx(COMM_SCALE[op])
     path = profile_path.parent / "with_step.json"
     path.write_text(json.dumps(build_profile(scenario, raw)))
     for stage in range(4):
@@ -369,3 +370,22 @@ def test_in_step_corrections_are_recovered_and_applied(profile_path):
         got = _simulate_row(scenario, held_out, load_profile(path))
         assert got.compute_s == pytest.approx(expected["compute_s"], rel=1e-9)
         assert got.step_time_s == pytest.approx(expected["step_time_s"], rel=1e-9)
+
+
+def test_a_size_between_two_regimes_is_bridged_not_extrapolated():
+    from zerosim.profile import segment_line
+
+    fast, slow = (1e-3, 1e-9), (0.0, 4e-9)  # 4x slower per byte from 32 MiB on
+    sizes = [2.0 ** k for k in range(20, 28)]
+    times = [(fast if s < 2 ** 25 else slow)[0] + (fast if s < 2 ** 25 else slow)[1] * s
+             for s in sizes]
+    segments = fit_segments(sizes, times)
+    assert [seg["last_bytes"] for seg in segments] == [2.0 ** 24, 2.0 ** 27]
+    # 24 MiB lies between the last fast point (16 MiB) and the first slow one (32 MiB): on the
+    # straight line joining the two measured values
+    a, b = segment_line(segments, 1.5 * 2 ** 24)
+    expected = (times[4] + times[5]) / 2
+    assert a + b * 1.5 * 2 ** 24 == pytest.approx(expected)
+    for size, t in zip(sizes, times):  # measured sizes: their own segment, exactly
+        a, b = segment_line(segments, size)
+        assert a + b * size == pytest.approx(t)

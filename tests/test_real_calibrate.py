@@ -62,7 +62,8 @@ def test_every_collective_once_and_time_grows_with_size(two):
                                   for op in ("all_reduce", "reduce_scatter", "all_gather")
                                   for kib in SIZES_KIB)
     for r in rows:
-        assert r["time_s"] > 0 and 5 <= r["iterations"] <= 50
+        assert r["time_s"] > 0 and 5 <= r["iterations"] <= 500
+        assert r["median_s"] > 0  # kept beside the mean the fit uses
         assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * busbw_factor(r["op"], 2))
     time_s = {k[:2] + k[3:]: r["time_s"] for k, r in zip(keys, rows)}

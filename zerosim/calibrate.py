@@ -9,7 +9,7 @@
   unit's FLOPs (zerosim.model.unit_flops), or its tokens where it has none (the embedding lookup).
 - Optimizer step: α-β segments over the elements of the shard it updates.
 - In-step corrections, from the real stages' own timed steps (fit_step): compute in a step over
-  the microbenchmarked units, each collective's extra time per call in a step, and the time in
+  the microbenchmarked units, each op's collectives in a step over their microbenchmark, the time in
   neither (other_s: bookkeeping such as storage resizes and copies).
 - Memory: what the real stages held beyond the analytic model, per stage: activations (after
   forward), allocator residue (after the step), optimizer temporaries per element, and backward's
@@ -31,7 +31,7 @@ import numpy as np
 from zerosim.errors import InputError
 from zerosim.profile import FORMAT, UNITS, VERSION, Profile, check_fit
 
-MAX_SEGMENTS = 3
+MAX_SEGMENTS = 4
 SPLIT_ABOVE_PCT = 5.0
 MIN_POINTS_PER_SEGMENT = 3
 
@@ -66,8 +66,9 @@ def _cost(fit: dict[str, Any]) -> float:
 def fit_segments(sizes, times) -> list[dict[str, Any]]:
     """α-β segments over increasing sizes: the fewest (at most MAX_SEGMENTS, each of at least
     MIN_POINTS_PER_SEGMENT points) that leave no point more than SPLIT_ABOVE_PCT off, else the
-    best cut into MAX_SEGMENTS. A segment covers sizes up to its max_bytes: the geometric
-    midpoint between its last point and the next segment's first (the last: its last point)."""
+    best cut into MAX_SEGMENTS. A segment's line holds from its first point (min_bytes) to its
+    last (last_bytes); between two segments the lookup bridges the gap (profile.segment_line).
+    max_bytes is the geometric midpoint between its last point and the next segment's first."""
     order = np.argsort(sizes)
     s, t = np.asarray(sizes, float)[order], np.asarray(times, float)[order]
     chosen = None
@@ -90,7 +91,7 @@ def fit_segments(sizes, times) -> list[dict[str, Any]]:
     out = []
     for i, ((a, b), f) in enumerate(zip(zip(bounds, bounds[1:]), fits)):
         last = i == len(fits) - 1
-        out.append({"min_bytes": float(s[a]),
+        out.append({"min_bytes": float(s[a]), "last_bytes": float(s[b - 1]),
                     "max_bytes": float(s[b - 1]) if last else float(math.sqrt(s[b - 1] * s[b])),
                     "alpha_s": f["intercept"], "s_per_byte": f["slope"],
                     "points": int(b - a), "residuals_pct": f["residuals_pct"]})
@@ -243,8 +244,10 @@ def fit_step(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dict[
     """What the real stages' timed steps show beyond the microbenchmarks, per process count and
     stage (medians over the calibration runs):
     - compute_scale: in-step compute over the simulated (hooks, bucket bookkeeping, caches);
-    - collective_extra_s per op: in-step time per collective beyond the microbenchmark (ranks
-      arriving apart, launch), which depends on how the stage interleaves compute and collectives;
+    - collective_scale per op: in-step time of the op's collectives over the microbenchmarks'
+      prediction (ranks arriving apart, caches, launch), which depends on how the stage
+      interleaves compute and collectives (zero_real may also run more of them than zerosim:
+      ZeRO-3 gathers token and position embeddings apart);
     - other_s: time in neither compute nor a collective (storage resizes, copies, Python)."""
     step: dict[str, Any] = {}
     bare = Profile("(fitting)", {"fit": fit})
@@ -271,17 +274,16 @@ def fit_step(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dict[
                 if not key.startswith("calls_") or not calls:
                     continue
                 op = key[len("calls_"):]
-                if sim_calls[op]:  # per collective the simulator runs (it may run fewer)
+                if simulated[op] > 0:  # the step's time of this op over the microbenchmarks'
                     comm += timing[f"comm_{op}_s"]
-                    extra[op].append((timing[f"comm_{op}_s"] - simulated[op]) / sim_calls[op])
+                    extra[op].append(timing[f"comm_{op}_s"] / simulated[op])
             # what the simulator has no collective for (fp16's overflow check) counts as other
             other.append(timing["step_time_s"] - timing["compute_s"] - comm)
         entry = step.setdefault(str(n), {"impl": runs[0].get("collectives", "native"),
-                                         "compute_scale": {}, "collective_extra_s": {},
+                                         "compute_scale": {}, "collective_scale": {},
                                          "other_s": {}})
         entry["compute_scale"][stage] = float(np.median(scales)) if scales else 1.0
-        entry["collective_extra_s"][stage] = {op: max(0.0, float(np.median(v)))
-                                              for op, v in extra.items()}
+        entry["collective_scale"][stage] = {op: float(np.median(v)) for op, v in extra.items()}
         entry["other_s"][stage] = max(0.0, float(np.median(other)))
     return step
 

@@ -153,7 +153,8 @@ class ClusterConfig:
     """Latency of one ring step between nodes, microseconds."""
     compute_efficiency: float = 0.5
     """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
-    kernels); a calibration profile replaces it with a measured value."""
+    kernels). With a calibration profile, layers are timed from its measurements instead (this
+    still times a bare-Ψ model, which the profile's per-layer fits cannot)."""
     profile: str | None = None
     """Calibration profile JSON written by `zero-real calibrate` (relative to the scenario file):
     its measured collective, compute, optimizer and memory figures replace the preset's."""

@@ -74,15 +74,6 @@ def compute_scale(scenario, stage: int) -> float:
     return profile.compute_scale(scenario.world_size, stage) if profile is not None else 1.0
 
 
-def collective_extra_s(scenario, stage: int, op: str) -> float:
-    """Time a collective takes in a real step beyond its microbenchmark (the profile's)."""
-    profile = scenario.profile
-    if profile is None:
-        return 0.0
-    return profile.collective_extra_s(scenario.world_size, stage, op,
-                                      scenario.cluster.collective_impl)
-
-
 def other_s(scenario, stage: int) -> float:
     """Time per step in neither compute nor a collective (the profile's real steps)."""
     profile = scenario.profile
@@ -100,10 +91,11 @@ def memory_terms(scenario, stage: int) -> dict[str, int]:
     return terms if terms is not None else zero
 
 
-def price_phases(scenario, op: str, size_bytes: float, group: Group,
-                 phases: list[Phase]) -> list[Phase]:
+def price_phases(scenario, op: str, size_bytes: float, group: Group, phases: list[Phase],
+                 stage: int | None = None) -> list[Phase]:
     """Phases inside one node priced by the profile's fit of `op` (its per-step latency and bus
-    bandwidth for this message size); phases between nodes keep the preset's links. For the ops
+    bandwidth for this message size), times the in-step scale of `stage` when one is given;
+    phases between nodes keep the preset's links. For the ops
     a profile measured, its fit wins over cluster.intra_node_bandwidth_GBps and latency (those
     keys then describe only what it did not measure: broadcast, reduce)."""
     profile = scenario.profile
@@ -121,7 +113,10 @@ def price_phases(scenario, op: str, size_bytes: float, group: Group,
             out.append(phase)
             continue
         latency_s, busbw = terms
+        # in a training step (stage given), as the profile's real steps showed
+        scale = 1.0 if stage is None else profile.collective_scale(
+            scenario.world_size, stage, op, c.collective_impl)
         link_bw = c.intra_node_bandwidth_GBps * 1e9
-        out.append(dataclasses.replace(phase, latency_s=latency_s,
-                                       link_scale=link_bw / busbw if busbw > 0 else 0.0))
+        out.append(dataclasses.replace(phase, latency_s=latency_s * scale,
+                                       link_scale=scale * link_bw / busbw if busbw > 0 else 0.0))
     return out

@@ -27,7 +27,7 @@ import simpy
 from zerosim import collectives
 from zerosim.collectives.ring import FLAT, Group, representatives, run_phases
 from zerosim.config import Scenario
-from zerosim.costs import collective_extra_s, price_phases
+from zerosim.costs import price_phases
 from zerosim.errors import InputError
 from zerosim.network import Cluster
 from zerosim.timeline import MemoryTimeline
@@ -210,10 +210,7 @@ class Engine:
         if phases is None:
             phases = collectives.plan(op, size_bytes, self.group, self.algorithm)
             phases = self._plans[op, size_bytes] = price_phases(self.scenario, op, size_bytes,
-                                                                self.group, phases)
-        extra_s = collective_extra_s(self.scenario, self.stage, op)
-        if extra_s and phases:  # measured in real steps beyond the microbenchmark
-            yield self.env.timeout(extra_s)
+                                                                self.group, phases, self.stage)
         yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
         return collectives.bytes_sent_per_rank(phases)
 
@@ -242,6 +239,8 @@ class StageResult:
     step_time_s: float
     compute_s: float
     exposed_comm_s: float
+    """step_time_s - compute_s: communication compute did not hide, plus any bookkeeping time a
+    calibration profile measured (its other_s)."""
     comm_bytes_per_rank: dict[str, int]
     peak_bytes: int
     memory_at: dict[str, int]

@@ -130,9 +130,10 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return table, key, value
 
 
-def _resolve_cluster(table: dict[str, Any], base_dir: Path) -> tuple[ClusterConfig, Any]:
-    """The cluster, and the calibration profile it names (None when it names none). Precedence:
-    preset < profile < the scenario's own keys."""
+def _resolve_cluster(table: dict[str, Any], base_dir: Path | None) -> tuple[ClusterConfig, Any]:
+    """The cluster, and the calibration profile it names (None when it names none), relative to
+    base_dir (None: as given, from the working directory). Precedence: preset < profile < the
+    scenario's own keys."""
     gpu = _coerce("cluster.gpu", table.get("gpu", DEFAULT_GPU), "str")
     if gpu not in GPU_PRESETS:
         raise InputError(f"cluster.gpu = {gpu!r} is not a preset; known: {', '.join(GPU_PRESETS)}")
@@ -140,7 +141,8 @@ def _resolve_cluster(table: dict[str, Any], base_dir: Path) -> tuple[ClusterConf
     if table.get("profile"):  # "" means none (zero-real calibrate, writing the profile, sets it)
         from zerosim.profile import load_profile
 
-        profile = load_profile(base_dir / _coerce("cluster.profile", table["profile"], "str"))
+        path = Path(_coerce("cluster.profile", table["profile"], "str"))
+        profile = load_profile(path if base_dir is None or path.is_absolute() else base_dir / path)
         impl = _coerce("cluster.collective_impl", table.get("collective_impl", "native"), "str")
         measured = profile.cluster_numbers(impl)
     cluster = ClusterConfig(**_typed("cluster", {**GPU_PRESETS[gpu], **measured, **table,
@@ -172,7 +174,7 @@ def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source:
     if "seq_len" not in training_table and not model.is_bare and model.max_seq_len is not None:
         training_table["seq_len"] = model.max_seq_len
     training = TrainingConfig(**_typed("training", training_table))
-    cluster, profile = _resolve_cluster(tables["cluster"], Path.cwd() if cli_profile else base_dir)
+    cluster, profile = _resolve_cluster(tables["cluster"], None if cli_profile else base_dir)
     return Scenario(model=model, cluster=cluster, training=training,
                     variation=VariationConfig(**_typed("variation", tables["variation"])),
                     source=source, profile=profile)

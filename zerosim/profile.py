@@ -12,7 +12,7 @@ A profile is one JSON object:
                                compute[processes][unit][forward|backward] -> overhead + slope
                                optimizer[processes] -> α-β segments by shard elements
                                step[processes] -> compute_scale[stage],
-                               collective_extra_s[stage][op], other_s[stage]: what real steps
+                               collective_scale[stage][op], other_s[stage]: what real steps
                                showed beyond the microbenchmarks
                                memory[processes][stage] -> activations, allocator residue,
                                workspace (bytes = fixed + per_token * tokens), and the
@@ -44,6 +44,24 @@ def _ring_steps(op: str, n: int) -> int:
 
 def _busbw_factor(op: str, n: int) -> float:
     return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def segment_line(segments: list[dict[str, Any]], size: float) -> tuple[float, float]:
+    """(intercept, slope) at `size`: the segment whose measured range holds it; in the gap
+    between two segments, the line joining the first's value at its last point to the second's
+    at its first (a regime change between two measured sizes is not extrapolated across);
+    below the first or above the last segment, that segment's line."""
+    for seg, after in zip(segments, [*segments[1:], None]):
+        last = seg.get("last_bytes", seg["max_bytes"])
+        if size <= last or after is None:
+            return seg["alpha_s"], seg["s_per_byte"]
+        if size < after["min_bytes"]:
+            x0, x1 = last, after["min_bytes"]
+            y0 = seg["alpha_s"] + seg["s_per_byte"] * x0
+            y1 = after["alpha_s"] + after["s_per_byte"] * x1
+            slope = (y1 - y0) / (x1 - x0)
+            return y0 - slope * x0, slope
+    raise ValueError("no segments")
 
 
 def _nearest(keys, n: int) -> int:
@@ -78,9 +96,7 @@ class Profile:
         if not by_ranks or n < 2:
             return None
         m = _nearest([int(k) for k in by_ranks], n)
-        segments = by_ranks[str(m)]["segments"]
-        seg = next((s for s in segments if size_bytes <= s["max_bytes"]), segments[-1])
-        alpha, beta = seg["alpha_s"], seg["s_per_byte"]
+        alpha, beta = segment_line(by_ranks[str(m)]["segments"], size_bytes)
         if m != n:
             alpha *= _ring_steps(op, n) / _ring_steps(op, m)
             beta *= _busbw_factor(op, n) / _busbw_factor(op, m)
@@ -110,10 +126,11 @@ class Profile:
             return None
         by_ranks = self.fit["collectives"][impl][op]
         m = _nearest([int(k) for k in by_ranks], n)
-        segments = by_ranks[str(m)]["segments"]
-        seg = next((s for s in segments if size_bytes <= s["max_bytes"]), segments[-1])
-        latency = seg["alpha_s"] / _ring_steps(op, m)
-        beta = seg["s_per_byte"] * _busbw_factor(op, n) / _busbw_factor(op, m)
+        alpha, beta = segment_line(by_ranks[str(m)]["segments"], size_bytes)
+        if alpha < 0:  # a steep bridge between segments: the same time, as bandwidth alone
+            alpha, beta = 0.0, (alpha + beta * size_bytes) / size_bytes
+        latency = alpha / _ring_steps(op, m)
+        beta = beta * _busbw_factor(op, n) / _busbw_factor(op, m)
         return latency, (_busbw_factor(op, n) / beta if beta > 0 else float("inf"))
 
     # compute
@@ -136,21 +153,21 @@ class Profile:
         entry = self._by_processes("optimizer", processes)
         if entry is None:
             return None
-        segments = entry["segments"]
-        seg = next((s for s in segments if elements <= s["max_bytes"]), segments[-1])
-        return seg["alpha_s"] + seg["s_per_byte"] * elements
+        alpha, beta = segment_line(entry["segments"], elements)
+        return alpha + beta * elements
 
     # in-step corrections
     def compute_scale(self, processes: int, stage: int) -> float:
         entry = self._by_processes("step", processes)
         return entry["compute_scale"].get(str(stage), 1.0) if entry else 1.0
 
-    def collective_extra_s(self, processes: int, stage: int, op: str, impl: str) -> float:
-        """Measured with the implementation the calibration's stage runs used; none for another."""
+    def collective_scale(self, processes: int, stage: int, op: str, impl: str) -> float:
+        """In-step time of `op` over its microbenchmark, measured with the implementation the
+        calibration's stage runs used (1 for another)."""
         entry = self._by_processes("step", processes)
         if not entry or entry.get("impl", "native") != impl:
-            return 0.0
-        return entry["collective_extra_s"].get(str(stage), {}).get(op, 0.0)
+            return 1.0
+        return entry["collective_scale"].get(str(stage), {}).get(op, 1.0)
 
     def other_s(self, processes: int, stage: int) -> float:
         entry = self._by_processes("step", processes)
@@ -223,9 +240,9 @@ def check_fit(fit: Any, path: Path) -> None:
             for group in ("compute_scale", "other_s"):
                 for key, value in entry[group].items():
                     _check_number(f"fit.step.{n}.{group}.{key}", value, path)
-            for stage, ops in entry["collective_extra_s"].items():
+            for stage, ops in entry["collective_scale"].items():
                 for op, value in ops.items():
-                    _check_number(f"fit.step.{n}.collective_extra_s.{stage}.{op}", value, path)
+                    _check_number(f"fit.step.{n}.collective_scale.{stage}.{op}", value, path)
         for n, stages in fit.get("memory", {}).items():
             _check_count("fit.memory", n, path, 1)
             for stage, terms in stages.items():
