@@ -2,6 +2,7 @@
 what its profile must say, what it refuses, and what a failing rank or a failed write leaves."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,12 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
     assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["p.json"]
     write_json(str(out), {"a": 1})
     assert json.loads(out.read_text()) == {"a": 1}
+    umask = os.umask(0o022)
+    try:
+        write_json(str(out), {"a": 2})
+    finally:
+        os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o644  # readable like any file the user writes
 
 
 def test_progress_on_a_terminal_is_one_line_rewritten(tmp_path):
