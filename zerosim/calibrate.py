@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from zerosim.collectives import busbw_factor
+from zerosim.costs import unit_kinds
 from zerosim.errors import InputError
 from zerosim.profile import FORMAT, UNITS, VERSION, Profile, check_fit
 
@@ -110,15 +112,11 @@ def fit_collectives(rows: list[dict[str, Any]]) -> dict[str, Any]:
         fit.setdefault(impl, {}).setdefault(op, {})[str(n)] = {
             "segments": segments,
             # The largest messages' bus bandwidth (nccl-tests' busbw): comparable across n.
-            "busbw_GBps": (2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n)
-            / big["s_per_byte"] / 1e9 if big["s_per_byte"] > 0 else None,
+            "busbw_GBps": busbw_factor(op, n) / big["s_per_byte"] / 1e9
+            if big["s_per_byte"] > 0 else None,
             "max_abs_residual_pct": max(abs(x) for seg in segments for x in seg["residuals_pct"]),
         }
     return fit
-
-
-def _unit_index(unit: str, layers: int) -> int:
-    return {"embedding": 0, "block": 1, "head": layers + 1}[unit]
 
 
 def _at(scenario, micro_batch: int, seq_len: int):
@@ -133,7 +131,7 @@ def fit_compute(rows: list[dict[str, Any]], scenario) -> dict[str, Any]:
     groups: dict[tuple, list] = defaultdict(list)
     for r in rows:
         flops = unit_flops(m, _at(scenario, r["micro_batch"], r["seq_len"]).training)
-        unit = flops[_unit_index(r["unit"], m.layers)]
+        unit = flops[unit_kinds(m).index(r["unit"])]  # the first unit of that kind
         tokens = r["micro_batch"] * r["seq_len"]
         for phase in ("forward", "backward"):
             work = getattr(unit, phase)

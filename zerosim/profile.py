@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zerosim.collectives import busbw_factor as _busbw_factor
+from zerosim.collectives.ring import WALKS
 from zerosim.errors import InputError
 from zerosim.files import read_json_object
 
@@ -39,11 +41,8 @@ MEMORY_TERMS = ("activations", "residue", "workspace")
 
 
 def _ring_steps(op: str, n: int) -> int:
-    return 2 * (n - 1) if op == "all_reduce" else n - 1
-
-
-def _busbw_factor(op: str, n: int) -> float:
-    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+    """Steps of `op` around a ring of n ranks: n - 1 per walk."""
+    return len(WALKS[op]) * (n - 1)
 
 
 def segment_line(segments: list[dict[str, Any]], size: float) -> tuple[float, float]:
@@ -92,15 +91,23 @@ class Profile:
         """Seconds for `op` over a buffer of size_bytes on n ranks of one box (or node); None when
         the profile measured no such op. A group size it did not measure is priced from the
         nearest one by the ring's law: latency per ring step and bus bandwidth carry over."""
-        by_ranks = self.fit.get("collectives", {}).get(impl, {}).get(op)
-        if not by_ranks or n < 2:
+        line = self._collective_line(impl, op, n, size_bytes)
+        if line is None:
             return None
-        m = _nearest([int(k) for k in by_ranks], n)
-        alpha, beta = segment_line(by_ranks[str(m)]["segments"], size_bytes)
+        m, alpha, beta = line
         if m != n:
             alpha *= _ring_steps(op, n) / _ring_steps(op, m)
             beta *= _busbw_factor(op, n) / _busbw_factor(op, m)
         return alpha + beta * size_bytes
+
+    def _collective_line(self, impl: str, op: str, n: int,
+                         size_bytes: float) -> tuple[int, float, float] | None:
+        """(the measured group size nearest n, intercept, slope) at this size, or None."""
+        by_ranks = self.fit.get("collectives", {}).get(impl, {}).get(op)
+        if not by_ranks or n < 2:
+            return None
+        m = _nearest([int(k) for k in by_ranks], n)
+        return (m, *segment_line(by_ranks[str(m)]["segments"], size_bytes))
 
     def cluster_numbers(self, impl: str) -> dict[str, float]:
         """The preset's intra-node link figures as measured: all_reduce at the largest group,
@@ -121,12 +128,10 @@ class Profile:
                    size_bytes: float) -> tuple[float, float] | None:
         """(latency per ring step in s, bus bandwidth in bytes/s) that make a ring of n ranks
         take exactly the fitted time for this message size; None when not measured."""
-        t0 = self.collective_time(impl, op, n, size_bytes)
-        if t0 is None:
+        line = self._collective_line(impl, op, n, size_bytes)
+        if line is None:
             return None
-        by_ranks = self.fit["collectives"][impl][op]
-        m = _nearest([int(k) for k in by_ranks], n)
-        alpha, beta = segment_line(by_ranks[str(m)]["segments"], size_bytes)
+        m, alpha, beta = line
         if alpha < 0:  # a steep bridge between segments: the same time, as bandwidth alone
             alpha, beta = 0.0, (alpha + beta * size_bytes) / size_bytes
         latency = alpha / _ring_steps(op, m)
