@@ -2,8 +2,9 @@
 
 Commands: `memory` (analytic per-rank memory), `simulate` (one training step per stage on the
 simulated cluster), `collective` (one collective, nccl-tests figures), `validate` (simulate what zero-real measured,
-with a calibration profile, and report the error). `sweep`, `plan` and `plot` arrive with the
-trade-off issue.
+with a calibration profile, and report the error), `sweep` (a grid of simulations to a file),
+`plan` (which stage, how many GPUs, how large a model: cli_tradeoffs.py) and `plot` (figures of
+results: cli_plot.py).
 """
 
 from __future__ import annotations
@@ -88,10 +89,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from zerosim.trace import chrome_trace
 
     scenario = _load(args)
-    t = scenario.training
-    if t.seq_len is None:
-        raise InputError("zerosim simulate needs training.seq_len: a bare-Ψ model computes "
-                         "6 * Ψ FLOPs per token (e.g. --set training.seq_len=1024)")
     stages = [args.stage] if args.stage is not None else [0, 1, 2, 3]
     keep = args.trace is not None
     results = [simulate(scenario, stage, mode=args.mode, keep_events=keep) for stage in stages]
@@ -199,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--mode", choices=("auto", "symmetric", "per_rank"), default="auto",
                       help="auto (default): one representative link per role unless a link of "
                            "the group is degraded; per_rank: every rank's links")
+
+    from zerosim.cli_tradeoffs import add_tradeoff_commands
+
+    add_tradeoff_commands(command, _load)
 
     val = commands.add_parser(
         "validate", help="simulate what zero-real measured; per-metric error",

@@ -60,6 +60,8 @@ class RankState:
     memory: MemoryTimeline
     events: list[dict[str, Any]] = field(default_factory=list)
     compute_s: float = 0.0
+    comm_s: float = 0.0
+    """Summed durations of this rank's collectives (concurrent queues each count)."""
     end_s: float = 0.0
     comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
@@ -128,6 +130,7 @@ class RankContext:
                 start_s = self.env.now
                 sent_bytes = yield from self.engine.move(request.op, request.size_bytes)
             self.state.comm_bytes[request.op] += sent_bytes
+            self.state.comm_s += self.env.now - start_s
             self._record("comm", request.name, request.phase, request.layer, request.op,
                          request.size_bytes, start_s, queue=stream)
             if request.after is not None:
@@ -242,6 +245,8 @@ class StageResult:
     """step_time_s - compute_s: communication compute did not hide, plus any bookkeeping time a
     calibration profile measured (its other_s)."""
     comm_bytes_per_rank: dict[str, int]
+    comm_time_s: float
+    """The critical rank's collectives' durations, summed (hidden by compute or not)."""
     peak_bytes: int
     memory_at: dict[str, int]
     algorithm: str
@@ -260,6 +265,7 @@ class StageResult:
                 "exposed_comm_s": self.exposed_comm_s,
                 "comm_bytes_per_rank": self.comm_bytes_per_rank,
                 "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
+                "comm_time_s": self.comm_time_s,
                 "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
                 "algorithm": self.algorithm, "mode": self.mode,
                 "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
@@ -269,6 +275,9 @@ class StageResult:
 def simulate(scenario: Scenario, stage: int, mode: str = "auto",
              keep_events: bool = True) -> StageResult:
     """One training step of `stage` for the scenario's model on its cluster."""
+    if scenario.training.seq_len is None:
+        raise InputError("simulating a step needs training.seq_len: a bare-Ψ model computes "
+                         "6 * Ψ FLOPs per token (e.g. --set training.seq_len=1024)")
     engine = Engine(scenario, mode, keep_events=keep_events)
     contexts = engine.run(stage)
     if not all(math.isfinite(ctx.state.end_s) for ctx in contexts):
@@ -281,6 +290,7 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto",
         stage=stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
         exposed_comm_s=last.state.end_s - last.state.compute_s,
         comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
+        comm_time_s=last.state.comm_s,
         peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
         memory_at=dict(rank0.memory.marks), algorithm=engine.algorithm,
         mode=engine.mode,

@@ -4,6 +4,8 @@ can fail becomes one InputError line that names the file."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +33,21 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{what} {path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def write_text(path: Path, text: str, what: str) -> None:
+    """Write a whole file or nothing: a temporary file beside it, renamed over it at the end."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                                   prefix=f".{path.name}.", suffix=".tmp")
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are read like any user file
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise InputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
