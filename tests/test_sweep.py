@@ -112,7 +112,7 @@ def test_points_follow_the_varied_stage_else_all_four():
     (["--vary", "cluster.nodes=1,2", "--set", "cluster.nodes=4", "--out", "r.csv"],
      ["both set", "varied"]),
     (["--vary", "cluster.nodes=1,0", "--out", "r.csv"], ["point 1", "cluster.nodes=0", ">= 1"]),
-    (["--vary", "cluster.nodes=1", "--out", "no/such/dir/r.csv"], ["cannot write"]),
+    (["--vary", "cluster.nodes=1", "--out", "no/such/dir/r.csv"], ["cannot write", "no folder"]),
     (["--vary", "cluster.nodes=1", "--jobs", "0", "--out", "r.csv"], ["--jobs"]),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, argv, fragments):

@@ -245,9 +245,12 @@ def to_json(rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
 
 
 def output_format(path: str) -> str:
+    """'csv' or 'json', from the name; checked before a sweep starts, with the folder."""
     suffix = Path(path).suffix.lower()
     if suffix not in (".csv", ".json"):
         raise InputError(f"--out {path}: the file name must end in .csv or .json")
+    if not Path(path).resolve().parent.is_dir():
+        raise InputError(f"--out {path}: cannot write there: no folder {Path(path).parent}")
     return suffix[1:]
 
 
