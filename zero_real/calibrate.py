@@ -25,6 +25,7 @@ from zero_real.calibrate_progress import ProgressPrinter
 from zero_real.collectives import MODES
 from zerosim.cli import EXIT_OK
 from zerosim.errors import InputError
+from zerosim.files import write_text
 
 FORMAT, VERSION = "zerosim-profile", 1
 COLLECTIVE_BUFFERS = 3  # per rank at the largest size: the buffer, the ring's scratch, gloo's copy
@@ -205,22 +206,8 @@ def fit(scenario, raw: dict, out: str) -> dict:
 
 
 def write_json(path: str, data: dict) -> None:
-    """Whole or not at all: a temporary file beside `path`, then an atomic rename over it."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp makes it 0600)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise InputError(f"--out {path}: {exc.strerror or exc}") from None
-        raise
+    """Whole or not at all (zerosim.files.write_text)."""
+    write_text(Path(path), json.dumps(data, indent=1) + "\n", "--out")
 
 
 def reproduce(args) -> str:

@@ -36,18 +36,23 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
 
 
 def write_text(path: Path, text: str, what: str) -> None:
-    """Write a whole file or nothing: a temporary file beside it, renamed over it at the end."""
+    """Write a whole file or nothing: a temporary file beside it, renamed over it at the end.
+    Any failure removes the temporary and becomes one InputError line naming `what` and the path."""
+    folder = Path(os.path.abspath(path)).parent
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
-                                   prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{Path(path).name}.", suffix=".tmp")
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}") \
             from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
             out.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are read like any user file
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp makes it 0600)
         os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise InputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+        raise
