@@ -20,9 +20,7 @@ from zerosim.errors import InputError
 from zerosim.files import read_text
 
 SWEEP_FORMAT = 1  # the "zerosim_sweep" value this reader understands
-# Columns of a sweep that are not numbers (every other column a figure asks for must be one).
-_TEXT_COLUMNS = {"stage_name", "algorithm"}
-_BOOL_COLUMNS = {"fits_gpu_memory"}
+_TEXT_COLUMNS = {"stage_name"}  # of those the figures need; every other one must be a number
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -99,7 +97,7 @@ def _read_csv(path: Path, text: str) -> tuple[list[str], list[dict[str, Any]]]:
 
 def read_sweep(path: str | Path, kind: str, needed: tuple[str, ...]) -> list[dict[str, Any]]:
     """The rows of a `zerosim sweep --out` file (.csv or .json), with `needed` columns present and
-    each a number (or text, bool where the column is one) in every row."""
+    each a number (stage_name text, stage 0-3) in every row."""
     path = Path(path)
     text = read_text(path, "sweep results")
     if text.lstrip().startswith(("{", "[")):
@@ -128,8 +126,6 @@ def read_sweep(path: str | Path, kind: str, needed: tuple[str, ...]) -> list[dic
 def _check_cell(path: Path, number: int, column: str, value: Any) -> None:
     if column in _TEXT_COLUMNS:
         ok = isinstance(value, str)
-    elif column in _BOOL_COLUMNS:
-        ok = isinstance(value, bool)
     elif column == "stage":
         ok = _is_stage(value)
     else:  # bytes, seconds, counts: the figures divide them and put them on log axes

@@ -18,9 +18,8 @@ from plotly.subplots import make_subplots
 from zerosim.config import STAGE_NAMES
 from zerosim.errors import InputError
 from zerosim.plot_inputs import key_of, series_columns
+from zerosim.units import GB, GiB, KiB, MiB  # communication in GB, as `zerosim simulate` prints
 
-KiB, MiB, GiB = 2**10, 2**20, 2**30
-GB = 10**9  # communication in decimal GB, as `zerosim simulate` prints it
 MS_PER_S = 1e3
 
 STACK = ("params", "grads", "optimizer", "activations", "buffers", "host")  # sweep <name>_bytes
@@ -135,7 +134,7 @@ def tradeoff_figure(rows: list[dict[str, Any]]) -> go.Figure:
 def _kind(event: dict[str, Any]) -> str:
     if event["op"]:
         return event["op"]
-    return "other" if event["name"] == "other" else event["phase"]
+    return "other" if event["name"] == "other" else event["phase"]  # engine.OTHER: bookkeeping
 
 
 def _ordered(names, known: Sequence[str]) -> list:
