@@ -92,7 +92,7 @@ def test_memory_figure_splits_lines_by_other_varied_inputs(rows):
         row["gpu_memory_bytes"] = 80 * GiB if row["world_size"] == 8 else 32 * GiB
     fig = plots.memory_figure(rows + bigger)
     assert [d.name for d in fig.data] == [f"{name}, model.params={p}" for name in STAGE_NAMES
-                                          for p in (10**9, 2 * 10**9)]
+                                          for p in ("1e+09", "2e+09")]
     assert fig.data[1].y == (32, 32) and fig.data[1].line.dash != fig.data[0].line.dash
     # cluster.nodes moves with the GPU count along each line; two GPU memories: no dashed line
     fig = plots.memory_figure(rows + bigger, gpu_memory_bytes=40 * GiB)

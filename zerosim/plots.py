@@ -40,7 +40,11 @@ DEFAULT_TOLERANCE_PCT = 10.0
 # ---- memory against GPU count ------------------------------------------------------------------
 
 def _label(row: dict[str, Any], series: list[str]) -> str:
-    return ", ".join([row["stage_name"], *(f"{c}={row.get(c)}" for c in series)])
+    return ", ".join([row["stage_name"], *(f"{c}={_shown(row.get(c))}" for c in series)])
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if type(value) in (int, float) else str(value)  # 7.5e+09, not 7500000000.0
 
 
 def _gib(size_bytes: float) -> str:
