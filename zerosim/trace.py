@@ -25,6 +25,7 @@ def chrome_trace(results) -> dict[str, Any]:
     """Trace of StageResults (engine.simulate, run with keep_events=True)."""
     trace: list[dict[str, Any]] = []
     step_events: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []  # the schema's memory part, so readers need not parse counters
     for result in results:
         for ctx in result.ranks:
             pid = result.stage * _PID_STRIDE + ctx.rank
@@ -41,6 +42,8 @@ def chrome_trace(results) -> dict[str, Any]:
                     "ts": event["start_s"] * 1e6, "dur": (event["end_s"] - event["start_s"]) * 1e6,
                     "args": {k: event[k] for k in ("name", "phase", "layer", "op", "bytes")}})
             for sample in memory_samples(ctx):
+                samples.append({"stage": result.stage, **sample})
                 trace.append({"ph": "C", "pid": pid, "name": "memory bytes",
                               "ts": sample["t_s"] * 1e6, "args": sample["bytes_by_category"]})
-    return {"traceEvents": trace, "displayTimeUnit": "ms", "stepEvents": step_events}
+    return {"traceEvents": trace, "displayTimeUnit": "ms", "stepEvents": step_events,
+            "memorySamples": samples}
