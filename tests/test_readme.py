@@ -23,7 +23,16 @@ SAMPLES = re.findall(r"<!-- sample: zerosim (.*?)(?: \(.*?\))? -->\n```text\n(.*
 
 def test_readme_has_its_samples():
     assert [argv for argv, _ in SAMPLES] == ["simulate scenarios/zero_paper_7b5_64gpu.toml",
-                                             "memory scenarios/zero_paper_7b5_64gpu.toml"]
+                                             "memory scenarios/zero_paper_7b5_64gpu.toml",
+                                             "plan scenarios/zero_paper_7b5_64gpu.toml"]
+
+
+def test_readme_shows_the_figures():
+    images = re.findall(r"!\[[^\]]+\]\((docs/figures/\w+\.png)\)", README)
+    assert images == [f"docs/figures/{kind}.png" for kind in
+                      ("memory", "tradeoff", "timeline", "calibration")]
+    for image in images:
+        assert (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize("argv, sample", SAMPLES, ids=[argv for argv, _ in SAMPLES])

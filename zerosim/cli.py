@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     from zerosim.cli_tradeoffs import add_tradeoff_commands
 
     add_tradeoff_commands(command, _load)
+    from zerosim.cli_plot import add_plot_command
+
+    add_plot_command(commands, Parser)
 
     val = commands.add_parser(
         "validate", help="simulate what zero-real measured; per-metric error",
