@@ -124,3 +124,20 @@ def test_plan_command(tmp_path):
                           "--gpu-memory-GiB", "positive")
     assert_one_line_error(run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", "nan"),
                           "--gpu-memory-GiB")
+
+
+def test_plan_says_what_it_leaves_out(monkeypatch):
+    # a straggler named by rank 63 exists only at 64 GPUs: smaller worlds are planned without it
+    slow = plan(load_scenario(ZERO_PAPER, ["variation.slow_ranks=[63]"]), 32 * GiB)
+    assert slow["configurations"] and any("[variation]" in n for n in slow["notes"])
+    offload = plan(load_scenario(ZERO_PAPER, ["training.optimizer_offload=cpu"]), 32 * GiB)
+    assert any("host memory per GPU (DDP 111.8 GiB" in n for n in offload["notes"])
+    huge = plan(paper(8), 10**9 * GiB)
+    assert huge["stages"][3]["max_params_model_states"] == 2**53
+    assert any("zerosim's limit on Ψ" in n for n in huge["notes"])
+    assert not any("limit" in n for n in plan(paper(8), 32 * GiB)["notes"])
+    # a world the engine cannot simulate rank by rank is skipped with its reason, not fatal
+    monkeypatch.setattr("zerosim.engine.MAX_PER_RANK", 16)
+    per_rank = plan(paper(8), 32 * GiB, mode="per_rank")
+    assert {c["world_size"] for c in per_rank["configurations"]} <= {4, 6, 8, 16}
+    assert any(n.startswith("64 GPUs not ranked") and "16 ranks" in n for n in per_rank["notes"])

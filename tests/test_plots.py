@@ -286,6 +286,8 @@ def test_sweep_files_read_back_the_rows(tmp_path, rows, suffix):
     (lambda rows: [{**r, "peak_bytes": "lots"} for r in rows], "row 1: peak_bytes = 'lots'"),
     (lambda rows: [{**r, "stage": 4} for r in rows], "row 1: stage = 4 is not a ZeRO stage"),
     (lambda rows: [], "is empty"),
+    (lambda rows: [{**r, "peak_bytes": 10**400} for r in rows], "row 1: peak_bytes = 1000"),
+    (lambda rows: [{**r, "peak_bytes": 0} for r in rows], "not a positive number (a log axis)"),
     (lambda rows: [{k: None for k in rows[0]}], "row 1: stage = None"),
 ])
 def test_unusable_sweep_is_one_line(tmp_path, rows, mend, fragment):

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from zerosim.sweep import ProgressBar, parse_vary, points
+from zerosim.progress import ProgressBar
+from zerosim.sweep import parse_vary, points
 
 from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 
@@ -96,11 +97,31 @@ def test_values_split_on_commas_outside_brackets_and_quotes():
 def test_points_follow_the_varied_stage_else_all_four():
     varies = [parse_vary("cluster.nodes=1,2"), parse_vary("training.zero_stage=3,1")]
     got = [(p.overrides, p.stages) for p in points(varies, ["cluster.gpus_per_node=4"])]
-    assert got == [(("cluster.gpus_per_node=4", "cluster.nodes=1", "training.zero_stage=3"), (3,)),
-                   (("cluster.gpus_per_node=4", "cluster.nodes=1", "training.zero_stage=1"), (1,)),
-                   (("cluster.gpus_per_node=4", "cluster.nodes=2", "training.zero_stage=3"), (3,)),
-                   (("cluster.gpus_per_node=4", "cluster.nodes=2", "training.zero_stage=1"), (1,))]
-    assert points([parse_vary("cluster.nodes=1")], [])[0].stages == (0, 1, 2, 3)
+    # () = the loaded scenario's zero_stage, so 1.0 simulates stage 1 as `--set` would
+    assert got == [(("cluster.gpus_per_node=4", "cluster.nodes=1", "training.zero_stage=3"), ()),
+                   (("cluster.gpus_per_node=4", "cluster.nodes=1", "training.zero_stage=1"), ()),
+                   (("cluster.gpus_per_node=4", "cluster.nodes=2", "training.zero_stage=3"), ()),
+                   (("cluster.gpus_per_node=4", "cluster.nodes=2", "training.zero_stage=1"), ())]
+    assert next(points([parse_vary("cluster.nodes=1")], [])).stages == (0, 1, 2, 3)
+
+
+def test_rows_carry_the_resolved_stage_and_every_input(tmp_path):
+    out = tmp_path / "r.json"
+    result = run_zerosim("sweep", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--quiet", "--out", out,
+                         "--vary", "training.zero_stage=1.0,3", "--set", "variation.slow_ranks=[1]",
+                         "--set", "variation.slowdown=3")
+    assert result.code == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["training.zero_stage"], r["stage"]) for r in rows] == [(1.0, 1), (3, 3)]
+    assert type(rows[0]["stage"]) is int
+    assert rows[0]["variation.slow_ranks"] == [1] and rows[0]["variation.slowdown"] == 3
+    out = tmp_path / "all.csv"
+    assert run_zerosim("sweep", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--quiet", "--out", out,
+                       "--vary", "cluster.nodes=1").code == 0
+    header = out.read_text().splitlines()[0].split(",")
+    # the scenario's zero_stage would mislabel the rows of the other stages: only `stage` says it
+    assert "training.zero_stage" not in header and "stage" in header
+    assert "variation.jitter_pct" in header
 
 
 @pytest.mark.parametrize("argv,fragments", [
@@ -114,6 +135,9 @@ def test_points_follow_the_varied_stage_else_all_four():
     (["--vary", "cluster.nodes=1,0", "--out", "r.csv"], ["point 1", "cluster.nodes=0", ">= 1"]),
     (["--vary", "cluster.nodes=1", "--out", "no/such/dir/r.csv"], ["cannot write", "no folder"]),
     (["--vary", "cluster.nodes=1", "--jobs", "0", "--out", "r.csv"], ["--jobs"]),
+    (["--vary", "cluster.nodes=" + ",".join(map(str, range(1, 1001))),
+      "--vary", "training.micro_batch=" + ",".join(map(str, range(1, 1002))), "--out", "r.csv"],
+     ["1,001,000 points", "1000 x 1001", "at most 1,000,000"]),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, argv, fragments):
     monkeypatch.chdir(tmp_path)

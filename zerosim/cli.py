@@ -231,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"zerosim: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C: files are written whole or not at all (files.write_text)
+        print("zerosim: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `zerosim memory ... | head`
         sys.stderr.close()
         return EXIT_OK

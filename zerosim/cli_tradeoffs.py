@@ -27,18 +27,23 @@ def _gib(text: str) -> float:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from zerosim.sweep import (ProgressBar, check_varies, output_format, parse_vary, points,
-                               run_sweep, write_results)
+    from zerosim.progress import ProgressBar
+    from zerosim.sweep import (check_varies, count_points, output_format, parse_vary, run_sweep,
+                               write_results)
 
     output_format(args.out)  # a wrong name fails before any work
     varies = [parse_vary(text) for text in args.vary]
     check_varies(varies, args.overrides)
-    total = len(points(varies, args.overrides))
+    total = count_points(varies)
     progress = None if args.quiet else ProgressBar("zerosim sweep:")
     start_s = time.perf_counter()
-    rows = run_sweep(args.scenario, varies, args.overrides, args.deepspeed, jobs=args.jobs,
-                     mode=args.mode, progress=progress)
-    write_results(args.out, rows, args.scenario, varies, args.overrides)
+    try:
+        rows = run_sweep(args.scenario, varies, args.overrides, args.deepspeed, jobs=args.jobs,
+                         mode=args.mode, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    write_results(args.out, rows, args.scenario, varies, args.overrides, args.deepspeed)
     if not args.quiet:
         print(f"zerosim sweep: {total} points, {len(rows)} rows in "
               f"{time.perf_counter() - start_s:.1f} s -> {args.out}", file=sys.stderr)

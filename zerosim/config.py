@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from zerosim.checks import MAX_VALUE, is_finite_number, one_of as _one_of, positive as _positive
+from zerosim.checks import one_of as _one_of, positive as _positive
 from zerosim.errors import InputError
 from zerosim.presets import DEFAULT_GPU, GPU_PRESETS
 from zerosim.units import mib_to_bytes

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from zerosim.checks import MAX_VALUE
 from zerosim.config import STAGE_NAMES, STAGES, Scenario
+from zerosim.errors import InputError
 from zerosim.memory import stage_memory
 from zerosim.model import param_counts, total_params
 from zerosim.units import GiB
@@ -34,13 +35,17 @@ def largest(fits: Callable[[int], bool], hi: int) -> int:
 
 
 def with_world(scenario: Scenario, gpus: int) -> Scenario:
-    """The scenario on `gpus` GPUs: part of one node below a node's worth, else whole nodes."""
+    """The scenario on `gpus` GPUs: part of one node below a node's worth, else whole nodes.
+    Stragglers and degraded links the scenario names beyond the last rank are left out."""
     per_node = scenario.cluster.gpus_per_node
     if gpus <= per_node:
         cluster = replace(scenario.cluster, nodes=1, gpus_per_node=gpus)
     else:
         cluster = replace(scenario.cluster, nodes=gpus // per_node)
-    return replace(scenario, cluster=cluster)
+    v = scenario.variation
+    variation = replace(v, slow_ranks=tuple(r for r in v.slow_ranks if r < gpus),
+                        degraded_links=tuple(r for r in v.degraded_links if r < gpus))
+    return replace(scenario, cluster=cluster, variation=variation)
 
 
 def gpu_count(scenario: Scenario, index: int) -> int:
@@ -127,16 +132,32 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto") -> dict[str,
         stages.append({"stage": stage, "name": STAGE_NAMES[stage],
                        **largest_model(scenario, stage, budget_bytes),
                        "fewest": fewest_gpus(scenario, stage, budget_bytes),
-                       "peak_bytes": row.peak_bytes,
+                       "peak_bytes": row.peak_bytes, "host_bytes": row.host_bytes,
                        "fits": row.peak_bytes <= budget_bytes,
                        "why_not": None if row.peak_bytes <= budget_bytes
                        else f"needs {overflow(row, budget_bytes)}"})
-    configs = []
+    configs, notes = [], []
     if scenario.training.seq_len is not None:  # a bare Ψ without a sequence has no step time
         for gpus in candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages]):
             world = with_world(scenario, gpus)
             fitting = [s for s in STAGES if stage_memory(world, s).peak_bytes <= budget_bytes]
-            configs.extend(rows_of(world, fitting, {}, mode))
+            try:
+                configs.extend(rows_of(world, fitting, {}, mode))
+            except InputError as exc:  # e.g. too many ranks to simulate one by one
+                notes.append(f"{gpus} GPUs not ranked: {exc}")
+    v = scenario.variation
+    if any(r >= min(c["world_size"] for c in configs) for r in (*v.slow_ranks, *v.degraded_links)) \
+            if configs else False:
+        notes.append("ranks that [variation] names beyond a smaller world's last rank are left "
+                     "out of its simulation")
+    if any(s["host_bytes"] for s in stages):
+        notes.append("optimizer_offload = cpu: host memory per GPU (" + ", ".join(
+            f"{s['name']} {gib(s['host_bytes'])}" for s in stages) + ") is not in the GPU "
+            "memory budget")
+    if any(s["max_params_model_states"] == MAX_VALUE or s["max_params_whole"] == MAX_VALUE
+           for s in stages):
+        notes.append(f"a largest model of {params_text(MAX_VALUE)} is zerosim's limit on Ψ "
+                     f"(2**53), not the memory's")
     pick = {
         "fastest": min(configs, key=lambda r: (r["step_time_s"], r["world_size"], r["stage"]),
                        default=None),
@@ -147,7 +168,7 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto") -> dict[str,
             "gpus_per_node": scenario.cluster.gpus_per_node,
             "gpu_memory_bytes": budget_bytes, "micro_batch": scenario.training.micro_batch,
             "seq_len": scenario.training.seq_len, "stages": stages,
-            "configurations": [_config(r) for r in configs],
+            "configurations": [_config(r) for r in configs], "notes": notes,
             **{k: _config(r) if r else None for k, r in pick.items()}}
 
 
@@ -162,6 +183,10 @@ def gib(size_bytes: float) -> str:
     unit, size = next(((u, v) for u, v in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10))
                        if size_bytes >= v / 10), ("bytes", 1))
     return f"{size_bytes / size:.4g} {unit}"
+
+
+def gpus_text(n: int) -> str:
+    return f"{n:,} GPU" + ("" if n == 1 else "s")
 
 
 def params_text(psi: int) -> str:
@@ -207,9 +232,10 @@ def format_plan(p: dict[str, Any]) -> str:
                          f"{c['step_time_s']:>10.4g}s{c['gpu_seconds_per_step']:>12.4g}"
                          f"{c['tokens_per_step'] / c['step_time_s']:>12.4g}")
         fast, cheap = p["fastest"], p["cheapest"]
-        lines += ["", f"Fastest per step: {fast['stage_name']} on {fast['world_size']} GPUs, "
+        lines += ["", f"Fastest per step: {fast['stage_name']} on {gpus_text(fast['world_size'])}, "
                       f"{fast['step_time_s']:.4g} s (also the fewest GPU-seconds per token: "
                       f"every GPU takes the same tokens per step)",
-                  f"Cheapest per step: {cheap['stage_name']} on {cheap['world_size']} GPUs, "
+                  f"Cheapest per step: {cheap['stage_name']} on {gpus_text(cheap['world_size'])}, "
                   f"{cheap['gpu_seconds_per_step']:.4g} GPU-s"]
+    lines += [f"note: {note}" for note in p["notes"]]
     return "\n".join(lines)

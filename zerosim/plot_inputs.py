@@ -123,16 +123,22 @@ def read_sweep(path: str | Path, kind: str, needed: tuple[str, ...]) -> list[dic
     return rows
 
 
+_LOG_AXIS_COLUMNS = ("world_size", "peak_bytes")
+
+
 def _check_cell(path: Path, number: int, column: str, value: Any) -> None:
     if column in _TEXT_COLUMNS:
         ok = isinstance(value, str)
     elif column == "stage":
         ok = _is_stage(value)
-    else:  # bytes, seconds, counts: the figures divide them and put them on log axes
+    elif column in _LOG_AXIS_COLUMNS:  # a log axis cannot draw 0: say so, don't drop the point
+        ok = _is_number(value) and value > 0
+    else:  # bytes, seconds, counts: the figures divide them
         ok = _is_number(value) and value >= 0
     if not ok:
-        raise InputError(f"{path}: row {number}: {column} = {value!r} is not "
-                         f"{'a ZeRO stage (0-3)' if column == 'stage' else 'a usable value'}")
+        what = ("a ZeRO stage (0-3)" if column == "stage" else "a positive number (a log axis)"
+                if column in _LOG_AXIS_COLUMNS else "a usable value")
+        raise InputError(f"{path}: row {number}: {column} = {value!r} is not {what}")
 
 
 def key_of(value: Any) -> str:
@@ -199,7 +205,12 @@ def read_trace(path: str | Path) -> dict[str, Any]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float (10**400)
+        return False
 
 
 def _is_stage(value: Any) -> bool:

@@ -12,10 +12,10 @@ import csv
 import io
 import itertools
 import json
+import math
 import multiprocessing
 import os
-import sys
-import time
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from zerosim.files import write_text
 from zerosim.load import parse_override
 
 FORMAT_VERSION = 1
+MAX_POINTS = 1_000_000  # a million points is already gigabytes of rows
 COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 MEMORY_COLUMNS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes",
                   "activations_bytes", "buffers_bytes", "host_bytes", "peak_bytes")
@@ -35,7 +36,7 @@ OUTPUT_COLUMNS = (
     "gpu_memory_bytes", "fits_gpu_memory", "step_time_s", "compute_s", "exposed_comm_s",
     "comm_time_s", "comm_bytes_per_rank_total", *(f"comm_bytes_{op}" for op in COLLECTIVE_OPS),
     "simulated_peak_bytes", "gpu_seconds_per_step", "algorithm")
-INPUT_TABLES = ("model", "cluster", "training")
+INPUT_TABLES = ("model", "cluster", "training", "variation")
 
 
 @dataclass(frozen=True)
@@ -109,24 +110,26 @@ class Point:
     overrides: tuple[str, ...]
     """The scenario's --set overrides, then `sets`."""
     stages: tuple[int, ...]
+    """Stages to simulate; () means the scenario's training.zero_stage (it is varied)."""
 
     def describe(self) -> str:
         return ", ".join(self.sets)
 
 
-def points(varies: Sequence[Vary], overrides: Sequence[str]) -> list[Point]:
-    """Every combination, the first --vary changing slowest. Stages: the varied
-    training.zero_stage, else all four (as `zerosim simulate` and `memory` show)."""
+def count_points(varies: Sequence[Vary]) -> int:
+    return math.prod(len(v.values) for v in varies)
+
+
+def points(varies: Sequence[Vary], overrides: Sequence[str]) -> Iterator[Point]:
+    """Every combination, the first --vary changing slowest. Stages: all four (as `zerosim
+    simulate` and `memory` show), or () for the loaded scenario's when training.zero_stage is
+    varied."""
     keys = [v.key for v in varies]
-    stage_at = keys.index("training.zero_stage") if "training.zero_stage" in keys else None
-    result = []
+    stages = () if "training.zero_stage" in keys else STAGES
     choices = [list(zip(v.texts, v.values)) for v in varies]
     for index, combo in enumerate(itertools.product(*choices)):
         sets = tuple(f"{key}={text}" for key, (text, _) in zip(keys, combo))
-        stages = STAGES if stage_at is None else (combo[stage_at][1],)
-        result.append(Point(index, tuple(value for _, value in combo), sets,
-                            (*overrides, *sets), tuple(stages)))
-    return result
+        yield Point(index, tuple(value for _, value in combo), sets, (*overrides, *sets), stages)
 
 
 def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
@@ -139,8 +142,10 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
     from zerosim.units import GiB
 
     t, c = scenario.training, scenario.cluster
-    inputs = {f"{table}.{key}": value for table in INPUT_TABLES
-              for key, value in asdict(getattr(scenario, table)).items()}
+    inputs = {f"{table}.{key}": list(value) if isinstance(value, tuple) else value
+              for table in INPUT_TABLES for key, value in asdict(getattr(scenario, table)).items()}
+    if "training.zero_stage" not in first:  # each row's `stage` says which stage it is
+        del inputs["training.zero_stage"]
     gpu_memory_bytes = round(c.hbm_GiB * GiB)
     rows = []
     for stage in stages:
@@ -173,9 +178,14 @@ def _run_point(job: tuple) -> list[dict] | str:
     try:
         scenario = load_scenario(scenario_path, point.overrides, deepspeed)
         first = {"point": point.index, **{v.key: x for v, x in zip(varies, point.values)}}
-        return rows_of(scenario, point.stages, first, mode)
+        return rows_of(scenario, point.stages or (scenario.training.zero_stage,), first, mode)
     except InputError as exc:
         return f"point {point.index} ({point.describe()}): {exc}"
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which cancels what is queued and says so once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def default_jobs() -> int:
@@ -190,9 +200,14 @@ def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[st
               progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """All rows, in product order. The first point that cannot be simulated stops the sweep."""
     check_varies(varies, overrides)
-    todo = points(varies, overrides)
-    work = [(scenario_path, deepspeed, point, tuple(varies), mode) for point in todo]
-    jobs = min(jobs or default_jobs(), len(work))
+    total = count_points(varies)
+    if total > MAX_POINTS:
+        raise InputError(f"the --vary keys make {total:,} points (the product of "
+                         f"{' x '.join(str(len(v.values)) for v in varies)}); at most "
+                         f"{MAX_POINTS:,} per sweep: split it")
+    work = ((scenario_path, deepspeed, point, tuple(varies), mode)
+            for point in points(varies, overrides))
+    jobs = min(jobs or default_jobs(), total)
     rows: list[dict] = []
 
     def collect(results: Iterator) -> None:
@@ -201,14 +216,18 @@ def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[st
                 raise InputError(result)
             rows.extend(result)
             if progress is not None:
-                progress(done, len(work))
+                progress(done, total)
 
     if jobs <= 1:
         collect(map(_run_point, work))
-    else:
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
-            collect(pool.map(_run_point, work, chunksize=max(1, len(work) // (jobs * 8))))
+        return rows
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
+                               initializer=_ignore_interrupts)
+    try:
+        collect(pool.map(_run_point, work, chunksize=max(1, total // (jobs * 32))))
+    finally:  # on a bad point or Ctrl-C, drop the queued points instead of running them all
+        pool.shutdown(wait=True, cancel_futures=True)
     return rows
 
 
@@ -237,9 +256,9 @@ def to_csv(rows: Sequence[dict]) -> str:
 
 
 def to_json(rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
-            overrides: Sequence[str]) -> str:
+            overrides: Sequence[str], deepspeed: str | None = None) -> str:
     return json.dumps({"zerosim_sweep": FORMAT_VERSION, "scenario": scenario_path,
-                       "vary": {v.key: list(v.values) for v in varies},
+                       "deepspeed": deepspeed, "vary": {v.key: list(v.values) for v in varies},
                        "overrides": list(overrides), "columns": columns_of(rows),
                        "rows": list(rows)}, indent=1, allow_nan=False) + "\n"
 
@@ -255,31 +274,8 @@ def output_format(path: str) -> str:
 
 
 def write_results(path: str, rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
-                  overrides: Sequence[str]) -> None:
+                  overrides: Sequence[str], deepspeed: str | None = None) -> None:
+    """CSV (the rows: every resolved input is a column) or JSON (rows plus how they were made)."""
     text = (to_csv(rows) if output_format(path) == "csv"
-            else to_json(rows, scenario_path, varies, overrides))
+            else to_json(rows, scenario_path, varies, overrides, deepspeed))
     write_text(Path(path), text, "sweep results")
-
-
-class ProgressBar:
-    """One line on stderr, redrawn in place on a terminal; elsewhere (a log, CI) one line per
-    tenth of the work so the log stays short."""
-
-    def __init__(self, label: str, stream=None, width: int = 30) -> None:
-        self.label, self.width = label, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start_s = time.perf_counter()
-        self._last_tenth = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        tenth = done * 10 // total
-        if not self.tty and tenth == self._last_tenth:
-            return
-        self._last_tenth = tenth
-        filled = done * self.width // total
-        line = (f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} "
-                f"points, {time.perf_counter() - self.start_s:.1f} s")
-        end = "\r" if self.tty and done < total else "\n"
-        self.stream.write(("\r" if self.tty else "") + line + end)
-        self.stream.flush()
