@@ -145,9 +145,8 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto") -> dict[str,
                 configs.extend(rows_of(world, fitting, {}, mode))
             except InputError as exc:  # e.g. too many ranks to simulate one by one
                 notes.append(f"{gpus} GPUs not ranked: {exc}")
-    v = scenario.variation
-    if any(r >= min(c["world_size"] for c in configs) for r in (*v.slow_ranks, *v.degraded_links)) \
-            if configs else False:
+    named = (*scenario.variation.slow_ranks, *scenario.variation.degraded_links)
+    if named and any(c["world_size"] <= max(named) for c in configs):
         notes.append("ranks that [variation] names beyond a smaller world's last rank are left "
                      "out of its simulation")
     if any(s["host_bytes"] for s in stages):

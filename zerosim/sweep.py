@@ -139,6 +139,7 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
     from zerosim.engine import simulate
     from zerosim.memory import stage_memory
     from zerosim.model import total_params
+    from zerosim.report import fits
     from zerosim.units import GiB
 
     t, c = scenario.training, scenario.cluster
@@ -149,7 +150,8 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
     gpu_memory_bytes = round(c.hbm_GiB * GiB)
     rows = []
     for stage in stages:
-        memory = stage_memory(scenario, stage).as_dict()
+        stage_row = stage_memory(scenario, stage)
+        memory = stage_row.as_dict()
         result = simulate(scenario, stage, mode=mode, keep_events=False)
         comm = result.comm_bytes_per_rank
         row = {**first, "stage": stage, "stage_name": STAGE_NAMES[stage],
@@ -158,7 +160,7 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
                "tokens_per_step": t.micro_batch * t.seq_len * scenario.world_size,
                **{key: memory[key] for key in MEMORY_COLUMNS},
                "gpu_memory_bytes": gpu_memory_bytes,
-               "fits_gpu_memory": memory["peak_bytes"] <= c.hbm_GiB * GiB,
+               "fits_gpu_memory": fits(scenario, stage_row),
                "step_time_s": result.step_time_s, "compute_s": result.compute_s,
                "exposed_comm_s": result.exposed_comm_s, "comm_time_s": result.comm_time_s,
                "comm_bytes_per_rank_total": sum(comm.values()),
