@@ -28,12 +28,10 @@ def _gib(text: str) -> float:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from zerosim.progress import ProgressBar
-    from zerosim.sweep import (check_varies, count_points, output_format, parse_vary, run_sweep,
-                               write_results)
+    from zerosim.sweep import count_points, output_format, parse_vary, run_sweep, write_results
 
-    output_format(args.out)  # a wrong name fails before any work
+    output_format(args.out)  # a wrong name fails before any work (run_sweep checks the rest)
     varies = [parse_vary(text) for text in args.vary]
-    check_varies(varies, args.overrides)
     total = count_points(varies)
     progress = None if args.quiet else ProgressBar("zerosim sweep:")
     start_s = time.perf_counter()

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from zerosim.checks import MAX_VALUE
-from zerosim.config import STAGE_NAMES, STAGES, Scenario
+from zerosim.config import SHAPE_KEYS, STAGE_NAMES, STAGES, Scenario
 from zerosim.errors import InputError
 from zerosim.memory import stage_memory
 from zerosim.model import param_counts, total_params
@@ -55,9 +55,9 @@ def gpu_count(scenario: Scenario, index: int) -> int:
 
 
 def _bare(scenario: Scenario, psi: int) -> Scenario:
-    return replace(scenario, model=replace(scenario.model, params=psi, layers=scenario.model.layers,
-                                           **{k: None for k in ("hidden", "heads", "kv_heads",
-                                                                "ffn", "vocab", "max_seq_len")}))
+    """The scenario's model as a bare Ψ of its own layer count (ZeRO-3's gather units)."""
+    return replace(scenario, model=replace(scenario.model, params=psi,
+                                           **{k: None for k in SHAPE_KEYS}))
 
 
 def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:

@@ -25,17 +25,12 @@ from zerosim.config import STAGE_NAMES, STAGES
 from zerosim.errors import InputError
 from zerosim.files import write_text
 from zerosim.load import parse_override
+from zerosim.profile import COLLECTIVE_OPS  # the ops a training step runs
 
 FORMAT_VERSION = 1
 MAX_POINTS = 1_000_000  # a million points is already gigabytes of rows
-COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 MEMORY_COLUMNS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes",
                   "activations_bytes", "buffers_bytes", "host_bytes", "peak_bytes")
-OUTPUT_COLUMNS = (
-    "stage", "stage_name", "world_size", "params", "tokens_per_step", *MEMORY_COLUMNS,
-    "gpu_memory_bytes", "fits_gpu_memory", "step_time_s", "compute_s", "exposed_comm_s",
-    "comm_time_s", "comm_bytes_per_rank_total", *(f"comm_bytes_{op}" for op in COLLECTIVE_OPS),
-    "simulated_peak_bytes", "gpu_seconds_per_step", "algorithm")
 INPUT_TABLES = ("model", "cluster", "training", "variation")
 
 
