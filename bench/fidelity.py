@@ -34,10 +34,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from zerosim.contract import COLLECTIVE_IMPLS
+
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "tiny_gpt_4rank_cpu.toml"
 PROFILE = ROOT / "profiles" / "cpu_gloo_tiny.json"
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 def sh(*argv, check: bool = True) -> subprocess.CompletedProcess:
@@ -60,12 +61,14 @@ def held_out_collectives(profile_path: Path, nproc: int, impl: str,
     """Collectives at 1.5 x 2^k bytes (none of them in the profile), measured afresh."""
     from zero_real.calibrate_bench import collectives_world
     from zero_real.launch import spawn
-    from zerosim.profile import load_profile
+    from zero_real.runconfig import CalibrationWorld
+    from zerosim.scenario.profile import load_profile
 
-    sizes = [3 * 2 ** k for k in range(9, 24)]  # 1.5 KiB .. 24 MiB
-    cfg = {"backend": "gloo", "collective_modes": [impl], "sizes": sizes, "nproc": nproc,
-           "timeout_s": 120.0, "fake_world_size": None, "seconds_per_size": seconds_per_size}
-    rows = spawn(collectives_world, nproc, cfg, 1200)[0]
+    sizes = tuple(3 * 2 ** k for k in range(9, 24))  # 1.5 KiB .. 24 MiB
+    world = CalibrationWorld(scenario=None, backend="gloo", nproc=nproc, timeout_s=120.0,
+                             collective_modes=(impl,), sizes=sizes,
+                             seconds_per_size=seconds_per_size)
+    rows = spawn(collectives_world, nproc, world, 1200)[0]
     profile = load_profile(profile_path)
     for row in rows:
         row["predicted_s"] = profile.collective_time(row["impl"], row["op"], row["ranks"],
@@ -85,7 +88,7 @@ def main() -> int:
     parser.add_argument("--seconds-per-size", type=float, default=0.5,
                         help="timed iterations per collective size (calibrate and held-out)")
     parser.add_argument("--max-size-MiB", type=float, default=64)
-    parser.add_argument("--collectives", default="native", choices=("native", "ring"))
+    parser.add_argument("--collectives", default=COLLECTIVE_IMPLS[0], choices=COLLECTIVE_IMPLS)
     args = parser.parse_args()
 
     if args.recalibrate or not args.profile.exists():

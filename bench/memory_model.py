@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from zerosim.load import load_scenario
+from zerosim.scenario.load import load_scenario
 from zerosim.memory import memory_table
 from zerosim.report import format_memory_table
 

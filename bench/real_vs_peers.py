@@ -10,27 +10,30 @@ allocation total, measured the same way for every implementation (zero_real.meas
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
 
-from zero_real.launch import spawn, train
+from zero_real.launch import spawn
 from zero_real.measure import Recorder
 from zero_real.model import build_model, materialize, random_batch
-from zerosim.load import load_scenario
+from zero_real.runconfig import RunConfig
+from zero_real.train import share_cores, train
+from zerosim.units import MiB
+from zerosim.scenario.load import load_scenario
 
 
-def peer(rank: int, world: int, cfg: dict) -> dict:
-    """One rank of DDP or FSDP2 training the scenario's model with torch.optim.Adam."""
-    scenario, t = cfg["scenario"], cfg["scenario"].training
+def peer(rank: int, world: int, cfg: RunConfig, kind: str) -> dict:
+    """One rank of DDP or FSDP2 (`kind`) training the scenario's model with torch.optim.Adam."""
+    scenario, t = cfg.scenario, cfg.scenario.training
     # The thread count zero_real's train() gives each rank: the same share of the box's cores.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg["nproc"]))
+    share_cores(torch.device("cpu"), cfg.nproc)
     recorder = Recorder(rank, torch.device("cpu"))
-    model = materialize(build_model(scenario.model), cfg["seed"])
-    if cfg["peer"] == "ddp":
+    model = materialize(build_model(scenario.model), cfg.seed)
+    if kind == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         bucket_mb = t.reduce_bucket_MiB
@@ -38,26 +41,26 @@ def peer(rank: int, world: int, cfg: dict) -> dict:
     else:
         from torch.distributed.fsdp import fully_shard
 
-        reshard = cfg["peer"] == "fsdp2_stage3"
+        reshard = kind == "fsdp2_stage3"
         for block in model.blocks:
             fully_shard(block, reshard_after_forward=reshard)
         wrapped = fully_shard(model, reshard_after_forward=reshard)
     opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
     times = []
-    for step in range(cfg["steps"]):
+    for step in range(cfg.steps):
         rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
-        idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg["seed"], step)
+        idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg.seed, step)
         dist.barrier()
         start = time.perf_counter()
-        opt.zero_grad(set_to_none=cfg["peer"] != "ddp")
+        opt.zero_grad(set_to_none=kind != "ddp")
         wrapped(idx, targets).backward()
         opt.step()
         times.append(time.perf_counter() - start)
     return {"peak_bytes": recorder.finish(), "step_s": _median_after_warmup(times)}
 
 
-def ours(rank: int, world: int, cfg: dict) -> dict:
-    result = train(rank, world, dict(cfg, profile_memory=True))
+def ours(rank: int, world: int, cfg: RunConfig) -> dict:
+    result = train(rank, world, cfg)
     # The "after_step" memory mark ends each step; the time between consecutive marks is one
     # step (compute segments split around collectives, so events make no step boundary).
     ends = sorted(s["t_s"] for s in result["memory_samples"] if s["point"] == "after_step")
@@ -80,20 +83,22 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     scenario = load_scenario(args.scenario, [*args.overrides, f"cluster.gpus_per_node={args.nproc}"])
-    base = {"scenario": scenario, "backend": "gloo", "steps": args.steps, "seed": 0, "lr": 1e-3,
-            "timeout_s": 120, "nproc": args.nproc}
-    rows = [("DDP (torch)", peer, dict(base, peer="ddp")),
-            ("zero_real stage 0", ours, dict(base, stage=0, collectives="native")),
-            ("FSDP2 reshard_after_forward=False", peer, dict(base, peer="fsdp2_stage2")),
-            ("zero_real stage 2", ours, dict(base, stage=2, collectives="native")),
-            ("FSDP2 fully_shard", peer, dict(base, peer="fsdp2_stage3")),
-            ("zero_real stage 3", ours, dict(base, stage=3, collectives="native")),
-            ("zero_real stage 3 (ring)", ours, dict(base, stage=3, collectives="ring"))]
+    def cfg(stage: int, collectives: str = "native") -> RunConfig:
+        return RunConfig(scenario=scenario, stage=stage, collectives=collectives, backend="gloo",
+                         steps=args.steps, timeout_s=120, nproc=args.nproc)
+
+    rows = [("DDP (torch)", partial(peer, kind="ddp"), cfg(0)),
+            ("zero_real stage 0", ours, cfg(0)),
+            ("FSDP2 reshard_after_forward=False", partial(peer, kind="fsdp2_stage2"), cfg(2)),
+            ("zero_real stage 2", ours, cfg(2)),
+            ("FSDP2 fully_shard", partial(peer, kind="fsdp2_stage3"), cfg(3)),
+            ("zero_real stage 3", ours, cfg(3)),
+            ("zero_real stage 3 (ring)", ours, cfg(3, "ring"))]
     print(f"{scenario.model.name}: {args.nproc} gloo ranks, {args.steps} steps, torch {torch.__version__}")
     print(f"{'implementation':36} {'step ms':>9} {'peak MiB (rank 0)':>18}")
-    for label, fn, cfg in rows:
-        result = spawn(fn, args.nproc, cfg, timeout_s=600)[0]
-        print(f"{label:36} {result['step_s'] * 1e3:9.1f} {result['peak_bytes'] / 2**20:18.2f}")
+    for label, fn, run_cfg in rows:
+        result = spawn(fn, args.nproc, run_cfg, timeout_s=600)[0]
+        print(f"{label:36} {result['step_s'] * 1e3:9.1f} {result['peak_bytes'] / MiB:18.2f}")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ import statistics
 import time
 from pathlib import Path
 
-from zerosim.engine import simulate
-from zerosim.load import load_scenario
+from zerosim.sim.engine import simulate
+from zerosim.scenario.load import load_scenario
 
 PAPER = Path(__file__).resolve().parents[1] / "scenarios" / "zero_paper_7b5_64gpu.toml"
 GOALS_S = {64: 0.5, 1024: 2.0, 16384: 10.0}

@@ -2,7 +2,7 @@
 (n = 1 alone when N = 1), launched like `zero-real run --nproc n`, every rank measures
 collectives, compute per unit, the optimizer and the real stages' memory (calibrate_bench.py);
 this side checks the request, starts each world, shows progress, and writes one JSON profile:
-the raw measurements and what zerosim.calibrate.build_profile fits from them.
+the raw measurements and what zerosim.calibration.fit.build_profile fits from them.
 """
 
 from __future__ import annotations
@@ -19,29 +19,25 @@ import tempfile
 import time
 from pathlib import Path
 
-from zero_real.cli import (EXIT_FAILED, MEMORY_FRACTION, TORCH_MISSING, Stopped, _check_memory,
-                           _check_supported, _mem_available, _signals_stop_the_run)
+from zero_real import preflight
 from zero_real.calibrate_progress import ProgressPrinter
-from zero_real.collectives import MODES
-from zerosim.cli import EXIT_OK
+from zero_real.runconfig import CalibrationWorld
+from zerosim.contract import (COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, PROFILE_FORMAT,
+                              PROFILE_VERSION, STAGES)
 from zerosim.errors import InputError
 from zerosim.files import write_text
+from zerosim.units import GiB, KiB, MiB
 
-FORMAT, VERSION = "zerosim-profile", 1
 COLLECTIVE_BUFFERS = 3  # per rank at the largest size: the buffer, the ring's scratch, gloo's copy
-
-
-def _positive(flag: str, value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise InputError(f"{flag} {value:g} must be a positive number")
 
 
 def _modes(text: str) -> list[str]:
     modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if m not in COLLECTIVE_IMPLS]
     if unknown or not modes:
         raise InputError(f"--collectives {text}: {', '.join(unknown) or 'nothing'} is not a "
-                         f"collectives mode; allowed: {', '.join(MODES)} (comma-separated)")
+                         f"collectives mode; allowed: {', '.join(COLLECTIVE_IMPLS)} "
+                         f"(comma-separated)")
     return modes
 
 
@@ -60,9 +56,9 @@ def _micro_batches(text: str | None, default: int) -> list[int]:
 
 def _sizes(args, nproc: int) -> list[int]:
     """Powers of two in bytes from --min-size-KiB to --max-size-MiB (nccl-tests' -b/-e/-f 2)."""
-    _positive("--min-size-KiB", args.min_size_KiB)
-    _positive("--max-size-MiB", args.max_size_MiB)
-    lo, hi = args.min_size_KiB * 2**10, args.max_size_MiB * 2**20
+    preflight.positive("--min-size-KiB", args.min_size_KiB)
+    preflight.positive("--max-size-MiB", args.max_size_MiB)
+    lo, hi = args.min_size_KiB * KiB, args.max_size_MiB * MiB
     if lo > hi:
         raise InputError(f"--min-size-KiB {args.min_size_KiB:g} = {lo:g} bytes exceeds "
                          f"--max-size-MiB {args.max_size_MiB:g} = {hi:g} bytes")
@@ -79,35 +75,19 @@ def _sizes(args, nproc: int) -> list[int]:
     return sizes
 
 
-def _check_out(out: str) -> None:
-    parent = os.path.dirname(os.path.abspath(out))
-    if os.path.isdir(out):
-        raise InputError(f"--out {out} is a directory; give a file name, e.g. {out}/NAME.json")
-    if not os.path.isdir(parent):
-        raise InputError(f"--out {out}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"--out {out}: directory {parent} is not writable")
-
-
-def plan(args) -> dict:
+def prepare(args) -> dict:
     """Check everything before the first process starts; the settings of every world."""
-    try:
-        import torch
-    except ImportError:
-        raise InputError(TORCH_MISSING) from None
-    from zerosim.load import load_scenario
+    preflight.require_torch()
     from zerosim.model import total_params
+    from zerosim.scenario.load import load_scenario
 
-    if args.nproc < 1:
-        raise InputError(f"--nproc {args.nproc} must be >= 1")
-    _positive("--timeout-s", args.timeout_s)
-    _positive("--seconds-per-size", args.seconds_per_size)
-    _positive("--run-timeout-s", args.run_timeout_s)
+    preflight.at_least("--nproc", args.nproc, 1)
+    preflight.positive("--timeout-s", args.timeout_s)
+    preflight.positive("--seconds-per-size", args.seconds_per_size)
+    preflight.positive("--run-timeout-s", args.run_timeout_s)
     modes, sizes = _modes(args.collectives), _sizes(args, args.nproc)
-    _check_out(args.out)
-    if args.backend == "nccl" and torch.cuda.device_count() < args.nproc:
-        raise InputError(f"--backend nccl needs {args.nproc} CUDA devices, this box has "
-                         f"{torch.cuda.device_count()}; use --backend gloo on CPU")
+    preflight.check_out(args.out)
+    preflight.check_devices(args.backend, args.nproc)
 
     def load(n: int, *extra: str):
         # cluster.profile = "": the scenario may name the very profile being written
@@ -116,35 +96,36 @@ def plan(args) -> dict:
                                              *extra])
 
     scenario = load(args.nproc)
-    if scenario.model.is_bare:
-        raise InputError(f"{args.scenario}: zero_real needs a model shape (hidden, heads, vocab, "
-                         f"...), not a bare parameter count")
-    _check_supported(scenario)
+    preflight.check_scenario(scenario, args.scenario)
     micro_batches = _micro_batches(args.micro_batches, scenario.training.micro_batch)
-    psi, elements = total_params(scenario.model), [2**10]
+    psi, elements = total_params(scenario.model), [KiB]
     while elements[-1] * 4 <= max(2**22, psi):
         elements.append(elements[-1] * 4)
     worlds = {}
     for n in range(2, args.nproc + 1) if args.nproc > 1 else [1]:
-        worlds[n] = {
-            "scenario": load(n), "backend": args.backend, "collective_modes": modes,
-            "sizes": sizes, "seconds_per_size": args.seconds_per_size,
-            "micro_batches": micro_batches, "optimizer_elements": elements,
-            "lr": 1e-3, "timeout_s": args.timeout_s, "nproc": n,
-            "memory_scenarios": {(s, b): load(n, f"training.zero_stage={s}",
-                                              f"training.micro_batch={b}")
-                                 for s in (0, 1, 2, 3) for b in micro_batches}}
+        worlds[n] = CalibrationWorld(
+            scenario=load(n), backend=args.backend, nproc=n, timeout_s=args.timeout_s,
+            collective_modes=tuple(modes), sizes=tuple(sizes),
+            seconds_per_size=args.seconds_per_size, micro_batches=tuple(micro_batches),
+            optimizer_elements=tuple(elements),
+            memory_scenarios={(s, b): load(n, f"training.zero_stage={s}",
+                                           f"training.micro_batch={b}")
+                              for s in STAGES for b in micro_batches})
     if args.backend == "gloo":  # ranks share this box's memory: refuse what cannot fit
-        largest = worlds[max(worlds)]["memory_scenarios"][(0, micro_batches[-1])]
-        _check_memory(largest, 0, args.nproc, args.nproc)
-        available, need = _mem_available(), args.nproc * COLLECTIVE_BUFFERS * sizes[-1]
-        if args.nproc > 1 and available is not None and need > MEMORY_FRACTION * available:
-            raise InputError(
-                f"not enough memory for --max-size-MiB {args.max_size_MiB:g}: {args.nproc} "
-                f"process(es) x {COLLECTIVE_BUFFERS} buffers x {sizes[-1] / 2**20:g} MiB = "
-                f"{need / 2**30:.2f} GiB > {MEMORY_FRACTION:.0%} of MemAvailable "
-                f"{available / 2**30:.2f} GiB")
+        largest = worlds[max(worlds)].memory_scenarios[(0, micro_batches[-1])]
+        preflight.check_memory(largest, 0, args.nproc, args.nproc)
+        _check_collective_memory(args, sizes[-1])
     return {"scenario": scenario, "worlds": worlds, "modes": modes}
+
+
+def _check_collective_memory(args, largest_bytes: int) -> None:
+    available, need = preflight.mem_available(), args.nproc * COLLECTIVE_BUFFERS * largest_bytes
+    if args.nproc > 1 and available is not None and need > preflight.MEMORY_FRACTION * available:
+        raise InputError(
+            f"not enough memory for --max-size-MiB {args.max_size_MiB:g}: {args.nproc} "
+            f"process(es) x {COLLECTIVE_BUFFERS} buffers x {largest_bytes / MiB:g} MiB = "
+            f"{need / GiB:.2f} GiB > {preflight.MEMORY_FRACTION:.0%} of MemAvailable "
+            f"{available / GiB:.2f} GiB")
 
 
 def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str) -> dict:
@@ -179,7 +160,7 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
                 "ledger_phases": row["ledger_phases"]})
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {
-        "format": FORMAT, "version": VERSION,
+        "format": PROFILE_FORMAT, "version": PROFILE_VERSION,
         "provenance": {"host": socket.gethostname(), "hardware": first["hardware"],
                        "backend": args.backend, "device": first["device"],
                        "torch_version": torch.__version__, "date": date,
@@ -192,9 +173,9 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
 
 
 def fit(scenario, raw: dict, out: str) -> dict:
-    """zerosim's fit (zerosim.calibrate.build_profile); if it fails, the raw measurements are
+    """zerosim's fit (zerosim.calibration.fit.build_profile); if it fails, the raw measurements are
     kept beside the output before the error is reported."""
-    from zerosim.calibrate import build_profile
+    from zerosim.calibration.fit import build_profile
 
     try:
         return build_profile(scenario, raw)
@@ -225,21 +206,22 @@ def reproduce(args) -> str:
     return shlex.join([*argv, "--out", args.out])
 
 
-def command(args) -> int:
+def calibrate(args) -> int:
     """`zero-real calibrate`: exit 0 with the profile written, 1 a rank failed, 2 bad input."""
-    the_plan = plan(args)
+    the_plan = prepare(args)
     from zero_real.calibrate_bench import measure_world
-    from zero_real.launch import RankFailed, spawn
+    from zero_real.launch import RankFailed, Stopped, signals_stop_the_run, spawn
 
     start, results, n = time.monotonic(), {}, None
     fd, progress_path = tempfile.mkstemp(prefix="zerosim_calibrate_", suffix=".progress")
     os.close(fd)
     try:
-        with _signals_stop_the_run():
-            for n, cfg in the_plan["worlds"].items():
+        with signals_stop_the_run():
+            for n, world in the_plan["worlds"].items():
                 Path(progress_path).write_text("", encoding="utf-8")
                 with ProgressPrinter(progress_path, f"calibrate n={n}", sys.stderr):
-                    results[n] = spawn(measure_world, n, dict(cfg, calibrate_progress=progress_path),
+                    results[n] = spawn(measure_world, n,
+                                       dataclasses.replace(world, progress_path=progress_path),
                                        args.run_timeout_s)
     except RankFailed as exc:
         print(f"zero-real: error: calibrate n={n}: {exc}", file=sys.stderr)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import statistics
 import time
 
@@ -24,17 +23,19 @@ import torch.distributed as dist
 from zero_real import watch
 from zero_real.calibrate_progress import Progress
 from zero_real.collectives import Collectives
-from zero_real.launch import device_for, hardware, train
 from zero_real.measure import ActivationTracker, Ledger, Recorder
 from zero_real.model import build_model, materialize
 from zero_real.optim import LossScale, ShardAdam
+from zero_real.runconfig import CalibrationWorld, RunConfig
 from zero_real.stages import DTYPES
-from zerosim.collectives import busbw_factor
+from zero_real.train import device_for, hardware, share_cores, train
+from zerosim.calibration.validate import step_figures
+from zerosim.contract import (BLOCK, COLLECTIVE_OPS, EMBEDDING, HEAD, PASSES, UNIT_KINDS,
+                              busbw_factor)
+from zerosim.units import GB, MiB
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
-UNITS = ("embedding", "block", "head")
 COLLECTIVE_ITERATIONS = (5, 500)
-LARGE_BYTES = 16 * 2**20  # from here one warm-up iteration is enough (nccl-tests' large sizes)
+LARGE_BYTES = 16 * MiB  # from here one warm-up iteration is enough (nccl-tests' large sizes)
 COMPUTE_TARGET_S, COMPUTE_ITERATIONS = 0.05, (5, 5000)
 WARMUP = 2
 TIMED_STEPS = 12  # the first is a warm-up after the profiler stops; validate drops it
@@ -88,12 +89,11 @@ def _until(once, cost, device) -> list:
         estimate_s = statistics.median(cost(s) for s in samples)
 
 
-def measure_world(rank: int, world_size: int, cfg: dict) -> dict:
+def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
     """Everything one rank measures in a world of world_size processes (spawned by launch.spawn)."""
-    device = device_for(cfg["backend"], rank)
-    if device.type == "cpu":  # exactly as launch.train: ranks share the box's cores
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    progress = Progress(cfg.get("calibrate_progress"), rank)
+    device = device_for(cfg.backend, rank)
+    share_cores(device, world_size)  # exactly as train: ranks share the box's cores
+    progress = Progress(cfg.progress_path, rank)
     out = {"rank": rank, "device": device.type, "hardware": hardware(device)}
     out["collectives"] = collectives(rank, world_size, cfg, device, progress)
     out["compute"] = compute(world_size, cfg, device, progress)
@@ -102,41 +102,47 @@ def measure_world(rank: int, world_size: int, cfg: dict) -> dict:
     return out
 
 
-def collectives_world(rank: int, world_size: int, cfg: dict) -> list[dict]:
-    """Only the collectives, at cfg["sizes"] (bench/fidelity's held-out sizes)."""
-    device = device_for(cfg["backend"], rank)
-    if device.type == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+def collectives_world(rank: int, world_size: int, cfg: CalibrationWorld) -> list[dict]:
+    """Only the collectives, at cfg.sizes (bench/fidelity's held-out sizes)."""
+    device = device_for(cfg.backend, rank)
+    share_cores(device, world_size)
     return collectives(rank, world_size, cfg, device, Progress(None, rank))
 
 
-def collectives(rank: int, n: int, cfg: dict, device, progress: Progress) -> list[dict]:
+def _collective_call(comm: Collectives, op: str, size_bytes: int, n: int, device):
+    """A buffer of size_bytes (fp32; the whole buffer, nccl-tests' convention) and the call that
+    runs `op` on it in place, as the stages call it."""
+    piece = size_bytes // (4 * n)  # fp32 elements per rank
+    if op == "all_reduce":
+        buf = torch.zeros(size_bytes // 4, device=device)
+        return buf, lambda: comm.all_reduce(buf)
+    buf = torch.zeros(n * piece, device=device)
+    return buf, lambda: getattr(comm, op)(buf, [piece] * n)
+
+
+def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[dict]:
     if n == 1:
         return []
     recorder = Recorder(rank, device, profile_memory=False)  # as the stages call them
-    watch.instrument(recorder, watch.Heartbeat(cfg.get("progress_file")), cfg, rank)
-    progress.begin("collectives", len(cfg["collective_modes"]) * len(OPS) * len(cfg["sizes"]))
+    watch.instrument(recorder, watch.Heartbeat(cfg.progress_file))
+    progress.begin("collectives",
+                   len(cfg.collective_modes) * len(COLLECTIVE_OPS) * len(cfg.sizes))
     rows = []
-    for impl in cfg["collective_modes"]:
-        comm = Collectives(impl, rank, n, recorder, cfg["backend"])
-        for op in OPS:
-            for size in cfg["sizes"]:
-                piece = size // (4 * n)  # fp32 elements per rank
-                buf = torch.zeros(size // 4 if op == "all_reduce" else n * piece, device=device)
-                run = {"all_reduce": lambda: comm.all_reduce(buf),
-                       "reduce_scatter": lambda: comm.reduce_scatter(buf, [piece] * n),
-                       "all_gather": lambda: comm.all_gather(buf, [piece] * n)}[op]
+    for impl in cfg.collective_modes:
+        comm = Collectives(impl, rank, n, recorder, cfg.backend)
+        for op in COLLECTIVE_OPS:
+            for size in cfg.sizes:
+                buf, run = _collective_call(comm, op, size, n, device)
                 _barrier(device)
                 warm = [_timed(run, device) for _ in range(1 if size >= LARGE_BYTES else WARMUP)]
-                k = _iterations(warm[-1], cfg.get("seconds_per_size", 0.3), COLLECTIVE_ITERATIONS,
-                                device)
+                k = _iterations(warm[-1], cfg.seconds_per_size, COLLECTIVE_ITERATIONS, device)
                 times = _max_over_ranks([_timed(run, device) for _ in range(k)], device)
                 # The mean, as nccl-tests reports it (a loop's time over its iterations): on a
                 # CPU box a collective's time is bimodal (the peer's thread awake or not), and
                 # the median jumps between the modes from one size to the next.
                 time_s = statistics.fmean(times)
                 size_bytes = buf.numel() * buf.element_size()
-                algbw = size_bytes / time_s / 1e9
+                algbw = size_bytes / time_s / GB
                 rows.append({"impl": impl, "op": op, "ranks": n, "size_bytes": size_bytes,
                              "time_s": time_s, "median_s": statistics.median(times),
                              "iterations": k, "algbw_GBps": algbw,
@@ -164,30 +170,30 @@ def _units(scenario, device):
         x = torch.randn(b, t.seq_len, m.hidden, device=device).to(dtype)
         return idx, x
 
-    calls = {"embedding": lambda x, targets: embedding(x),
-             "block": lambda x, targets: block(x),
-             "head": lambda x, targets: head(x, embedding.tok.weight, targets)}
+    calls = {EMBEDDING: lambda x, targets: embedding(x),
+             BLOCK: lambda x, targets: block(x),
+             HEAD: lambda x, targets: head(x, embedding.tok.weight, targets)}
     return calls, inputs, params
 
 
-def compute(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
-    scenario = cfg["scenario"]
+def compute(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[dict]:
+    scenario = cfg.scenario
     calls, inputs, params = _units(scenario, device)
     ptrs = {p.untyped_storage().data_ptr() for p in params}
     tracker = ActivationTracker(Ledger(), lambda ptr: ptr in ptrs)  # DDP.step's saved-tensor hooks
     loss_grad = torch.tensor(LossScale(scenario.training.precision).value, device=device)
-    progress.begin("compute", len(UNITS) * len(cfg["micro_batches"]))
+    progress.begin("compute", len(UNIT_KINDS) * len(cfg.micro_batches))
     rows = []
-    for b in cfg["micro_batches"]:
+    for b in cfg.micro_batches:
         idx, x = inputs(b)
-        for unit in UNITS:
+        for unit in UNIT_KINDS:
             grad = None
 
             def once():
                 nonlocal grad
                 for p in params:
                     p.grad.zero_()
-                x_in = idx if unit == "embedding" else x.detach().requires_grad_()
+                x_in = idx if unit == EMBEDDING else x.detach().requires_grad_()
                 _sync(device)
                 start = time.perf_counter()
                 with tracker.hooks():
@@ -195,7 +201,7 @@ def compute(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
                 _sync(device)
                 middle = time.perf_counter()
                 if grad is None:
-                    grad = loss_grad if unit == "head" else torch.ones_like(out)
+                    grad = loss_grad if unit == HEAD else torch.ones_like(out)
                 torch.autograd.backward(out, grad)
                 _sync(device)
                 end = time.perf_counter()
@@ -203,27 +209,27 @@ def compute(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
                 return middle - start, end - middle
 
             _barrier(device)
-            forward, backward = zip(*_until(once, sum, device))
+            passes = list(zip(*_until(once, sum, device)))
             rows.append({"processes": n, "unit": unit, "micro_batch": b,
                          "seq_len": scenario.training.seq_len,
-                         "forward_s": statistics.median(forward),
-                         "backward_s": statistics.median(backward),
-                         "iterations": len(forward)})
+                         **{f"{name}_s": statistics.median(times)
+                            for name, times in zip(PASSES, passes)},
+                         "iterations": len(passes[0])})
             progress.tick()
     return rows
 
 
-def optimizer(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
+def optimizer(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[dict]:
     """What the stages time as "optimizer": unscaled_grad + step, on a flat shard."""
-    precision = cfg["scenario"].training.precision
+    precision = cfg.scenario.training.precision
     dtype, scale = DTYPES[precision], LossScale(precision).value
-    progress.begin("optimizer", len(cfg["optimizer_elements"]))
+    progress.begin("optimizer", len(cfg.optimizer_elements))
     rows = []
-    for elements in cfg["optimizer_elements"]:
+    for elements in cfg.optimizer_elements:
         param = (torch.randn(elements, device=device) * 0.02).to(dtype)
         grad = torch.empty(elements, dtype=dtype, device=device)
         opt = ShardAdam(param, grad, world_size=n, ledger=Ledger(), ideal_elements=elements,
-                        lr=cfg["lr"])
+                        lr=cfg.lr)
 
         def once():
             grad.fill_(1e-3)  # fp32 divides it in place: refill, or it decays into denormals
@@ -238,24 +244,21 @@ def optimizer(n: int, cfg: dict, device, progress: Progress) -> list[dict]:
     return rows
 
 
-def memory(rank: int, n: int, cfg: dict, device, progress: Progress) -> list[dict]:
-    """launch.train itself, per (stage, micro-batch): memory from the allocator (CPU: profiler)
+def memory(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[dict]:
+    """train.train itself, per (stage, micro-batch): memory from the allocator (CPU: profiler)
     and ledger over MEMORY_STEPS steps, then step timings over TIMED_STEPS more without the
-    profiler (what zerosim.calibrate.fit_step compares with the microbenchmarks)."""
-    from zerosim.validate import step_figures
-
+    profiler (what zerosim.calibration.fit_steps.fit_step compares with the microbenchmarks)."""
     gc.collect()
-    progress.begin("memory", len(cfg["memory_scenarios"]))
+    progress.begin("memory", len(cfg.memory_scenarios))
     rows = []
-    for (stage, b), scenario in cfg["memory_scenarios"].items():
+    for (stage, b), scenario in cfg.memory_scenarios.items():
         if device.type == "cuda":  # train reports the peak since the last reset: this run's only
             torch.cuda.reset_peak_memory_stats(device)
-        result = train(rank, n, {
-            "scenario": scenario, "stage": stage, "backend": cfg["backend"],
-            "collectives": cfg["collective_modes"][0], "steps": MEMORY_STEPS,
-            "timed_steps": TIMED_STEPS, "seed": 0,
-            "lr": cfg["lr"], "nproc": n, "timeout_s": cfg["timeout_s"],
-            "progress_file": cfg.get("progress_file")})
+        result = train(rank, n, RunConfig(
+            scenario=scenario, stage=stage, backend=cfg.backend,
+            collectives=cfg.collective_modes[0], steps=MEMORY_STEPS, timed_steps=TIMED_STEPS,
+            seed=0, lr=cfg.lr, nproc=n, timeout_s=cfg.timeout_s,
+            progress_file=cfg.progress_file))
         # The same step figures `zerosim validate` takes from a run, for this rank.
         timing = step_figures({"steps": MEMORY_STEPS, "timed_steps": TIMED_STEPS,
                                "events": result["events"],

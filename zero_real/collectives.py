@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-MODES = ("native", "ring")
+from zerosim.contract import COLLECTIVE_IMPLS
 # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -36,8 +36,8 @@ def _offsets(sizes: list[int]) -> list[int]:
 
 class Collectives:
     def __init__(self, mode: str, rank: int, world_size: int, recorder, backend: str):
-        if mode not in MODES:
-            raise ValueError(f"collectives mode {mode!r} is not one of {MODES}")
+        if mode not in COLLECTIVE_IMPLS:
+            raise ValueError(f"collectives mode {mode!r} is not one of {COLLECTIVE_IMPLS}")
         self.mode, self.rank, self.world_size = mode, rank, world_size
         self.recorder, self.backend = recorder, backend
 

@@ -21,11 +21,12 @@ from collections import defaultdict
 
 import torch
 
+from zerosim.contract import COMM, COMPUTE, MeasuredEvent, MeasuredSample
+
 STATE_CATEGORIES = ("params", "grads", "master", "moments")
 # autograd_grads: a gradient autograd allocated that the stage has not yet taken (ZeRO-2 copies
 # each into buckets and frees it; a tied weight's first part waits there for its second).
 CATEGORIES = STATE_CATEGORIES + ("activations", "buckets", "gathered", "autograd_grads")
-PHASES = ("after_init", "after_forward", "after_backward", "after_step")
 MARK = "zero_real.mark."
 
 
@@ -113,8 +114,8 @@ class Recorder:
     def __init__(self, rank: int, device: torch.device, profile_memory: bool = True):
         self.rank, self.device = rank, device
         self.ledger = Ledger()
-        self.events: list[dict] = []
-        self.samples: list[dict] = []
+        self.events: list[MeasuredEvent] = []
+        self.samples: list[MeasuredSample] = []
         self.phase, self.layer = "forward", None
         self.step = 0  # the training step events belong to (set by the training loop)
         self.peak_bytes: int | None = None  # once memory measurement has stopped
@@ -133,16 +134,16 @@ class Recorder:
 
     def _event(self, stream: str, name: str, op, nbytes, start_s: float, phase=None,
                layer=None) -> None:
-        self.events.append({"rank": self.rank, "step": self.step, "stream": stream, "name": name,
-                            "phase": phase or self.phase, "layer": layer, "op": op,
-                            "bytes": nbytes, "start_s": start_s, "end_s": self._now()})
+        self.events.append(MeasuredEvent(rank=self.rank, step=self.step, stream=stream, name=name,
+                                         phase=phase or self.phase, layer=layer, op=op,
+                                         bytes=nbytes, start_s=start_s, end_s=self._now()))
 
     def _close_compute(self) -> None:
         """End the open compute segment now (it stays open as far as `compute` is concerned)."""
         name, phase, layer, start = self._open
         if self.cuda:
             torch.cuda.synchronize(self.device)
-        self._event("compute", name, None, None, start, phase, layer)
+        self._event(COMPUTE, name, None, None, start, phase, layer)
 
     @contextlib.contextmanager
     def comm(self, name: str, op: str, nbytes: int):
@@ -156,7 +157,7 @@ class Recorder:
         yield
         if self.cuda:
             torch.cuda.synchronize(self.device)  # time the transfer, not the launch
-        self._event("comm", name, op, nbytes, start, layer=self.layer)
+        self._event(COMM, name, op, nbytes, start, layer=self.layer)
         if open_compute is not None:
             self._open = (*open_compute[:3], self._now())
 
@@ -172,8 +173,8 @@ class Recorder:
 
     def mark(self, point: str, step: int) -> None:
         """A memory sample: the ledger now, and (on GPU at once, on CPU after the run) measured."""
-        sample = {"rank": self.rank, "t_s": self._now(), "point": point, "step": step,
-                  "bytes_by_category": self.ledger.now()}
+        sample = MeasuredSample(rank=self.rank, t_s=self._now(), point=point, step=step,
+                                bytes_by_category=self.ledger.now())
         if self.cuda:
             torch.cuda.synchronize(self.device)
             sample["measured_bytes"] = torch.cuda.memory_allocated(self.device)

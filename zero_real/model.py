@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zerosim.config import ModelConfig
+from zerosim.scenario.config import ModelConfig
 
 INIT_STD = 0.02  # GPT-2's initializer_range
 

@@ -51,19 +51,11 @@ def read_progress(path: Path) -> tuple[int, int, str]:
         return -1, 0, "initialisation"
 
 
-def instrument(recorder, heartbeat: Heartbeat, cfg: dict, rank: int):
-    """Wrap recorder.comm (entered by every collective of every stage) to beat the heartbeat; and
-    the hang test's hook: a rank that stops at a collective mid-step, alive, forever."""
+def instrument(recorder, heartbeat: Heartbeat) -> None:
+    """Wrap recorder.comm (entered by every collective of every stage) to beat the heartbeat."""
     comm = recorder.comm
-    hang = cfg.get("hang_rank") == rank
-    hang_step, hang_at = cfg.get("hang_step", 0), cfg.get("hang_collective", 1)
-    first_of_step = {}
 
     def beating(name, op, nbytes):
-        first = first_of_step.setdefault(heartbeat.step, heartbeat.seq)
-        if hang and heartbeat.step == hang_step and heartbeat.seq - first >= hang_at:
-            while True:  # stuck before entering: peers wait in the collective, then time out
-                time.sleep(3600)
         heartbeat.beat(f"{op}:{name}")
         return comm(name, op, nbytes)
 

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from zerosim.config import STAGES, Scenario, TrainingConfig
+from zerosim.contract import MEMORY_POINTS, STAGES
 from zerosim.model import activations, max_gather_window, total_params
-from zerosim.units import mib_to_bytes
-
-BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
-FP32_BYTES = 4
+from zerosim.scenario.config import Scenario, TrainingConfig
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 # Optimizer moments kept per parameter, each fp32: Adam's m and v (Kingma & Ba), SGD's momentum.
 MOMENTS = {"adam": 2, "adamw": 2, "sgd_momentum": 1, "sgd": 0}
 # Gradient buckets alive at once in stage 2: one filling during backward, one being reduced.
@@ -115,12 +113,14 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
                        peak_bytes=states + acts + buffers)
 
 
+def fits(scenario: Scenario, peak_bytes: int) -> bool:
+    """Whether a rank's peak fits its GPU's memory (cluster.hbm_GiB)."""
+    return peak_bytes <= scenario.cluster.hardware.memory_bytes
+
+
 def memory_table(scenario: Scenario) -> list[StageMemory]:
     """All four stages for one scenario (the scenario's own zero_stage does not restrict it)."""
     return [stage_memory(scenario, stage) for stage in STAGES]
-
-
-STEADY_POINTS = ("after_forward", "after_backward", "after_step")
 
 
 def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
@@ -131,4 +131,5 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     acts = activations(scenario.model, scenario.training)
     stored = acts.peak_bytes - acts.recompute_bytes
     states = row.model_states_bytes
-    return {"after_forward": states + stored, "after_backward": states, "after_step": states}
+    after_forward, after_backward, after_step = MEMORY_POINTS[1:]
+    return {after_forward: states + stored, after_backward: states, after_step: states}

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.config import ModelConfig, TrainingConfig
+from zerosim.contract import BLOCK, EMBEDDING, HEAD
+from zerosim.scenario.config import ModelConfig, TrainingConfig
+from zerosim.units import FP32_BYTES
 
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti §4.1)
-FP32_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,14 @@ def gather_units(m: ModelConfig) -> list[int]:
         return [quotient + (1 if i < remainder else 0) for i in range(m.n_layers)]
     c = param_counts(m)
     return [c.embedding] + [c.per_layer] * c.layers + [c.final_norm + (c.lm_head or m.vocab * m.hidden)]
+
+
+def unit_kinds(m: ModelConfig) -> list[str]:
+    """The kind of each gather unit of gather_units (contract.UNIT_KINDS): what a calibration
+    profile prices it by. A bare Ψ is blocks only."""
+    if m.is_bare:
+        return [BLOCK] * m.n_layers
+    return [EMBEDDING] + [BLOCK] * m.layers + [HEAD]
 
 
 def gradient_units(m: ModelConfig) -> list[int]:

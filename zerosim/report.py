@@ -1,22 +1,19 @@
-"""Memory results for people (a table) and for programs (a JSON-ready dict). Reads, never computes
-anything but unit conversions."""
+"""Results for people (tables) and for programs (JSON-ready dicts): the memory table, the simulated
+step table, one collective's figures. Reads, never computes anything but unit conversions."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from zerosim.config import STAGE_NAMES, Scenario
-from zerosim.memory import StageMemory, optimizer_bytes_per_param
+from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES
+from zerosim.memory import StageMemory, fits, optimizer_bytes_per_param
 from zerosim.model import total_params
+from zerosim.scenario.config import Scenario
 from zerosim.units import GB, KB, MB, GiB, KiB, MiB
 
 _COLUMNS = (("params", "params_bytes"), ("grads", "grads_bytes"), ("optimizer", "optimizer_bytes"),
             ("states", "model_states_bytes"), ("activations", "activations_bytes"),
             ("buffers", "buffers_bytes"), ("host", "host_bytes"), ("peak", "peak_bytes"))
-
-
-def fits(scenario: Scenario, row: StageMemory) -> bool:
-    return row.peak_bytes <= scenario.cluster.hbm_GiB * GiB
 
 
 def memory_json(scenario: Scenario, rows: list[StageMemory]) -> dict[str, Any]:
@@ -33,7 +30,7 @@ def memory_json(scenario: Scenario, rows: list[StageMemory]) -> dict[str, Any]:
         "gpu": c.gpu,
         "gpu_memory_GiB": c.hbm_GiB,
         "stages": [{**row.as_dict(), "name": STAGE_NAMES[row.stage],
-                    "fits_gpu_memory": fits(scenario, row)} for row in rows],
+                    "fits_gpu_memory": fits(scenario, row.peak_bytes)} for row in rows],
     }
 
 
@@ -71,18 +68,17 @@ def simulation_line(scenario: Scenario, results) -> str:
     first = results[0]
     c, t = scenario.cluster, scenario.training
     reason = "--mode per_rank" if scenario.variation.is_uniform else "[variation] jitter"
-    simulated = {
-        "symmetric": "1 representative rank (uniform cluster)",
-        "classes": f"{first.ranks_simulated} rank(s): one for the uniform ranks and each "
-                   f"straggler, plus every degraded link",
-        "per_rank": f"all {first.ranks_simulated} ranks ({reason})"}[first.mode]
+    if first.mode == "symmetric":
+        simulated = "1 representative rank (uniform cluster)"
+    elif first.mode == "classes":
+        simulated = (f"{first.ranks_simulated} rank(s): one for the uniform ranks and each "
+                     f"straggler, plus every degraded link")
+    else:
+        simulated = f"all {first.ranks_simulated} ranks ({reason})"
     batch = f", micro-batch {t.micro_batch} x seq {t.seq_len}" if scenario.model.is_bare else ""
     return (f"one training step{batch} | collectives: "
             f"{first.algorithm} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
             f"| simulated: {simulated}")
-
-
-_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 def _number(value: float) -> str:
@@ -95,22 +91,30 @@ def format_simulation_table(scenario: Scenario, results) -> str:
     largest = max(max(r.peak_bytes, sum(r.comm_bytes_per_rank.values())) for r in results)
     bunit, bscale, bunit_def = _unit(largest)[:3]
     header = ["stage", f"step {unit}", f"compute {unit}", f"exposed comm {unit}",
-              f"comm {bunit}/rank", *[f"{op} {bunit}" for op in _OPS], f"peak {bunit}",
+              f"comm {bunit}/rank", *[f"{op} {bunit}" for op in COLLECTIVE_OPS], f"peak {bunit}",
               f"fits {scenario.cluster.hbm_GiB:g} GiB"]
     body = []
     for r in results:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
-        per_op = [f"{r.comm_bytes_per_rank.get(op, 0) / bscale:.2f}" for op in _OPS]
-        fits_memory = r.peak_bytes <= scenario.cluster.hbm_GiB * GiB
+        per_op = [f"{r.comm_bytes_per_rank.get(op, 0) / bscale:.2f}" for op in COLLECTIVE_OPS]
         body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", _number(r.step_time_s * scale),
                      _number(r.compute_s * scale), _number(r.exposed_comm_s * scale),
                      f"{sum(r.comm_bytes_per_rank.values()) / bscale:.2f}", *per_op,
-                     f"{r.peak_bytes / bscale:.2f}", "yes" if fits_memory else "NO"])
+                     f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r.peak_bytes) else "NO"])
     notes = [f"note: {note}" for note in results[0].notes]
     lines = _describe(scenario) + [simulation_line(scenario, results), *notes, "",
                                    f"per rank; 1 {bunit} = {bunit_def} bytes; compute includes the "
                                    f"optimizer step; * = training.zero_stage"]
     return "\n".join(lines + _columns(header, body))
+
+
+def format_collective(result: dict[str, Any]) -> str:
+    """One simulated collective (sim.collective_bench) with nccl-tests' figures."""
+    lines = [f"{result['op']} of {result['size_bytes']:,} bytes on {result['ranks']} ranks "
+             f"({result['algorithm']})"]
+    lines += [f"  {key:20} {result[key]:.6g}"
+              for key in ("time_s", "algbw_GBps", "busbw_GBps", "bytes_sent_per_rank")]
+    return "\n".join(lines)
 
 
 def _columns(header: list[str], body: list[list[str]]) -> list[str]:
@@ -133,7 +137,7 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
         cells = [f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}"]
         cells += [f"{getattr(r, key) / scale:.2f}" for _, key in _COLUMNS]
-        cells += [f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r) else "NO"]
+        cells += [f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r.peak_bytes) else "NO"]
         body.append(cells)
     lines = _describe(scenario)
     lines += ["", f"per-rank memory in {unit} (1 {unit} = {unit_def} bytes), peak also in {bunit} "

@@ -1,0 +1,260 @@
+"""`zero-real calibrate`: one real calibration of the tiny model on 2 processes (and one on 1),
+what its profile must say, what it refuses, and what a failing rank or a failed write leaves."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.conftest import SCENARIOS, CliResult, assert_one_line_error, run_main  # noqa: E402
+from zerosim.contract import busbw_factor  # noqa: E402
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+# Sizes where time depends on size on a 2-core CI box: below ~256 KiB gloo is latency-bound
+# (~0.5 ms native, a ~4 ms floor per send/recv step of the ring), so 64 KiB vs 1 KiB is noise.
+SIZES_KIB = [256 * 2**k for k in range(7)]  # 256 KiB .. 16 MiB
+RUN_LIMIT = ("--run-timeout-s", 120)  # a hang fails the test instead of CI
+
+
+def calibrate(*argv) -> CliResult:
+    from zero_real import cli
+
+    fast = () if "--seconds-per-size" in argv else ("--seconds-per-size", 0.02)
+    return run_main(cli.main, "calibrate", *argv, *fast)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    out = tmp_path_factory.mktemp("calibrate") / "two.json"
+    result = calibrate(TINY, "--nproc", 2, "--min-size-KiB", 256, "--max-size-MiB", 16,
+                       "--micro-batches", "1,2", "--out", out, *RUN_LIMIT)
+    assert result.code == 0, result.stderr
+    return result, json.loads(out.read_text()), out
+
+
+def test_progress_per_section_and_a_one_line_summary(two):
+    result, _, out = two
+    assert result.stdout.count("\n") == 1 and f"wrote {out}" in result.stdout
+    sections = [line.split(" in ")[0] for line in result.stderr.splitlines()]
+    assert sections == ["calibrate n=2: collectives 42/42", "calibrate n=2: compute 6/6",
+                        "calibrate n=2: optimizer 7/7", "calibrate n=2: memory 8/8"]
+
+
+def test_provenance_and_scenario(two):
+    _, profile, _ = two
+    assert (profile["format"], profile["version"]) == ("zerosim-profile", 1)
+    p = profile["provenance"]
+    assert p["torch_version"] == torch.__version__ and p["date"].endswith("+00:00")
+    assert (p["backend"], p["device"], p["nproc"], p["collectives"]) == ("gloo", "cpu", 2,
+                                                                         ["native", "ring"])
+    assert p["scenario"] == str(TINY) and "--micro-batches 1,2" in p["command"]
+    assert profile["scenario"]["model"]["hidden"] == 64
+    assert profile["scenario"]["training"] == {"precision": "fp32", "optimizer": "adam",
+                                               "seq_len": 32, "micro_batch": 2}
+
+
+def test_every_collective_once_and_time_grows_with_size(two):
+    rows = two[1]["measurements"]["collectives"]
+    keys = [(r["impl"], r["op"], r["ranks"], r["size_bytes"]) for r in rows]
+    assert sorted(keys) == sorted((impl, op, 2, kib * 2**10) for impl in ("native", "ring")
+                                  for op in ("all_reduce", "reduce_scatter", "all_gather")
+                                  for kib in SIZES_KIB)
+    for r in rows:
+        assert r["time_s"] > 0 and 5 <= r["iterations"] <= 500
+        assert r["median_s"] > 0  # kept beside the mean the fit uses
+        assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * busbw_factor(r["op"], 2))
+    time_s = {k[:2] + k[3:]: r["time_s"] for k, r in zip(keys, rows)}
+    for impl, op, _ in time_s:
+        small, large = time_s[impl, op, SIZES_KIB[0] * 2**10], time_s[impl, op, 16 * 2**20]
+        # 64x the bytes: far slower natively; the ring's per-step floor leaves less of a gap.
+        assert large > (4 if impl == "native" else 1.2) * small, (impl, op, small, large)
+
+
+def test_compute_per_unit_and_micro_batch(two):
+    rows = two[1]["measurements"]["compute"]
+    assert sorted((r["unit"], r["micro_batch"]) for r in rows) == sorted(
+        (u, b) for u in ("embedding", "block", "head") for b in (1, 2))
+    for r in rows:
+        assert r["processes"] == 2 and r["seq_len"] == 32 and r["iterations"] >= 5
+        assert 0 < r["forward_s"] <= r["forward_s_max_rank"]
+        assert 0 < r["backward_s"] <= r["backward_s_max_rank"]
+        assert r["backward_s"] > 0.3 * r["forward_s"], r  # backward does about twice the work
+        # At least 0.05 s of timed iterations (seen here through the median: roughly).
+        assert r["iterations"] * (r["forward_s"] + r["backward_s"]) > 0.025, r
+
+
+def test_optimizer_elements_and_times(two):
+    rows = two[1]["measurements"]["optimizer"]
+    assert [r["elements"] for r in rows] == [4**k for k in range(5, 12)]  # 2**10 .. 2**22
+    assert all(r["precision"] == "fp32" and r["processes"] == 2 for r in rows)
+    assert rows[-1]["time_s"] > 10 * rows[0]["time_s"]  # 4096x the elements
+    assert all(r["iterations"] >= 5 and r["iterations"] * r["time_s"] > 0.025 for r in rows)
+
+
+def test_memory_of_each_stage_against_its_ledger(two):
+    rows = two[1]["measurements"]["memory"]
+    by = {(r["stage"], r["micro_batch"]): r for r in rows}
+    assert sorted(by) == [(s, b) for s in range(4) for b in (1, 2)] and len(rows) == 8
+    points = {"after_init", "after_forward", "after_backward", "after_step"}
+    for (stage, b), r in by.items():
+        assert set(r["phases"]) == set(r["ledger_phases"]) == points
+        assert r["phases"]["after_init"] == r["ledger_phases"]["after_init"], r  # model states
+        assert r["peak_bytes"] >= max(r["phases"].values())
+        assert r["ledger_phases"]["after_forward"] > r["ledger_phases"]["after_init"]
+    for b in (1, 2):
+        assert by[0, b]["peak_bytes"] > by[1, b]["peak_bytes"]
+        init = [by[s, b]["ledger_phases"]["after_init"] for s in range(4)]
+        assert init == sorted(init, reverse=True) and len(set(init)) == 4
+    assert by[0, 2]["ledger_phases"]["after_forward"] > by[0, 1]["ledger_phases"]["after_forward"]
+
+
+def test_the_profile_is_fitted_and_drives_the_simulator(two):
+    from tests.conftest import run_zerosim
+    from zerosim.scenario.profile import load_profile
+
+    _, profile, out = two
+    assert set(profile["fit"]) == {"collectives", "compute", "optimizer", "memory", "step"}
+    for row in profile["measurements"]["memory"]:  # the stages' own timed steps, for fit_step
+        timing = row["timing"]
+        assert timing["step_time_s"] >= timing["compute_s"] > 0
+        assert timing["calls_reduce_scatter" if row["stage"] else "calls_all_reduce"] >= 1
+    measured = {(r["impl"], r["op"]): r["time_s"] for r in profile["measurements"]["collectives"]
+                if r["size_bytes"] == 2**20}
+    loaded = load_profile(out)
+    for (impl, op), time_s in measured.items():
+        # the lookup at a measured size is off by exactly the residual the fit reports there
+        segments = profile["fit"]["collectives"][impl][op]["2"]["segments"]
+        seg = next(s for s in segments if s["min_bytes"] <= 2**20 <= s["max_bytes"]
+                   or s is segments[-1])
+        sizes = sorted(r["size_bytes"] for r in profile["measurements"]["collectives"]
+                       if (r["impl"], r["op"], r["ranks"]) == (impl, op, 2)
+                       and seg["min_bytes"] <= r["size_bytes"])[:seg["points"]]
+        residual = seg["residuals_pct"][sizes.index(2**20)]
+        predicted = loaded.collective_time(impl, op, 2, 2**20)
+        assert (predicted - time_s) / time_s * 100 == pytest.approx(residual, abs=1e-2)
+    result = run_zerosim("simulate", TINY, "--set", f'cluster.profile="{out}"',
+                         "--set", "cluster.gpus_per_node=2", "--json")
+    assert result.code == 0, result.stderr
+
+
+def test_one_process_measures_no_collectives(tmp_path):
+    out = tmp_path / "one.json"
+    result = calibrate(TINY, "--nproc", 1, "--micro-batches", 1, "--collectives", "ring",
+                       "--out", out, *RUN_LIMIT)
+    assert result.code == 0, result.stderr
+    m = json.loads(out.read_text())["measurements"]
+    assert m["collectives"] == [] and "collectives" not in result.stderr
+    assert {(r["processes"], r["unit"]) for r in m["compute"]} == {
+        (1, "embedding"), (1, "block"), (1, "head")}
+    assert {(r["processes"], r["stage"]) for r in m["memory"]} == {(1, s) for s in range(4)}
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["missing.toml", "--nproc", "2"], "missing.toml"),
+    ([TINY, "--nproc", "0"], "--nproc 0"),
+    ([TINY, "--nproc", "2", "--collectives", "native,tree"], "tree"),
+    ([TINY, "--nproc", "2", "--collectives", ","], "--collectives"),
+    ([TINY, "--nproc", "2", "--min-size-KiB", "2048", "--max-size-MiB", "1"], "exceeds"),
+    ([TINY, "--nproc", "2", "--max-size-MiB", "0"], "--max-size-MiB 0"),
+    ([TINY, "--nproc", "2", "--min-size-KiB", "-1"], "--min-size-KiB -1"),
+    ([TINY, "--nproc", "2", "--min-size-KiB", "nan"], "--min-size-KiB nan"),
+    ([TINY, "--nproc", "4", "--min-size-KiB", "0.001"], "4 x 4 = 16 bytes"),
+    ([TINY, "--nproc", "2", "--min-size-KiB", "3", "--max-size-MiB", "0.0034"], "no power of two"),
+    ([TINY, "--nproc", "2", "--micro-batches", "1,x"], "--micro-batches 1,x"),
+    ([TINY, "--nproc", "2", "--micro-batches", "0,2"], "--micro-batches 0,2"),
+    ([TINY, "--nproc", "2", "--timeout-s", "0"], "--timeout-s 0"),
+    ([TINY, "--nproc", "2", "--set", "training.optimizer=sgd"], "training.optimizer"),
+    ([TINY, "--nproc", "2", "--set", "model.hidden=65"], "model"),
+    ([TINY], "--nproc"),
+])
+def test_bad_input_is_one_line_exit_2(argv, fragment, tmp_path):
+    if "--nproc" in argv:
+        argv = [*argv, "--out", tmp_path / "p.json"]
+    assert_one_line_error(calibrate(*argv), fragment)
+    assert not list(tmp_path.iterdir())
+
+
+def test_out_in_a_missing_folder_is_bad_input(tmp_path):
+    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--out", tmp_path / "no" / "p.json"),
+                          "does not exist")
+
+
+def test_out_a_directory_is_bad_input(tmp_path):
+    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--out", tmp_path), "is a directory")
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").exists(), reason="the check reads /proc/meminfo")
+def test_what_does_not_fit_this_box_is_refused(tmp_path):
+    out = ("--out", tmp_path / "p.json")
+    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--max-size-MiB", 2**20, *out),
+                          "not enough memory for --max-size-MiB")
+    huge = ["--set", "model.hidden=16384", "--set", "model.ffn=65536", "--set", "model.layers=100"]
+    assert_one_line_error(calibrate(TINY, "--nproc", 2, *huge, *out),  # run's own check
+                          "not enough memory: 2 process(es)")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="checks the no-GPU message")
+def test_nccl_without_gpus_is_bad_input(tmp_path):
+    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--backend", "nccl",
+                                    "--out", tmp_path / "p.json"), "nccl")
+
+
+def test_a_failing_rank_is_exit_1_naming_it(tmp_path, monkeypatch):
+    from zero_real import launch
+
+    def failing_spawn(fn, nproc, cfg, timeout_s=None):
+        raise launch.RankFailed("rank 1 died (exit code 17): no error message; all ranks stopped",
+                                [])
+
+    monkeypatch.setattr(launch, "spawn", failing_spawn)
+    out = tmp_path / "p.json"
+    out.write_text("the user's earlier profile")
+    result = calibrate(TINY, "--nproc", 3, "--out", out)
+    assert result.code == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "zero-real: error: calibrate n=2: rank 1 died (exit code 17): no error message; "
+        "all ranks stopped"]
+    assert out.read_text() == "the user's earlier profile"
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path):
+    from zero_real.calibrate import write_json
+
+    out = tmp_path / "p.json"
+    out.write_text("old")
+    with pytest.raises(TypeError):
+        write_json(str(out), {"measurements": [object()]})  # not JSON: fails mid-write
+    assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["p.json"]
+    write_json(str(out), {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1}
+    umask = os.umask(0o022)
+    try:
+        write_json(str(out), {"a": 2})
+    finally:
+        os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o644  # readable like any file the user writes
+
+
+def test_progress_on_a_terminal_is_one_line_rewritten(tmp_path):
+    import io
+
+    from zero_real.calibrate_progress import Progress, ProgressPrinter
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    path, stream = tmp_path / "progress", Terminal()
+    path.write_text("")
+    with ProgressPrinter(str(path), "calibrate n=3", stream):
+        progress = Progress(str(path), rank=0)
+        progress.begin("optimizer", 2)
+        progress.tick()
+        progress.tick()
+        Progress(str(path), rank=1).begin("memory", 8)  # only rank 0 reports
+    assert stream.getvalue() == ("\rcalibrate n=3: optimizer 0/2\rcalibrate n=3: optimizer 1/2"
+                                 "\rcalibrate n=3: optimizer 2/2\n")

@@ -1,0 +1,192 @@
+"""`zero-real run`: the README command, its JSON, bad input, and a rank dying mid-run."""
+
+import json
+import os
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from functools import partial  # noqa: E402
+
+from tests.conftest import SCENARIOS, CliResult, assert_one_line_error, run_main  # noqa: E402
+from tests.zero_real.helpers import train_dying, train_hanging  # noqa: E402
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+
+
+def run_zero_real(*argv) -> CliResult:
+    from zero_real import cli
+
+    return run_main(cli.main, *argv)
+
+
+def test_run_stage3_two_ranks_writes_measurement(tmp_path):
+    out = tmp_path / "m.json"
+    result = run_zero_real("run", TINY, "--stage", 3, "--nproc", 2, "--steps", 2,
+                           "--collectives", "ring", "--out", out)
+    assert result.code == 0, result.stderr
+    assert "ZeRO-3 (stage 3) on 2 ranks" in result.stdout
+    m = json.loads(out.read_text())
+    for key in ("scenario", "stage", "world_size", "backend", "collectives", "torch_version",
+                "hardware", "losses", "ranks", "events"):
+        assert key in m, key
+    assert (m["stage"], m["world_size"], m["backend"], m["collectives"]) == (3, 2, "gloo", "ring")
+    assert m["timings_under_profiler"] is True  # CPU memory profiling was on
+    assert len(m["losses"]) == 2 and len(m["ranks"]) == 2
+    for rank in m["ranks"]:
+        assert set(rank["phases"]) == {"after_init", "after_forward", "after_backward", "after_step"}
+        assert rank["peak_bytes"] >= max(rank["phases"].values()) > 0
+        assert rank["ledger"]["model_states"] == m["zerosim_memory"]["model_states_bytes"]
+    schema = {"rank", "step", "stream", "name", "phase", "layer", "op", "bytes", "start_s",
+              "end_s"}
+    assert all(set(e) == schema for e in m["events"])
+    comm = [e for e in m["events"] if e["stream"] == "comm"]
+    assert {e["op"] for e in comm} == {"all_gather", "reduce_scatter"}  # ZeRO-3 needs no all-reduce
+    assert all(e["end_s"] >= e["start_s"] for e in m["events"])
+    layers = {e["layer"] for e in m["events"] if e["stream"] == "compute" and e["phase"] == "backward"}
+    assert layers == {0, 1, 2, 3}  # embedding, 2 blocks, head
+
+
+def test_timed_steps_run_without_the_profiler_after_the_memory_steps(tmp_path):
+    out = tmp_path / "m.json"
+    result = run_zero_real("run", TINY, "--stage", 1, "--nproc", 2, "--steps", 1,
+                           "--timed-steps", 2, "--out", out)
+    assert result.code == 0, result.stderr
+    m = json.loads(out.read_text())
+    assert (m["steps"], m["timed_steps"], m["timings_under_profiler"]) == (1, 2, False)
+    assert m["overlap_comm"] is False
+    assert len(m["losses"]) == 3
+    assert {e["step"] for e in m["events"]} == {0, 1, 2}
+    for rank in m["ranks"]:  # memory as measured in the profiled step, not lost to later steps
+        assert rank["phases"]["after_init"] == rank["ledger"]["model_states"]
+        assert all(v is not None and v > 0 for v in rank["phases"].values())
+    # timed steps still mark their phases, with the ledger only
+    unmeasured = [s for s in m["memory_samples"] if s["step"] >= 1]
+    assert len(unmeasured) == 2 * 3 * 2 and all("measured_bytes" not in s for s in unmeasured)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "missing.toml", "--stage", "1"], "missing.toml"),
+    (["run", TINY, "--stage", "1", "--timed-steps", "-1"], "--timed-steps -1"),
+    (["run", TINY, "--stage", "5"], "--stage 5"),
+    (["run", TINY, "--stage", "1", "--nproc", "0"], "--nproc 0"),
+    (["run", TINY, "--stage", "1", "--collectives", "tree"], "tree"),
+    (["run", TINY, "--stage", "1", "--set", "training.precison=bf16"], "precison"),
+    (["run", TINY, "--stage", "1", "--fake-world-size", "8", "--nproc", "2"], "--fake-world-size"),
+])
+def test_bad_input_is_one_line_exit_2(argv, fragment):
+    assert_one_line_error(run_zero_real(*argv), fragment)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="checks the no-GPU message")
+def test_nccl_without_gpus_is_bad_input():
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "0", "--backend", "nccl"), "nccl")
+
+
+def test_a_rank_dying_mid_run_stops_every_rank():
+    from zero_real.launch import RankFailed, spawn
+    from zero_real.runconfig import RunConfig
+    from zerosim.scenario.load import load_scenario
+
+    scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
+    cfg = RunConfig(scenario=scenario, stage=2, collectives="ring", backend="gloo", steps=3,
+                    timeout_s=20, nproc=3, profile_memory=False)
+    start = time.monotonic()
+    with pytest.raises(RankFailed, match="rank 1 died") as info:
+        spawn(partial(train_dying, die_rank=1, die_step=1), 3, cfg, timeout_s=60)
+    assert time.monotonic() - start < 60
+    for pid in info.value.pids:  # nothing left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie (exited, not yet reaped by whoever inherited it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
+    """Rank 1 stops (alive) at its second collective of step 1; its peers time out after 5 s.
+    The launcher names rank 1, not the peer that timed out first, and leaves nothing behind."""
+    from zero_real.launch import RankFailed, spawn
+    from zero_real.runconfig import RunConfig
+    from zerosim.scenario.load import load_scenario
+
+    scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
+    cfg = RunConfig(scenario=scenario, stage=1, collectives="native", backend="gloo", steps=3,
+                    timeout_s=5, nproc=3, profile_memory=False)
+    start = time.monotonic()
+    with pytest.raises(RankFailed, match="rank 1 stopped making progress at step 1") as info:
+        spawn(partial(train_hanging, hang_rank=1, hang_step=1), 3, cfg, timeout_s=50)
+    assert time.monotonic() - start < 30
+    assert all(_gone(pid) for pid in info.value.pids)
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("training.optimizer=sgd", "training.optimizer = sgd"),
+    ("training.optimizer_offload=cpu", "training.optimizer_offload = cpu"),
+    ("training.activation_checkpointing=full", "training.activation_checkpointing = full"),
+    ("training.flash_attention=true", "training.flash_attention = true"),
+    ("training.gradient_reduction=all_reduce", "training.gradient_reduction = all_reduce"),
+])
+def test_unsupported_scenario_settings_are_refused(override, fragment):
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--set", override),
+                          fragment, "zero_real; it supports")
+
+
+def test_rope_with_odd_head_dimension_is_refused():
+    result = run_zero_real("run", TINY, "--stage", "1", "--set", "model.position=rope",
+                           "--set", "model.hidden=60", "--set", "model.heads=4")
+    assert_one_line_error(result, "model.position = rope", "60 / 4 = 15")
+
+
+def test_out_in_a_missing_directory_is_refused_before_the_run(tmp_path):
+    result = run_zero_real("run", TINY, "--stage", "1", "--out", tmp_path / "nope" / "m.json")
+    assert_one_line_error(result, "--out", "does not exist")
+
+
+def test_run_timeout_must_be_positive():
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--run-timeout-s", "0"),
+                          "--run-timeout-s 0")
+
+
+def test_a_model_too_big_for_this_box_is_refused_before_launching():
+    result = run_zero_real("run", SCENARIOS / "megatron_7b5_64gpu.toml", "--stage", "0",
+                           "--nproc", "2", "--set", "training.activation_checkpointing=none")
+    assert_one_line_error(result, "not enough memory", "2 process(es) x", "MemAvailable")
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK, MASTER_ADDR, MASTER_PORT not"),
+    ({"RANK": "0"}, "WORLD_SIZE"),
+    ({"RANK": "0", "WORLD_SIZE": "x", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+     "must be integers"),
+    ({"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1",
+      "LOCAL_WORLD_SIZE": "2"}, "whole number of nodes"),
+])
+def test_partial_or_bad_torchrun_environment_is_refused(monkeypatch, env, fragment):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1"), fragment)
+
+
+def test_torchrun_world_comes_from_the_environment(monkeypatch):
+    from zero_real.launch import torchrun_env
+
+    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "h",
+           "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": "4"}
+    assert torchrun_env(env) == (8, 4)
+    assert torchrun_env({}) is None
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--nproc", "2"),
+                          "--nproc 2 disagrees with torchrun's WORLD_SIZE=8")

@@ -1,0 +1,181 @@
+"""Ring collectives against their closed forms (Thakur et al. 2005; nccl-tests PERFORMANCE.md),
+with integer-friendly inputs: per-step latency α = 1 s, link bandwidth B = 1 byte/s."""
+
+import pytest
+import simpy
+
+from zerosim.contract import busbw_factor
+from zerosim.sim.collective_bench import simulate_collective
+from zerosim.sim.collectives.ring import Group, StepRecord, ring_phases, run_phases
+from zerosim.scenario.load import load_scenario
+from zerosim.sim.network import Cluster, Link
+
+from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+ONE_SECOND = ["cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=1e-9",
+              "cluster.inter_node_latency_us=1e6", "cluster.inter_node_bandwidth_GBps=1e-9"]
+WALKS = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "broadcast": 2, "reduce": 2}
+
+
+def scenario(nodes=1, gpus=4, extra=()):
+    return load_scenario(TINY, [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={gpus}",
+                                *ONE_SECOND, *extra])
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 64])
+@pytest.mark.parametrize("op", sorted(WALKS))
+@pytest.mark.parametrize("every_rank", [False, True])
+def test_ring_matches_closed_form(n, op, every_rank):
+    s = scenario(gpus=n)
+    size = 5 * n  # 5 bytes per chunk: one step takes α + S/(nB) = 1 + 5 = 6 s
+    result = simulate_collective(s, op, size, mode="per_rank" if every_rank else "auto")
+    walks = WALKS[op]
+    assert result["time_s"] == walks * (n - 1) * (1 + size / n)
+    assert result["bytes_sent_per_rank"] == walks * (n - 1) * size / n
+    assert result["ranks_simulated"] == (n if every_rank else 1)
+    assert result["algbw_GBps"] == size / result["time_s"] / 1e9
+    assert result["busbw_GBps"] == pytest.approx(result["algbw_GBps"] * busbw_factor(op, n), rel=1e-15)
+
+
+def test_exact_event_log_of_a_4_rank_all_reduce():
+    s = scenario()
+    log = []
+    simulate_collective(s, "all_reduce", 8, log=log, mode="per_rank")  # chunks of 2 bytes: each step 1 + 2 = 3 s
+    expected = [StepRecord(rank, walk, step, "intra", 2.0, 3.0 * k, 3.0 * (k + 1))
+                for k, (walk, step) in enumerate([("reduce_scatter", 0), ("reduce_scatter", 1),
+                                                  ("reduce_scatter", 2), ("all_gather", 0),
+                                                  ("all_gather", 1), ("all_gather", 2)])
+                for rank in range(4)]
+    assert log == expected
+
+
+def test_busbw_equals_link_bandwidth_without_latency():
+    """nccl-tests' point of busbw: with α = 0 it is the link bandwidth, whatever n and op."""
+    s = load_scenario(TINY, ["cluster.gpus_per_node=8", "cluster.intra_node_latency_us=0",
+                             "cluster.intra_node_bandwidth_GBps=100"])
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        assert simulate_collective(s, op, 2**30)["busbw_GBps"] == pytest.approx(100, rel=1e-12)
+
+
+def test_flat_ring_across_nodes_runs_at_its_slowest_link():
+    s = load_scenario(TINY, ["cluster.nodes=2", "cluster.gpus_per_node=4",
+                             "cluster.collective_algorithm='ring'",
+                             "cluster.intra_node_latency_us=0", "cluster.intra_node_bandwidth_GBps=1e-9",
+                             "cluster.inter_node_latency_us=1e6", "cluster.inter_node_bandwidth_GBps=0.25e-9"])
+    result = simulate_collective(s, "all_reduce", 8 * 4)  # chunk 4 bytes: inter step 1 + 16 s
+    assert result["algorithm"] == "ring"
+    assert result["time_s"] == 2 * 7 * (1 + 4 / 0.25)
+    assert result["ranks_simulated"] == 2  # rank 0 (intra link) and rank 3 (to the next node)
+
+
+def test_hierarchical_all_reduce_closed_form_and_flat_ring_bytes():
+    g, m = 4, 3
+    n = g * m
+    s = load_scenario(TINY, [f"cluster.nodes={m}", f"cluster.gpus_per_node={g}",
+                             "cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=2e-9",
+                             "cluster.inter_node_latency_us=3e6", "cluster.inter_node_bandwidth_GBps=1e-9"])
+    size = 6 * n
+    result = simulate_collective(s, "all_reduce", size)
+    assert result["algorithm"] == "hierarchical"
+    intra = 2 * (g - 1) * (1 + size / g / 2)
+    inter = 2 * (m - 1) * (3 + size / n / 1)
+    assert result["time_s"] == intra + inter
+    assert result["bytes_sent_per_rank"] == 2 * (n - 1) * size / n  # as a flat ring
+
+
+@pytest.mark.parametrize("op, walks", [("reduce_scatter", ("intra", "inter")),
+                                       ("all_gather", ("inter", "intra"))])
+def test_hierarchical_reduce_scatter_and_all_gather_closed_form(op, walks):
+    g, m = 4, 3
+    s = load_scenario(TINY, [f"cluster.nodes={m}", f"cluster.gpus_per_node={g}",
+                             "cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=2e-9",
+                             "cluster.inter_node_latency_us=3e6", "cluster.inter_node_bandwidth_GBps=1e-9"])
+    size = 6 * g * m
+    result = simulate_collective(s, op, size)
+    assert result["time_s"] == (g - 1) * (1 + size / g / 2) + (m - 1) * (3 + size / (g * m))
+    assert result["bytes_sent_per_rank"] == (g * m - 1) * size / (g * m)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_a_degraded_link_paces_the_ring_and_every_rank_is_simulated(algorithm):
+    """Rank 5's links at half bandwidth: each walk runs at the slowest link of its ring."""
+    g, m = 4, 2
+    n = g * m
+    s = load_scenario(TINY, [f"cluster.nodes={m}", f"cluster.gpus_per_node={g}", *ONE_SECOND,
+                             f"cluster.collective_algorithm='{algorithm}'",
+                             "variation.degraded_links=[5]", "variation.link_bandwidth_factor=0.5"])
+    size = 4 * n
+    result = simulate_collective(s, "all_reduce", size)
+    assert result["ranks_simulated"] == n
+    if algorithm == "ring":
+        assert result["time_s"] == 2 * (n - 1) * (1 + size / n / 0.5)
+    else:
+        intra = 2 * (g - 1) * (1 + size / g / 0.5)
+        inter = 2 * (m - 1) * (1 + size / n / 0.5)
+        assert result["time_s"] == intra + inter
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_phase_granularity_equals_step_granularity(n):
+    """What the engine uses (one transfer per walk) against chunk by chunk, uncontended."""
+    s = scenario(gpus=n)
+    group = Group(n, n)
+    times = {}
+    for granularity in ("step", "phase"):
+        env = simpy.Environment()
+        cluster = Cluster(env, s)
+        env.process(run_phases(env, cluster, group, ring_phases("all_reduce", 3 * n, group),
+                               list(range(n)), granularity))
+        env.run()
+        times[granularity] = env.now
+    assert times["step"] == times["phase"] == 2 * (n - 1) * 4
+
+
+def test_transfers_on_one_link_share_its_bandwidth():
+    env = simpy.Environment()
+    link = Link(env, "l", bandwidth_bytes_per_s=1.0, latency_s=0.0)
+    finished = {}
+
+    def send(name, start_s, size):
+        yield env.timeout(start_s)
+        yield link.transfer(size)
+        finished[name] = env.now
+
+    env.process(send("a", 0, 10))
+    env.process(send("b", 5, 10))
+    env.process(send("c", 30, 4))
+    env.run()
+    # a alone for 5 s (5 bytes), then a and b at 0.5 byte/s each: a ends at 15, b alone again
+    assert finished == {"a": 15.0, "b": 20.0, "c": 34.0}
+
+
+def test_collective_cli_json():
+    result = run_zerosim("collective", TINY, "--op", "reduce_scatter", "--size-bytes", "4e6", "--json")
+    assert result.code == 0, result.stderr
+    data = result.json
+    assert {"time_s", "algbw_GBps", "busbw_GBps", "bytes_sent_per_rank"} <= set(data)
+    assert data["bytes_sent_per_rank"] == 3 * 1e6
+    assert data["ranks"] == 4
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--op", "all_reduce", "--size-bytes", "0"], "--size-bytes"),
+    (["--op", "all_reduce", "--size-bytes", "lots"], "--size-bytes"),
+    (["--op", "all_reduce", "--size-bytes", "inf"], "--size-bytes"),
+    (["--op", "all_reduce", "--size-bytes", "8", "--set", "cluster.gpus_per_node=1"], "single rank"),
+    (["--op", "alltoall", "--size-bytes", "8"], "--op"),
+    (["--op", "all_reduce", "--size-bytes", "8", "--ranks", "5"], "--ranks 5"),
+    (["--op", "all_reduce", "--size-bytes", "8", "--ranks", "1"], "--ranks 1"),
+    (["--op", "all_reduce", "--size-bytes", "8", "--set", "cluster.collective_algorithm=hierarchical"],
+     "hierarchical"),
+])
+def test_collective_bad_input(argv, fragment):
+    assert_one_line_error(run_zerosim("collective", TINY, *argv), fragment)
+
+
+def test_stragglers_and_jitter_do_not_touch_a_collective():
+    uniform = simulate_collective(scenario(gpus=8), "all_reduce", 80)
+    varied = simulate_collective(scenario(gpus=8, extra=["variation.slow_ranks=[3]",
+                                                         "variation.jitter_pct=10"]), "all_reduce", 80)
+    assert varied == uniform and varied["ranks_simulated"] == 1

@@ -1,0 +1,163 @@
+"""What users already have: a Hugging Face config.json for the shape, a DeepSpeed ds_config for
+the training settings."""
+
+import json
+
+import pytest
+
+from zerosim.scenario.load import load_scenario
+from zerosim.memory import memory_table
+from zerosim.model import total_params
+
+from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
+
+GPT2_CONFIG = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+               "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257, "n_inner": None,
+               "activation_function": "gelu_new", "resid_pdrop": 0.1}
+PYTHIA_160M = {"model_type": "gpt_neox", "hidden_size": 768, "intermediate_size": 3072,
+               "num_hidden_layers": 12, "num_attention_heads": 12, "max_position_embeddings": 2048,
+               "vocab_size": 50304, "rotary_pct": 0.25, "use_parallel_residual": True,
+               "tie_word_embeddings": False, "hidden_act": "gelu"}
+
+
+def scenario_with_hf(write, config: dict, extra_model: str = "") -> str:
+    write("cfg/config.json", json.dumps(config))
+    return write("s.toml", f'[model]\nhf_config = "cfg"\n{extra_model}\n'
+                           f'[training]\nseq_len = 512\n')
+
+
+def test_llama_from_hf_config_equals_the_written_out_shape():
+    from_hf = load_scenario(SCENARIOS / "llama2_7b_hf_64gpu.toml")
+    by_hand = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml")
+    assert total_params(from_hf.model) == 6_738_415_616
+    assert from_hf.model.name == "meta-llama/Llama-2-7b-hf"
+    assert memory_table(from_hf) == memory_table(by_hand)
+
+
+@pytest.mark.parametrize("config, expected", [(GPT2_CONFIG, 124_439_808), (PYTHIA_160M, 162_322_944)])
+def test_gpt2_and_gpt_neox_configs(write, config, expected):
+    result = run_zerosim("memory", scenario_with_hf(write, config), "--json")
+    assert result.code == 0, result.stderr
+    assert result.json["params"] == expected
+
+
+def test_explicit_model_keys_override_the_hf_config(write):
+    path = scenario_with_hf(write, GPT2_CONFIG, extra_model="layers = 2")
+    per_layer = 12 * 768**2 + 13 * 768
+    assert run_zerosim("memory", path, "--json").json["params"] == 124_439_808 - 10 * per_layer
+
+
+def test_hf_config_from_the_command_line_is_relative_to_the_working_directory(write, monkeypatch):
+    write("here/gpt2.json", json.dumps(GPT2_CONFIG))
+    scenario = write("elsewhere/s.toml", "[model]\nparams = 1e9\n[training]\nseq_len = 512\n")
+    monkeypatch.chdir(scenario.parent.parent / "here")
+    result = run_zerosim("memory", scenario, "--json", "--set", "model.hf_config=gpt2.json",
+                         "--set", "model.params=false")  # junk params must still be refused...
+    assert_one_line_error(result, "model.params must be an integer")
+    result = run_zerosim("memory", write("elsewhere/t.toml", "[model]\n[training]\nseq_len = 512\n"),
+                         "--json", "--set", "model.hf_config=gpt2.json")
+    assert result.code == 0, result.stderr
+    assert result.json["params"] == 124_439_808
+
+
+@pytest.mark.parametrize("config, fragments", [
+    ({"model_type": "bert", "hidden_size": 768}, ["model_type 'bert' is not supported", "llama"]),
+    ({"model_type": "llama", "hidden_size": 64}, ["missing key 'num_attention_heads'"]),
+    ({**PYTHIA_160M, "attention_bias": False}, ["attention_bias = False is not modeled"]),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "intermediate_size": 128, "vocab_size": 100, "attention_bias": True},
+     ["attention_bias = True is not modeled"]),
+])
+def test_unsupported_hf_configs_are_refused(write, config, fragments):
+    assert_one_line_error(run_zerosim("memory", scenario_with_hf(write, config)), *fragments)
+
+
+def test_broken_hf_config_files(write):
+    write("cfg/config.json", "{not json")
+    path = write("s.toml", '[model]\nhf_config = "cfg"\n')
+    assert_one_line_error(run_zerosim("memory", path), "invalid JSON")
+    path = write("t.toml", '[model]\nhf_config = "missing.json"\n')
+    assert_one_line_error(run_zerosim("memory", path), "hf_config not found", "missing.json")
+
+
+def ds(write, config: dict):
+    return write("ds_config.json", json.dumps(config))
+
+
+def test_deepspeed_stage2_cpu_offload_changes_stage_and_moves_optimizer_to_host(write):
+    before = run_zerosim("memory", ZERO_PAPER, "--json").json
+    config = ds(write, {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    result = run_zerosim("memory", ZERO_PAPER, "--json", "--deepspeed", config)
+    assert result.code == 0, result.stderr
+    after = result.json
+    assert before["zero_stage"] == 3 and after["zero_stage"] == 2
+    # No fp16/bf16 section: DeepSpeed trains in fp32, and the note says so.
+    assert after["precision"] == "fp32" and "DeepSpeed trains in fp32" in result.stderr
+    assert before["stages"][2]["optimizer_bytes"] > 0 and before["stages"][2]["host_bytes"] == 0
+    stage2 = after["stages"][2]
+    assert stage2["optimizer_bytes"] == 0 and stage2["grads_bytes"] == 0
+    # fp32 master + 2 moments + fp32 gradient partition, each rank its 1/64.
+    assert stage2["host_bytes"] == 16 * 7_500_000_000 // 64
+    assert all(s["optimizer_bytes"] == 0 and s["host_bytes"] > 0 for s in after["stages"])
+
+
+def test_deepspeed_defaults_apply_to_absent_keys_and_the_note_names_them(write):
+    config = ds(write, {"bfloat16": {"enabled": True}})  # DeepSpeed's older alias of bf16
+    notes = []
+    scenario = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", deepspeed=config, notes=notes)
+    t = scenario.training
+    assert (t.precision, t.zero_stage, t.optimizer_offload) == ("bf16", 0, "none")
+    assert round(t.reduce_bucket_MiB * 2**20) == round(t.allgather_bucket_MiB * 2**20) == 10**9
+    assert (t.micro_batch, t.optimizer) == (1, "adamw")  # no DeepSpeed default: the scenario's
+    assert "DeepSpeed defaults for zero_stage" in notes[0]
+    assert "kept the scenario's micro_batch (not given), optimizer (not given)" in notes[0]
+
+
+def test_deepspeed_precision_buckets_micro_batch_and_optimizer(write):
+    config = ds(write, {"bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 4,
+                        "optimizer": {"type": "SGD", "params": {"momentum": 0.9}},
+                        "zero_optimization": {"stage": 1, "reduce_bucket_size": 5e8}})
+    scenario = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", deepspeed=config)
+    t = scenario.training
+    assert (t.zero_stage, t.precision, t.micro_batch, t.optimizer) == (1, "bf16", 4, "sgd_momentum")
+    assert round(t.reduce_bucket_MiB * 2**20) == 10**9  # 5e8 bf16 elements
+    assert memory_table(scenario)[2].buffers_bytes == 2 * 10**9
+
+
+def test_auto_keeps_the_scenarios_values_and_set_wins_over_deepspeed(write):
+    config = ds(write, {"bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
+                        "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})
+    scenario = load_scenario(SCENARIOS / "tiny_gpt_4rank_cpu.toml", ["training.zero_stage=3"],
+                             deepspeed=config)
+    t = scenario.training
+    assert (t.precision, t.micro_batch, t.reduce_bucket_MiB) == ("fp32", 2, 0.0625)  # the file's
+    assert t.zero_stage == 3  # --set comes last
+
+
+@pytest.mark.parametrize("config, fragments", [
+    ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, ["both true"]),
+    ({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}}, ["'nvme' is not modeled"]),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}, ["parameter offload"]),
+    ({"zero_optimization": {"stage": "two"}}, ["zero_optimization.stage must be an integer"]),
+    ({"zero_optimization": {"stage": 4}}, ["training.zero_stage = 4"]),
+    ({"zero_optimization": []}, ["zero_optimization must be an object"]),
+    ({"optimizer": {"type": "Lamb"}}, ["'Lamb' is not modeled"]),
+    ({"bf16": {"enabled": "yes"}}, ["bf16.enabled must be true, false"]),
+    ({"zero_optimization": {"stage": float("nan")}}, ["zero_optimization.stage must be an integer"]),
+    ({"zero_optimization": {"reduce_bucket_size": 10**400}}, ["reduce_bucket_size", "2**53"]),
+    ({"zero_optimization": {"reduce_bucket_size": 0}}, ["reduce_bucket_size = 0 must be between 1"]),
+    ({"train_micro_batch_size_per_gpu": float("inf")}, ["train_micro_batch_size_per_gpu must be"]),
+    ({"optimizer": {"type": "SGD", "params": {"momentum": {"a": 1}}}}, ["momentum must be a number"]),
+    ({"optimizer": {"type": ["Adam"]}}, ["optimizer.type = ['Adam'] is not modeled"]),
+    ({"zero_optimization": {"offload_optimizer": {"device": 7}}}, ["device = 7 is not modeled"]),
+])
+def test_bad_deepspeed_configs(write, config, fragments):
+    assert_one_line_error(run_zerosim("memory", ZERO_PAPER, "--deepspeed", ds(write, config)),
+                          *fragments)
+
+
+def test_deepspeed_file_problems(write):
+    assert_one_line_error(run_zerosim("memory", ZERO_PAPER, "--deepspeed", "nope.json"),
+                          "DeepSpeed config not found")
+    assert_one_line_error(run_zerosim("memory", ZERO_PAPER, "--deepspeed", write("d.json", "[1]")),
+                          "expected a JSON object")

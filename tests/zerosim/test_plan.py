@@ -1,0 +1,143 @@
+"""`zerosim plan` against the ZeRO paper's formulas (§5.1, Table 1: model states per GPU of
+(2 + 2 + K)Ψ, 4Ψ + KΨ/N, 2Ψ + (2 + K)Ψ/N and (4 + K)Ψ/N with K = 12 for mixed-precision Adam) and
+its claims (§5.4: 4x and 8x larger models for P_os and P_os+g, N-times larger for P_os+g+p; a
+trillion parameters on 1024 GPUs at 16 GB each), then the searches at their boundaries."""
+
+import pytest
+
+from zerosim.scenario.load import load_scenario
+from zerosim.memory import stage_memory
+from zerosim.model import total_params
+from zerosim.tradeoffs.plan import fewest_gpus, largest_model, plan, with_world
+
+from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
+
+GiB = 2**30
+
+
+def paper_states_bytes(stage: int, psi: int, n: int) -> int:
+    """ZeRO paper Table 1, fp16 + Adam (K = 12), shards of ceil(Ψ/N) elements."""
+    shard = -(-psi // n)
+    return {0: 16 * psi, 1: 4 * psi + 12 * shard, 2: 2 * psi + 14 * shard, 3: 16 * shard}[stage]
+
+
+def paper(nodes: int, per_node: int = 8):
+    return load_scenario(ZERO_PAPER, [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}"])
+
+
+@pytest.mark.parametrize("n,per_node", [(1, 1), (4, 4), (64, 8), (1024, 8)])
+@pytest.mark.parametrize("budget", [32 * GiB, 80 * GiB, 16 * 10**9])
+def test_largest_psi_whose_states_fit_is_the_formulas_boundary(n, per_node, budget):
+    scenario = paper(n // per_node, per_node)
+    for stage in range(4):
+        psi = largest_model(scenario, stage, budget)["max_params_model_states"]
+        assert paper_states_bytes(stage, psi, n) <= budget < paper_states_bytes(stage, psi + 1, n)
+    # the two closed forms
+    assert largest_model(scenario, 0, budget)["max_params_model_states"] == budget // 16
+    assert largest_model(scenario, 3, budget)["max_params_model_states"] == n * (budget // 16)
+
+
+def test_the_papers_claims_on_model_size():
+    budget = 16 * 10**9
+    scenario = paper(128)  # 1024 GPUs
+    psi = [largest_model(scenario, s, budget)["max_params_model_states"] for s in range(4)]
+    assert psi[3] >= 10**12  # §1: a trillion parameters on 1024 GPUs, 16 GB each
+    assert psi[1] / psi[0] == pytest.approx(4, rel=0.01)  # P_os: 4x (16 / (4 + 12/N))
+    assert psi[2] / psi[0] == pytest.approx(8, rel=0.02)  # P_os+g: 8x (16 / (2 + 14/N))
+    assert psi[3] / psi[0] == pytest.approx(1024, rel=1e-6)  # P_os+g+p: N x
+
+
+def test_whole_model_counts_buffers_and_activations_at_the_boundary():
+    budget = 32 * GiB
+    bare = paper(8)
+    from dataclasses import replace
+
+    def at(psi):
+        return replace(bare, model=replace(bare.model, params=psi))
+    for stage in range(4):
+        got = largest_model(bare, stage, budget)
+        psi = got["max_params_whole"]
+        assert stage_memory(at(psi), stage).peak_bytes <= budget < \
+            stage_memory(at(psi + 1), stage).peak_bytes
+        if stage == 3:  # gathered layers and their gradients are real memory
+            assert psi < got["max_params_model_states"]
+    llama = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml")
+    for stage in range(4):
+        got = largest_model(llama, stage, 40 * GiB)
+        layers = got["max_layers"]
+        deeper = [replace(llama, model=replace(llama.model, layers=n)) for n in (layers, layers + 1)]
+        assert stage_memory(deeper[0], stage).peak_bytes <= 40 * GiB < \
+            stage_memory(deeper[1], stage).peak_bytes
+        assert got["max_params_whole"] == total_params(deeper[0].model)
+        assert got["max_params_whole"] < got["max_params_model_states"]  # activations count
+
+
+def test_fewest_gpus_is_the_first_world_size_that_fits():
+    scenario = paper(8)  # 7.5B, 8 GPUs per node, 32 GiB V100s
+    budget = 32 * GiB
+    # ZeRO-1 by hand: 4Ψ + 12Ψ/N <= M  =>  N >= 12Ψ / (M - 4Ψ) = 20.6, so 21, whole nodes: 24
+    assert fewest_gpus(scenario, 1, budget)["gpus"] == 24
+    for stage, previous in ((2, 5), (3, 3)):  # below one node, any GPU count counts
+        got = fewest_gpus(scenario, stage, budget)
+        assert got["gpus"] == previous + 1
+        assert stage_memory(with_world(scenario, got["gpus"]), stage).peak_bytes <= budget
+        assert stage_memory(with_world(scenario, previous), stage).peak_bytes > budget
+    ddp = fewest_gpus(scenario, 0, budget)
+    assert ddp["gpus"] is None and "DDP shards nothing" in ddp["why"]
+    assert "by itself: optimizer states" in ddp["why"]  # 12Ψ = 90 GB > 32 GiB on its own
+
+
+def test_why_a_stage_does_not_fit_names_the_term():
+    result = plan(load_scenario(SCENARIOS / "llama2_7b_64gpu.toml"), 40 * GiB)
+    ddp, zero1 = result["stages"][0], result["stages"][1]
+    assert not ddp["fits"] and "over it by itself: optimizer states" in ddp["why_not"]
+    # ZeRO-1 at 64 GPUs: no term alone is over 40 GiB; activations are the largest
+    assert not zero1["fits"] and "largest term: activations" in zero1["why_not"]
+    assert "even sharded" in zero1["fewest"]["why"]  # replicated params + grads + activations
+
+
+def test_configurations_all_fit_and_the_picks_are_the_minima():
+    scenario = paper(8)
+    result = plan(scenario, 32 * GiB)
+    configs = result["configurations"]
+    assert configs and all(c["peak_bytes"] <= 32 * GiB for c in configs)
+    assert {c["stage"] for c in configs} == {1, 2, 3}  # DDP never fits
+    assert result["fastest"] == min(configs, key=lambda c: c["step_time_s"])
+    assert result["cheapest"] == min(configs, key=lambda c: c["gpu_seconds_per_step"])
+    sizes = {c["world_size"] for c in configs}
+    assert {4, 6, 24, 64} <= sizes  # each stage's fewest and the scenario's own
+    one = next(c for c in configs if c["world_size"] == 64 and c["stage"] == 3)
+    sim = run_zerosim("simulate", ZERO_PAPER, "--stage", 3, "--json").json[0]
+    assert one["step_time_s"] == sim["step_time_s"]
+
+
+def test_plan_command(tmp_path):
+    text = run_zerosim("plan", ZERO_PAPER)
+    assert text.code == 0, text.stderr
+    for fragment in ("Largest model that fits on 64 GPUs", "ZeRO-1      24 GPUs",
+                     "DDP does not fit", "Fastest per step: ZeRO-3", "Cheapest per step: ZeRO-3"):
+        assert fragment in text.stdout
+    data = run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", "80", "--json").json
+    assert data["gpu_memory_bytes"] == 80 * GiB
+    assert data["stages"][0]["max_params_model_states"] == 80 * GiB // 16
+    assert_one_line_error(run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", "-1"),
+                          "--gpu-memory-GiB", "positive")
+    assert_one_line_error(run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", "nan"),
+                          "--gpu-memory-GiB")
+
+
+def test_plan_says_what_it_leaves_out(monkeypatch):
+    # a straggler named by rank 63 exists only at 64 GPUs: smaller worlds are planned without it
+    slow = plan(load_scenario(ZERO_PAPER, ["variation.slow_ranks=[63]"]), 32 * GiB)
+    assert slow["configurations"] and any("[variation]" in n for n in slow["notes"])
+    offload = plan(load_scenario(ZERO_PAPER, ["training.optimizer_offload=cpu"]), 32 * GiB)
+    assert any("host memory per GPU (DDP 111.8 GiB" in n for n in offload["notes"])
+    huge = plan(paper(8), 10**9 * GiB)
+    assert huge["stages"][3]["max_params_model_states"] == 2**53
+    assert any("zerosim's limit on Ψ" in n for n in huge["notes"])
+    assert not any("limit" in n for n in plan(paper(8), 32 * GiB)["notes"])
+    # a world the engine cannot simulate rank by rank is skipped with its reason, not fatal
+    monkeypatch.setattr("zerosim.sim.engine.MAX_PER_RANK", 16)
+    per_rank = plan(paper(8), 32 * GiB, mode="per_rank")
+    assert {c["world_size"] for c in per_rank["configurations"]} <= {4, 6, 8, 16}
+    assert any(n.startswith("64 GPUs not ranked") and "16 ranks" in n for n in per_rank["notes"])

@@ -1,0 +1,27 @@
+"""A finished run for people: the lines `zero-real run` prints after its measurement."""
+
+from __future__ import annotations
+
+from zerosim.contract import COMM, Measurement
+from zerosim.units import MiB
+
+
+def summary(result: Measurement, out: str | None) -> str:
+    lines = [f"{result['stage_name']} (stage {result['stage']}) on {result['world_size']} ranks, "
+             f"{result['backend']}/{result['collectives']}, torch {result['torch_version']}, "
+             f"{result['hardware']}",
+             "losses " + " ".join(f"{x:.4f}" for x in result["losses"])]
+    zerosim_states = result["zerosim_memory"]["model_states_bytes"]
+    for r in result["ranks"]:
+        phases = " ".join(f"{k.removeprefix('after_')} {v / MiB:.2f}" for k, v in r["phases"].items()
+                          if v is not None)
+        lines.append(f"rank {r['rank']}: model states {r['ledger']['model_states'] / MiB:.3f} MiB "
+                     f"(zerosim {zerosim_states / MiB:.3f}), peak {r['peak_bytes'] / MiB:.2f} MiB, "
+                     f"after: {phases} MiB")
+    comm = [e for e in result["events"] if e["stream"] == COMM and e["rank"] == 0]
+    step_s = max((e["end_s"] for e in result["events"]), default=0.0)
+    lines.append(f"rank 0: {len(comm)} collectives, {sum(e['bytes'] for e in comm) / MiB:.2f} MiB, "
+                 f"run {step_s:.2f} s")
+    if out:
+        lines.append(f"wrote {out}")
+    return "\n".join(lines)

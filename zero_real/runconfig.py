@@ -1,0 +1,74 @@
+"""What a run is, as frozen dataclasses: what every rank needs to start (RankSetup), a training run
+of one stage (RunConfig), one calibration world (CalibrationWorld). The command line builds them
+once, checked (preflight.py); launch.py hands them to every rank unchanged, but for the rank's own
+heartbeat file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerosim.contract import COLLECTIVE_IMPLS
+
+BACKENDS = ("gloo", "nccl")
+"""torch.distributed backends a run may ask for ("fake" is chosen by --fake-world-size)."""
+DEFAULT_TIMEOUT_S = 30.0
+"""Limit on init and on each collective. Peers of a hung rank wait this long; well under the 60 s
+in which a failed run must be over (timeout, then terminate and kill: launch.KILL_GRACE_S)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankSetup:
+    """How each spawned rank starts."""
+
+    backend: str
+    """"gloo", "nccl", or "fake" (one rank against torch's fake process group)."""
+    nproc: int
+    """Processes on this box (they share its cores)."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    fake_world_size: int | None = None
+    """With backend "fake": the world the one rank pretends to be part of."""
+    progress_file: str | None = None
+    """This rank's heartbeat (watch.Heartbeat); set by launch for each rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(RankSetup):
+    """One stage trained for real and measured (`zero-real run`, and calibrate's memory runs)."""
+
+    scenario: Any
+    """The zerosim Scenario, its cluster being this run's world."""
+    stage: int
+    collectives: str = COLLECTIVE_IMPLS[0]
+    steps: int = 3
+    """Steps measured for memory (under the CPU memory profiler)."""
+    timed_steps: int = 0
+    """Steps after those, without the profiler, for timings."""
+    seed: int = 0
+    lr: float = 1e-3
+    scenario_path: str = ""
+    overrides: tuple[str, ...] = ()
+    run_timeout_s: float | None = None
+    """Limit on the whole run; None: no limit."""
+    profile_memory: bool = True
+    """Measure CPU memory with torch's profiler (off: faster, no memory figures on CPU)."""
+    return_params: bool = False
+    """Return the trained parameters (the parity tests compare them)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationWorld(RankSetup):
+    """What every rank of one calibration world measures (calibrate_bench.measure_world)."""
+
+    scenario: Any
+    collective_modes: tuple[str, ...] = COLLECTIVE_IMPLS
+    sizes: tuple[int, ...] = ()
+    """Collective buffers, bytes (nccl-tests' whole-buffer convention)."""
+    seconds_per_size: float = 0.3
+    micro_batches: tuple[int, ...] = ()
+    optimizer_elements: tuple[int, ...] = ()
+    lr: float = 1e-3
+    memory_scenarios: dict[tuple[int, int], Any] = field(default_factory=dict)
+    """(stage, micro-batch) -> the scenario its memory run trains."""
+    progress_path: str | None = None
+    """Where rank 0 appends its progress lines (calibrate_progress.Progress)."""

@@ -1,0 +1,26 @@
+"""One training step of DDP and ZeRO-1/2/3 over flat buffers: the simple stage first, then each
+next stage as what it changes (replicated.py: DDP, ZeRO-1, ZeRO-2; zero3.py: ZeRO-3).
+
+The model runs unit by unit ([embedding, block 1..L, head], zerosim's gather units): forward keeps
+each unit's input and output, backward walks the units in reverse calling autograd on one unit at a
+time. That makes "before this unit's forward/backward" a line of code rather than a hook, which is
+where ZeRO-3 gathers, and it times every layer's forward and backward.
+
+    DDP     gradients in one persistent flat buffer; buckets (slices of it) all-reduced as they
+            fill during backward; Adam on everything, on every rank.
+    ZeRO-1  buckets reduce-scattered instead (each rank keeps the sum of what it owns); Adam on
+            the owned shard; parameters all-gathered after the step.
+    ZeRO-2  no full gradient buffer: each gradient is copied into a bucket and freed; a reduced
+            bucket leaves only the owned part, in a persistent gradient shard.
+    ZeRO-3  parameters sharded too, one flat buffer per unit; a unit is gathered before its
+            forward and its backward and freed after; its gradient is reduce-scattered at once
+            (zero3.py).
+"""
+
+from zero_real.stages.replicated import DDP, DTYPES, ZeRO1, ZeRO2
+from zero_real.stages.zero3 import ZeRO3
+
+STAGES = {cls.stage: cls for cls in (DDP, ZeRO1, ZeRO2, ZeRO3)}
+"""zerosim.contract's stage number -> its implementation."""
+
+__all__ = ["DDP", "DTYPES", "STAGES", "ZeRO1", "ZeRO2", "ZeRO3"]

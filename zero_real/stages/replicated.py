@@ -1,0 +1,263 @@
+"""DDP, ZeRO-1 and ZeRO-2: the stages whose parameters stay whole on every rank, in one flat
+buffer (the overview of all four is zero_real.stages)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from zero_real.flat import FlatParams
+from zero_real.measure import ActivationTracker
+from zero_real.optim import LossScale, ShardAdam
+from zerosim.memory import STAGE2_LIVE_BUCKETS
+from zerosim.units import MiB
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class DDP:
+    stage = 0
+
+    def __init__(self, model, scenario, *, rank, world_size, comm, recorder, device, seed, lr):
+        self.model, self.comm, self.rec = model, comm, recorder
+        self.rank, self.world_size = rank, world_size
+        self.dtype = DTYPES[scenario.training.precision]
+        self.units = [model.embedding, *model.blocks, model.head]
+        self.tied = model.head.lm_head is None
+        bucket_bytes = int(scenario.training.reduce_bucket_MiB * MiB)
+        self.bucket_elements = max(1, bucket_bytes // torch.empty(0, dtype=self.dtype).element_size())
+        self.prefetch = scenario.training.prefetch_layers
+        self.loss_scale = LossScale(scenario.training.precision)
+        self.build(device, seed, lr)
+        self.acts = ActivationTracker(recorder.ledger, self.is_param_storage)
+
+    # -- buffers -------------------------------------------------------------------------------
+
+    def build(self, device, seed, lr) -> None:
+        named = list(self.model.named_parameters())
+        self.flat = FlatParams(self.model, named, self.rank, self.world_size, self.dtype, device, seed,
+                               sharded=False)
+        layout = self.flat.layout
+        self.rec.ledger.add_state("params", self.flat.full, layout.numel)
+        self.optimizers = [self.make_optimizer(self.flat, self.make_grads(device), lr)]
+        # Buckets are cut from the top of the buffer down, the order backward produces gradients.
+        self.buckets = [(max(0, hi - self.bucket_elements), hi)
+                        for hi in range(layout.numel, 0, -self.bucket_elements)]
+        self.uses = {p: 1 for p in self.flat.params}
+        if self.tied:
+            self.uses[self.model.embedding.tok.weight] = 2  # the head's and the embedding's
+        for slot, p in zip(layout.slots, self.flat.params):
+            p.register_post_accumulate_grad_hook(self._make_hook(slot))
+
+    def make_grads(self, device) -> torch.Tensor:
+        """The gradient buffer; returns the part the optimizer reads."""
+        self.flat_grad = torch.zeros_like(self.flat.full)
+        self.rec.ledger.add_state("grads", self.flat_grad, self.flat.layout.numel)
+        return self.flat_grad
+
+    def make_optimizer(self, flat: FlatParams, grad: torch.Tensor, lr: float) -> ShardAdam:
+        return ShardAdam(flat.full, grad, world_size=self.world_size, ledger=self.rec.ledger,
+                         ideal_elements=flat.layout.numel, lr=lr)
+
+    def is_param_storage(self, ptr: int) -> bool:
+        return ptr == self.flat.full.untyped_storage().data_ptr()
+
+    # -- gradient buckets, driven by autograd's per-parameter hooks -----------------------------
+
+    def _make_hook(self, slot):
+        def hook(p):
+            self.fired[p] = self.fired.get(p, 0) + 1
+            if self.fired[p] == self.uses[p]:  # this gradient is complete
+                self.gradient_ready(slot, p)
+            else:
+                self.gradient_waiting(p)
+        return hook
+
+    def gradient_waiting(self, p) -> None:
+        """A tied weight after its first use in backward: autograd adds the second one later."""
+
+    def gradient_ready(self, slot, p) -> None:
+        for i, (lo, hi) in enumerate(self.buckets):
+            overlap = min(hi, slot.offset + slot.numel) - max(lo, slot.offset)
+            if overlap > 0:
+                self.filled[i] += overlap
+                if self.filled[i] == hi - lo:
+                    self.reduce_bucket(i)
+
+    def reduce_bucket(self, i: int) -> None:
+        lo, hi = self.buckets[i]
+        self.comm.all_reduce(self.flat_grad[lo:hi], name=f"bucket {i}")
+
+    def zero_grads(self) -> None:
+        self.flat_grad.zero_()
+        self.flat.bind_grads(self.flat_grad)
+
+    # -- the step ------------------------------------------------------------------------------
+
+    def run_unit(self, s: int, x, targets):
+        if s == len(self.units) - 1:
+            return self.model.head(x, self.model.embedding.tok.weight, targets)
+        return self.units[s](x)
+
+    def before_forward(self, s: int) -> None: ...
+    def after_forward(self, s: int) -> None: ...
+    def before_backward(self, s: int) -> None: ...
+    def after_backward(self, s: int) -> None: ...
+
+    def step(self, idx: torch.Tensor, targets: torch.Tensor, step: int) -> float:
+        self.fired, self.filled = {}, [0] * len(self.buckets)
+        self.zero_grads()
+        self.rec.phase, inputs, outputs, x = "forward", [], [], idx
+        with self.acts.hooks():
+            for s in range(len(self.units)):
+                self.before_forward(s)
+                with self.rec.compute("forward", s):
+                    # A detached input per unit: backward can then run one unit at a time.
+                    x_in = x.detach().requires_grad_() if s > 0 else x
+                    x = self.run_unit(s, x_in, targets)
+                inputs.append(x_in)
+                outputs.append(x)
+                self.after_forward(s)
+        loss = x.detach().clone()
+        grad = torch.tensor(self.loss_scale.value, device=x.device)
+        self.rec.mark("after_forward", step)
+        self.rec.phase = "backward"
+        for s in reversed(range(len(self.units))):
+            self.before_backward(s)
+            with self.rec.compute("backward", s):
+                torch.autograd.backward(outputs[s], grad)
+            grad = inputs[s].grad if s > 0 else None
+            outputs[s] = inputs[s] = None  # this unit's activations are released
+            self.after_backward(s)
+        del grad
+        self.acts.release()
+        self.check_all_reduced()
+        self.rec.mark("after_backward", step)
+        self.rec.phase = "step"
+        with self.rec.compute("optimizer", None):
+            self.optimizer_step()
+        self.rec.mark("after_step", step)
+        return self.global_loss(loss)
+
+    def check_all_reduced(self) -> None:
+        if hasattr(self, "flat_grad"):  # autograd must have accumulated in place, into buckets
+            ptr = self.flat_grad.untyped_storage().data_ptr()
+            assert all(p.grad.untyped_storage().data_ptr() == ptr for p in self.flat.params)
+        missing = [b for b, (lo, hi) in zip(self.filled, self.buckets) if b != hi - lo]
+        assert not missing, f"rank {self.rank}: {len(missing)} gradient buckets never filled"
+
+    def optimizer_step(self) -> None:
+        grads = [opt.unscaled_grad(self.loss_scale.value) for opt in self.optimizers]
+        if not self.loss_scale.overflowed(grads, self.comm):
+            for opt, g in zip(self.optimizers, grads):
+                opt.step(g)
+        self.after_optimizer()
+
+    def after_optimizer(self) -> None: ...
+
+    def global_loss(self, loss: torch.Tensor) -> float:
+        """Mean over ranks (each rank's loss is the mean over its own equal-sized batch)."""
+        if self.world_size > 1:
+            dist.all_reduce(loss)  # bookkeeping, not part of the algorithm: not recorded
+        return loss.item() / self.world_size
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        return self.flat.full_tensors(self.comm)
+
+
+class ZeRO1(DDP):
+    """Optimizer states sharded: reduce-scatter the buckets, Adam on the shard, all-gather."""
+
+    stage = 1
+
+    def make_grads(self, device):
+        lo, hi = self.flat.layout.owned(self.rank)
+        return super().make_grads(device)[lo:hi]
+
+    def make_optimizer(self, flat, grad, lr):
+        return ShardAdam(flat.shard, grad, world_size=self.world_size,
+                         ledger=self.rec.ledger, ideal_elements=flat.layout.numel / self.world_size,
+                         lr=lr)
+
+    def reduce_bucket(self, i):
+        lo, hi = self.buckets[i]
+        self.comm.reduce_scatter(self.flat_grad[lo:hi], self.flat.layout.pieces(lo, hi),
+                                 name=f"bucket {i}")
+
+    def after_optimizer(self):
+        layout = self.flat.layout
+        self.comm.all_gather(self.flat.full, [layout.shard] * self.world_size, name="parameters")
+
+
+class ZeRO2(ZeRO1):
+    """Gradients sharded: no full gradient buffer; a pool of STAGE2_LIVE_BUCKETS bucket buffers.
+
+    A gradient is cut into the buckets it spans and each bucket is reduced as soon as it fills,
+    before the next slice is copied: one large gradient (a vocabulary matrix spanning hundreds of
+    buckets) passes through the pool instead of occupying one buffer per slice. If every pooled
+    buffer is partly filled when another bucket needs one (gradients arriving out of address
+    order), the oldest is reduced early as it stands: unfilled elements are zero on every rank and
+    the owned part is added into the shard, so the rest of that bucket is reduced later, exactly.
+    """
+
+    stage = 2
+
+    def make_grads(self, device):
+        layout = self.flat.layout
+        self.grad_shard = torch.zeros(layout.shard, dtype=self.dtype, device=device)
+        self.rec.ledger.add_state("grads", self.grad_shard, layout.numel / self.world_size)
+        self.bucket_buffers: dict[int, torch.Tensor] = {}  # filling, oldest first
+        self.pool: list[torch.Tensor] = []  # free buffers, reused across buckets and steps
+        self.pool_size = 0
+        return self.grad_shard
+
+    def gradient_waiting(self, p):
+        # A tied weight's first part stays in autograd's own buffer until the second arrives.
+        self.rec.ledger.alloc("autograd_grads", p.grad.numel() * p.grad.element_size())
+
+    def zero_grads(self):
+        self.grad_shard.zero_()
+        for p in self.flat.params:
+            p.grad = None  # autograd allocates each gradient; the hook hands it to the buckets
+
+    def gradient_ready(self, slot, p):
+        grad = p.grad.reshape(-1)
+        nbytes = grad.numel() * grad.element_size()
+        if self.uses[p] == 1:  # autograd's buffer, alive until its last slice is in a bucket
+            self.rec.ledger.alloc("autograd_grads", nbytes)
+        for i, (lo, hi) in enumerate(self.buckets):  # top down: backward's order
+            a, b = max(lo, slot.offset), min(hi, slot.offset + slot.numel)
+            if a < b:
+                self._bucket(i)[a - lo:b - lo].copy_(grad[a - slot.offset:b - slot.offset])
+                self.filled[i] += b - a
+                if self.filled[i] == hi - lo:
+                    self.reduce_bucket(i)
+        p.grad = grad = None  # the non-owned part of this gradient is gone: its buckets reduced
+        self.rec.ledger.free("autograd_grads", nbytes)
+
+    def reduce_bucket(self, i, name=None):
+        lo, hi = self.buckets[i]
+        bucket = self.bucket_buffers.pop(i)
+        self.comm.reduce_scatter(bucket, self.flat.layout.pieces(lo, hi), name=name or f"bucket {i}")
+        own_lo, own_hi = self.flat.layout.owned(self.rank)
+        a, b = max(lo, own_lo), min(hi, own_hi)
+        if a < b:  # add: a bucket reduced early comes back for the rest of its elements
+            self.grad_shard[a - own_lo:b - own_lo].add_(bucket[a - lo:b - lo])
+        self.pool.append(bucket._base)
+
+    def _bucket(self, i: int) -> torch.Tensor:
+        """Bucket i's buffer, taken from the pool when it starts filling."""
+        if i not in self.bucket_buffers:
+            if not self.pool and self.pool_size == STAGE2_LIVE_BUCKETS:
+                oldest = next(iter(self.bucket_buffers))
+                self.reduce_bucket(oldest, name=f"bucket {oldest} (partial)")
+            if not self.pool:
+                self.pool_size += 1
+                self.rec.ledger.alloc("buckets", self.bucket_elements * self.flat.full.element_size())
+                self.pool.append(torch.empty(self.bucket_elements, dtype=self.dtype,
+                                             device=self.grad_shard.device))
+            lo, hi = self.buckets[i]
+            # Zeroed: a bucket reduced before it fills must add nothing for its missing elements.
+            self.bucket_buffers[i] = self.pool.pop()[:hi - lo].zero_()
+        return self.bucket_buffers[i]
+

@@ -1,0 +1,132 @@
+"""What one rank does in a run: build the stage, train it for the measured steps, return what it
+measured; and the measurement file assembled from every rank's results.
+
+`run` is a local run (launch.spawn: nproc processes, or one process against a fake world of
+fake_world_size: collectives do nothing, so memory is one rank's at W-way sharding, and the
+numbers are not trained values); `run_under_torchrun` is one process of a torchrun launch.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+
+import torch
+import torch.distributed as dist
+
+from zero_real import watch
+from zero_real.launch import init_distributed, spawn
+from zero_real.runconfig import RunConfig
+from zerosim.contract import STAGE_NAMES, Measurement, RankMeasurement
+from zerosim.memory import stage_memory
+
+
+def device_for(backend: str, rank: int) -> torch.device:
+    if backend == "nccl" or (backend == "fake" and torch.cuda.is_available()):
+        index = int(os.environ.get("LOCAL_RANK", rank)) % max(1, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} x{torch.cuda.device_count()}"
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+
+
+def share_cores(device: torch.device, nproc: int) -> None:
+    """Ranks on one CPU box share its cores: no oversubscription."""
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // nproc))
+
+
+def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
+    """Build the stage, run cfg.steps steps measuring memory and cfg.timed_steps more without
+    the profiler, return this rank's measurements."""
+    from zero_real.collectives import Collectives
+    from zero_real.measure import Recorder
+    from zero_real.model import build_model, random_batch
+    from zero_real.stages import STAGES
+
+    scenario = cfg.scenario
+    device = device_for(cfg.backend, rank)
+    share_cores(device, cfg.nproc)
+    gc.collect()  # an earlier run in this process (tests) must not free its buffers mid-measurement
+    recorder = Recorder(rank, device, cfg.profile_memory)  # before any allocation
+    heartbeat = watch.Heartbeat(cfg.progress_file)
+    watch.instrument(recorder, heartbeat)
+    comm = Collectives(cfg.collectives, rank, world_size, recorder, cfg.backend)
+    engine = STAGES[cfg.stage](build_model(scenario.model), scenario, rank=rank,
+                               world_size=world_size, comm=comm, recorder=recorder, device=device,
+                               seed=cfg.seed, lr=cfg.lr)
+    recorder.mark("after_init", 0)
+    t = scenario.training
+    losses = []
+    under_profiler = recorder.profiling
+    # Memory is measured over the first `steps` steps; `timed_steps` more run with memory
+    # profiling off, so their timings carry no profiler overhead.
+    for step in range(cfg.steps + cfg.timed_steps):
+        if step == cfg.steps and cfg.timed_steps:
+            recorder.finish()
+        rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
+        idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg.seed, step)
+        heartbeat.step = recorder.step = step
+        losses.append(engine.step(idx.to(device), targets.to(device), step))
+    params = None
+    if cfg.return_params:
+        params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
+    peak = recorder.finish()
+    # Memory at each point as last measured (timed steps after the profiler stopped have none).
+    phases = {s["point"]: s.get("measured_bytes") for s in recorder.samples
+              if s.get("measured_bytes") is not None or s["step"] < cfg.steps}
+    return {"rank": rank, "peak_bytes": peak, "phases": phases,
+            "ledger": recorder.ledger.as_dict(),
+            "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},
+            "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
+            "params": params, "hardware": hardware(device),
+            "under_profiler": under_profiler and not cfg.timed_steps}
+
+
+def measurement(cfg: RunConfig, results: list[dict], world_size: int) -> Measurement:
+    """The measurement file: run settings, per-rank memory and ledger, events, losses."""
+    ranks = [RankMeasurement(**{k: r[k] for k in RankMeasurement.__annotations__})
+             for r in results]
+    return Measurement(
+        scenario=cfg.scenario_path, overrides=list(cfg.overrides),
+        stage=cfg.stage, stage_name=STAGE_NAMES[cfg.stage],
+        world_size=world_size, processes=len(results),
+        fake_world_size=cfg.fake_world_size, backend=cfg.backend,
+        collectives=cfg.collectives, steps=cfg.steps,
+        timed_steps=cfg.timed_steps, seed=cfg.seed,
+        torch_version=torch.__version__, hardware=results[0]["hardware"],
+        losses=results[0]["losses"],
+        zerosim_memory=stage_memory(cfg.scenario, cfg.stage).as_dict(), ranks=ranks,
+        # CPU memory profiling adds per-op overhead: timings taken under it are slower. With
+        # timed_steps, steps from `steps` on ran without it (memory was measured before them).
+        timings_under_profiler=any(r.get("under_profiler", False) for r in results),
+        # Collectives run synchronously on the training thread: none overlaps compute.
+        overlap_comm=False,
+        events=[e for r in results for e in r["events"]],
+        memory_samples=[s for r in results for s in r["memory_samples"]])
+
+
+def run(cfg: RunConfig) -> Measurement:
+    """Local run: nproc processes, or one process against a fake world of fake_world_size."""
+    if cfg.fake_world_size:
+        results = spawn(train, 1, cfg, cfg.run_timeout_s)
+        return measurement(cfg, results, cfg.fake_world_size)
+    results = spawn(train, cfg.nproc, cfg, cfg.run_timeout_s)
+    return measurement(cfg, results, cfg.nproc)
+
+
+def run_under_torchrun(cfg: RunConfig) -> Measurement | None:
+    """torchrun set RANK/WORLD_SIZE/MASTER_ADDR: run here; rank 0 returns the measurement."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    init_distributed(rank, world, cfg.backend, "env://", cfg.timeout_s)
+    result = train(rank, world, cfg)
+    gathered = [None] * world if rank == 0 else None
+    dist.gather_object(result, gathered, dst=0)
+    dist.destroy_process_group()
+    return measurement(cfg, gathered, world) if rank == 0 else None

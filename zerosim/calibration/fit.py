@@ -1,0 +1,172 @@
+"""The fit: from `zero-real calibrate`'s microbenchmarks to the simulator's parameters (no torch).
+
+- Collectives: per implementation, op and group size, time = α + β·S by least squares on relative
+  error (every size counts alike, 1 KiB as much as 256 MiB). One line rarely holds from 1 KiB to
+  256 MiB: libraries switch algorithms and protocols with the size (NCCL's LL/LL128/Simple,
+  gloo's), so the sizes are cut into at most MAX_SEGMENTS ranges, each with its own α-β, where one
+  line leaves a point more than SPLIT_ABOVE_PCT off.
+- Compute: per unit kind (embedding, block, head) and pass, time = overhead + slope·work, work the
+  unit's FLOPs (zerosim.model.unit_flops), or its tokens where it has none (the embedding lookup).
+- Optimizer step: α-β segments over the elements of the shard it updates.
+- In-step corrections and memory, from the real stages' own steps (fit_steps.py, which
+  re-simulates each calibration run).
+
+Each fit keeps its residuals (percent of the measured value), so a profile says how well it fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from zerosim.calibration.fit_steps import fit_memory, fit_step
+from zerosim.contract import PASSES, PROFILE_FORMAT, PROFILE_VERSION, busbw_factor
+from zerosim.errors import InputError
+from zerosim.model import unit_flops, unit_kinds
+from zerosim.scenario.profile import check_fit
+from zerosim.units import GB
+
+MAX_SEGMENTS = 4
+SPLIT_ABOVE_PCT = 5.0
+MIN_POINTS_PER_SEGMENT = 3
+
+
+def fit_line(x, y) -> dict[str, Any]:
+    """y = intercept + slope·x minimising the relative residuals (y - fit) / y. A negative
+    intercept or slope is not physical (noise at one end): that term is dropped and the other
+    refitted. Returns intercept, slope and the residuals in percent."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) == 0 or np.any(y <= 0) or not np.all(np.isfinite(x)) or not np.all(np.isfinite(y)):
+        raise InputError("a fit needs positive, finite measurements")
+    w = 1.0 / y
+    if len(x) >= 2 and np.ptp(x) > 0:
+        design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+        intercept, slope = np.linalg.lstsq(design, y * w, rcond=None)[0]
+    else:
+        intercept, slope = -1.0, 0.0
+    if intercept < 0 or slope < 0:
+        if intercept < 0 and np.any(x > 0):  # through the origin
+            intercept, slope = 0.0, float(np.sum(x * w * w * y) / np.sum((x * w) ** 2))
+        if slope < 0 or not np.any(x > 0):  # a constant
+            intercept, slope = float(np.sum(w) / np.sum(w * w)), 0.0
+    residuals = (intercept + slope * x - y) / y * 100
+    return {"intercept": float(intercept), "slope": float(slope),
+            "residuals_pct": [round(float(r), 3) for r in residuals]}
+
+
+def _cost(fit: dict[str, Any]) -> float:
+    return float(sum(r * r for r in fit["residuals_pct"]))
+
+
+def fit_segments(sizes, times) -> list[dict[str, Any]]:
+    """α-β segments over increasing sizes: the fewest (at most MAX_SEGMENTS, each of at least
+    MIN_POINTS_PER_SEGMENT points) that leave no point more than SPLIT_ABOVE_PCT off, else the
+    best cut into MAX_SEGMENTS. A segment's line holds from its first point (min_bytes) to its
+    last (last_bytes); between two segments the lookup bridges the gap (profile.segment_line).
+    max_bytes is the geometric midpoint between its last point and the next segment's first."""
+    order = np.argsort(sizes)
+    s, t = np.asarray(sizes, float)[order], np.asarray(times, float)[order]
+    chosen = None
+    for k in range(1, MAX_SEGMENTS + 1):
+        best = None
+        for cuts in itertools.combinations(range(1, len(s)), k - 1):
+            bounds = [0, *cuts, len(s)]
+            if k > 1 and min(b - a for a, b in zip(bounds, bounds[1:])) < MIN_POINTS_PER_SEGMENT:
+                continue
+            fits = [fit_line(s[a:b], t[a:b]) for a, b in zip(bounds, bounds[1:])]
+            cost = sum(_cost(f) for f in fits)
+            if best is None or cost < best[0]:
+                best = (cost, bounds, fits)
+        if best is None:
+            break  # too few points for k segments
+        chosen = best
+        if max(abs(r) for f in best[2] for r in f["residuals_pct"]) <= SPLIT_ABOVE_PCT:
+            break
+    _, bounds, fits = chosen
+    out = []
+    for i, ((a, b), f) in enumerate(zip(zip(bounds, bounds[1:]), fits)):
+        last = i == len(fits) - 1
+        out.append({"min_bytes": float(s[a]), "last_bytes": float(s[b - 1]),
+                    "max_bytes": float(s[b - 1]) if last else float(math.sqrt(s[b - 1] * s[b])),
+                    "alpha_s": f["intercept"], "s_per_byte": f["slope"],
+                    "points": int(b - a), "residuals_pct": f["residuals_pct"]})
+    return out
+
+
+def fit_collectives(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        groups[r["impl"], r["op"], int(r["ranks"])].append((r["size_bytes"], r["time_s"]))
+    fit: dict[str, Any] = {}
+    for (impl, op, n), points in sorted(groups.items()):
+        sizes, times = zip(*sorted(points))
+        segments = fit_segments(sizes, times)
+        big = segments[-1]
+        fit.setdefault(impl, {}).setdefault(op, {})[str(n)] = {
+            "segments": segments,
+            # The largest messages' bus bandwidth (nccl-tests' busbw): comparable across n.
+            "busbw_GBps": busbw_factor(op, n) / big["s_per_byte"] / GB
+            if big["s_per_byte"] > 0 else None,
+            "max_abs_residual_pct": max(abs(x) for seg in segments for x in seg["residuals_pct"]),
+        }
+    return fit
+
+
+def fit_compute(rows: list[dict[str, Any]], scenario) -> dict[str, Any]:
+    m = scenario.model
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        flops = unit_flops(m, dataclasses.replace(scenario.training, micro_batch=int(r["micro_batch"]),
+                                                  seq_len=int(r["seq_len"])))
+        unit = flops[unit_kinds(m).index(r["unit"])]  # the first unit of that kind
+        tokens = r["micro_batch"] * r["seq_len"]
+        for phase in PASSES:
+            work = getattr(unit, phase)
+            groups[int(r["processes"]), r["unit"], phase].append((work, tokens, r[f"{phase}_s"]))
+    fit: dict[str, Any] = {}
+    for (n, unit, phase), points in sorted(groups.items()):
+        per = "flop" if all(work > 0 for work, _, _ in points) else "token"
+        x = [work if per == "flop" else tokens for work, tokens, _ in points]
+        line = fit_line(x, [t for _, _, t in points])
+        fit.setdefault(str(n), {}).setdefault(unit, {})[phase] = {
+            "per": per, "overhead_s": line["intercept"], "slope": line["slope"],
+            "residuals_pct": line["residuals_pct"]}
+    return fit
+
+
+def fit_optimizer(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per process count: α-β segments over the elements of the shard (small shards live in
+    cache, large ones stream from memory: one line does not fit both)."""
+    groups: dict[int, list] = defaultdict(list)
+    for r in rows:
+        groups[int(r["processes"])].append((r["elements"], r["time_s"]))
+    return {str(n): {"segments": fit_segments(*zip(*sorted(points)))}
+            for n, points in sorted(groups.items())}
+
+
+def build_profile(scenario, raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` (format, version, provenance, scenario, measurements) with its "fit" added."""
+    if raw.get("format") != PROFILE_FORMAT or raw.get("version") != PROFILE_VERSION:
+        raise InputError(f"not a version-{PROFILE_VERSION} {PROFILE_FORMAT} measurement")
+    meas = raw.get("measurements", {})
+    fit: dict[str, Any] = {}
+    if meas.get("collectives"):
+        fit["collectives"] = fit_collectives(meas["collectives"])
+    if meas.get("compute") and not scenario.model.is_bare:
+        fit["compute"] = fit_compute(meas["compute"], scenario)
+    if meas.get("optimizer"):
+        fit["optimizer"] = fit_optimizer(meas["optimizer"])
+    if meas.get("memory") and not scenario.model.is_bare:
+        fit["step"] = fit_step(meas["memory"], scenario, fit)
+        fit["memory"] = fit_memory(meas["memory"], scenario, fit)
+    check_fit(fit, "(new)")
+    return {**raw, "fit": fit}
+
+
+__all__ = ["build_profile", "fit_collectives", "fit_compute", "fit_line",
+           "fit_memory", "fit_optimizer", "fit_segments", "fit_step"]

@@ -1,0 +1,65 @@
+"""`zerosim` command line. Exit codes (zerosim.contract): 0 success, 1 a check failed, 2 bad input
+(one line on stderr, no traceback).
+
+One module per command group, each declaring its commands as `COMMANDS` (cli.common.Command), all
+registered the same way by build_parser, in the order `--help` lists them:
+- simulation.py: `memory` (analytic per-rank memory), `simulate` (one training step per stage on
+  the simulated cluster), `collective` (one collective, nccl-tests figures);
+- tradeoffs.py: `sweep` (a grid of simulations to a file), `plan` (which stage, how many GPUs, how
+  large a model), `plot` (figures of results);
+- calibration.py: `validate` (simulate what zero-real measured, report the error).
+Commands parse, call the library, print; the work and its formatting live in the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from zerosim import __version__
+from zerosim.cli import calibration, simulation, tradeoffs
+from zerosim.cli.common import add_scenario_args
+from zerosim.contract import EXIT_BAD_INPUT, EXIT_OK
+from zerosim.errors import InputError
+
+COMMANDS = (*simulation.COMMANDS, *tradeoffs.COMMANDS, *calibration.COMMANDS)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage block) and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="zerosim", description="Memory and time of DDP and ZeRO-1/2/3 on N GPUs.")
+    parser.add_argument("--version", action="version", version=f"zerosim {__version__}")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                        parser_class=Parser)
+    for command in COMMANDS:
+        sub = subcommands.add_parser(command.name, help=command.help,
+                                     description=command.description)
+        if command.takes_scenario:
+            add_scenario_args(sub)
+        command.arguments(sub)
+        sub.set_defaults(func=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):  # a name from a JSON file may hold a lone surrogate
+        sys.stdout.reconfigure(errors="backslashreplace")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"zerosim: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C: files are written whole or not at all (files.write_text)
+        print("zerosim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `zerosim memory ... | head`
+        sys.stderr.close()
+        return EXIT_OK

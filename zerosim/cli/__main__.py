@@ -1,0 +1,5 @@
+import sys
+
+from zerosim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,98 @@
+"""What every `zerosim` command module shares: how a command is declared, the scenario arguments
+and their loading, and the argument types that turn text into checked values (argparse reports a
+bad one as one line, exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from zerosim.contract import STAGES
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: cli.build_parser adds it, with the scenario arguments first when it takes
+    a scenario, then its own; `run` returns the exit code."""
+
+    name: str
+    help: str
+    description: str
+    run: Callable[[argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None]
+    takes_scenario: bool = True
+
+
+def add_scenario_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario TOML file, e.g. scenarios/zero_paper_7b5_64gpu.toml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="TABLE.KEY=VALUE",
+                        help="override one scenario key, value parsed as TOML (a bare word is a "
+                             "string); repeatable, e.g. --set cluster.nodes=16 --set training.precision=fp32")
+    parser.add_argument("--deepspeed", metavar="DS_CONFIG.json",
+                        help="take zero stage, offload, precision, bucket sizes and micro-batch from a "
+                             "DeepSpeed config (applied after the scenario, before --set)")
+
+
+def load(args: argparse.Namespace):
+    """The scenario the arguments name; what a DeepSpeed config contributed goes to stderr."""
+    from zerosim.scenario.load import load_scenario
+
+    notes: list[str] = []
+    scenario = load_scenario(args.scenario, args.overrides, args.deepspeed, notes=notes)
+    for note in notes:
+        print(f"zerosim: note: {note}", file=sys.stderr)
+    return scenario
+
+
+def stage(text: str) -> int:
+    if text not in map(str, STAGES):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ZeRO stage (0, 1, 2 or 3)")
+    return int(text)
+
+
+def size_bytes(text: str) -> int:
+    """A positive whole number of bytes; 1e9 and 1_000_000 are accepted."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
+    if not 1 <= value <= 2**53 or value != int(value):  # also NaN and infinity
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of bytes in 1..2**53")
+    return int(value)
+
+
+def ranks(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ranks")
+    return int(text)
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def gib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
+    if not 0 < value < 2**40:  # also NaN and infinity
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of GiB")
+    return value

@@ -1,0 +1,94 @@
+"""`zerosim memory`, `simulate` and `collective`: one scenario, analysed or simulated, printed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from zerosim.cli.common import Command, load, ranks, size_bytes, stage
+from zerosim.contract import EXIT_OK, OPS, SIM_MODES, STAGES
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    from zerosim import memory, report
+
+    scenario = load(args)
+    rows = memory.memory_table(scenario)
+    if args.json:
+        print(json.dumps(report.memory_json(scenario, rows), indent=2))
+    else:
+        print(report.format_memory_table(scenario, rows))
+    return EXIT_OK
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from zerosim import report
+    from zerosim.files import write_text
+    from zerosim.sim.engine import simulate
+    from zerosim.sim.trace import chrome_trace
+
+    scenario = load(args)
+    stages = [args.stage] if args.stage is not None else list(STAGES)
+    keep = args.trace is not None
+    results = [simulate(scenario, s, mode=args.mode, keep_events=keep) for s in stages]
+    if args.trace is not None:
+        write_text(Path(args.trace), json.dumps(chrome_trace(results)), "--trace")
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        print(report.format_simulation_table(scenario, results))
+    return EXIT_OK
+
+
+def run_collective(args: argparse.Namespace) -> int:
+    from zerosim import report
+    from zerosim.sim.collective_bench import simulate_collective
+
+    scenario = load(args)
+    result = simulate_collective(scenario, args.op, args.size_bytes, args.ranks, mode=args.mode)
+    print(json.dumps(result, indent=2) if args.json else report.format_collective(result))
+    return EXIT_OK
+
+
+def _memory_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+
+
+def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stage", type=stage, help="simulate only this stage (default: all four)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list, one object per stage")
+    parser.add_argument("--trace", metavar="OUT.json",
+                        help="write a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev)")
+    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
+                        help="auto (default): one representative rank on a uniform cluster, every "
+                             "straggler and degraded link besides when [variation] sets them, every "
+                             "rank under jitter; per_rank forces every rank")
+
+
+def _collective_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--op", required=True, choices=OPS)
+    parser.add_argument("--size-bytes", required=True, type=size_bytes, metavar="S",
+                        help="whole buffer in bytes (nccl-tests convention), e.g. 1e9")
+    parser.add_argument("--ranks", type=ranks, metavar="N",
+                        help="the first N ranks of the cluster (default: all)")
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
+                        help="auto (default): one representative link per role unless a link of "
+                             "the group is degraded; per_rank: every rank's links")
+
+
+COMMANDS = (
+    Command("memory", "per-rank memory of stages 0-3 (analytic, exact)",
+            "Per-rank memory of DDP and ZeRO-1/2/3: parameters, gradients, optimizer states, "
+            "activations, buffers, host memory under CPU offload, and the peak.",
+            run_memory, _memory_arguments),
+    Command("simulate", "one training step per stage on the simulated cluster",
+            "Step time, compute, exposed communication, bytes per rank per collective and per-rank "
+            "peak memory of DDP and ZeRO-1/2/3, from a discrete-event simulation.",
+            run_simulate, _simulate_arguments),
+    Command("collective", "one collective on the simulated cluster (nccl-tests figures)",
+            "Time, algbw, busbw (nccl-tests definitions) and bytes sent per rank of one collective, "
+            "moved chunk by chunk over the simulated links.",
+            run_collective, _collective_arguments),
+)

@@ -1,0 +1,115 @@
+"""`zerosim sweep`, `plan` and `plot`: the trade-offs over stages, GPU counts and model sizes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from zerosim.cli.common import Command, gib, load, positive_int
+from zerosim.contract import EXIT_OK, SIM_MODES, STAGES
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from zerosim.cli.progress import ProgressBar
+    from zerosim.tradeoffs import sweep
+
+    sweep.output_format(args.out)  # a wrong name fails before any work (run_sweep checks the rest)
+    varies = [sweep.parse_vary(text) for text in args.vary]
+    total = sweep.count_points(varies)
+    progress = None if args.quiet else ProgressBar("zerosim sweep:")
+    start_s = time.perf_counter()
+    try:
+        rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
+                               jobs=args.jobs, mode=args.mode, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    sweep.write_results(args.out, rows, args.scenario, varies, args.overrides, args.deepspeed)
+    if not args.quiet:
+        print(f"zerosim sweep: {total} points, {len(rows)} rows in "
+              f"{time.perf_counter() - start_s:.1f} s -> {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from zerosim.tradeoffs.plan import format_plan, plan
+    from zerosim.units import GiB
+
+    scenario = load(args)
+    budget_GiB = args.gpu_memory_GiB if args.gpu_memory_GiB is not None else scenario.cluster.hbm_GiB
+    result = plan(scenario, round(budget_GiB * GiB), mode=args.mode)
+    print(json.dumps(result, indent=2) if args.json else format_plan(result))
+    return EXIT_OK
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from zerosim.tradeoffs import figures
+
+    figures.output_suffix(args.out)  # before reading anything
+    fig = figures.build_figure(args.kind, args.results, args.stage)
+    if args.title is not None:
+        fig.update_layout(title_text=args.title)
+    figures.write_figure(fig, args.out)
+    print(f"zerosim: wrote {args.kind} figure of {', '.join(args.results)} to {args.out}",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vary", action="append", required=True, metavar="TABLE.KEY=V1,V2,...",
+                        help="a key and its values, e.g. --vary cluster.nodes=1,2,4,8 "
+                             "--vary training.zero_stage=0,1,2,3; repeatable")
+    parser.add_argument("--out", required=True, metavar="RESULTS.csv|RESULTS.json",
+                        help="where the rows go; the file name's ending picks the format")
+    parser.add_argument("--jobs", type=positive_int, metavar="N",
+                        help="processes (default: every core this process may run on)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
+    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
+                        help="as for zerosim simulate")
+
+
+def _plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu-memory-GiB", type=gib, metavar="M",
+                        help="usable memory per GPU, GiB (default: the cluster's hbm_GiB)")
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
+                        help="as for zerosim simulate")
+
+
+def _plot_arguments(parser: argparse.ArgumentParser) -> None:
+    from zerosim.tradeoffs.figures import KINDS
+
+    parser.add_argument("results", nargs="+", metavar="RESULTS",
+                        help="result file; several only for --kind calibration (one report each)")
+    parser.add_argument("--kind", required=True, choices=KINDS)
+    parser.add_argument("-o", "--out", required=True, metavar="FIG.html",
+                        help="output: .html (self-contained, works offline) or .png")
+    parser.add_argument("--stage", type=int, choices=STAGES,
+                        help="timeline: the stage to draw (default: the trace's first)")
+    parser.add_argument("--title", help="the figure's title (default: one that says what it shows)")
+
+
+COMMANDS = (
+    Command("sweep", "simulate every combination of varied keys; rows to CSV or JSON",
+            "The cartesian product of the --vary keys (the first changing slowest), each point "
+            "simulated as `zerosim simulate --set KEY=VALUE` would: one row per point and stage "
+            "with every input and output column. Stages: the varied training.zero_stage, else all "
+            "four. Runs on all the cores this process may use; the same input gives the same file.",
+            run_sweep, _sweep_arguments),
+    Command("plan", "which stage and how many GPUs fit the model; the largest model that fits",
+            "Per stage: the largest model whose model states fit the GPU memory on the scenario's "
+            "GPUs, and the largest that fits with activations and buffers at its micro-batch; the "
+            "fewest GPUs on which the scenario's model fits; and, among the configurations that "
+            "fit, the fastest per step and the cheapest in GPU-seconds per step. Says which term "
+            "overflows where a configuration does not fit.",
+            run_plan, _plan_arguments),
+    Command("plot", "draw sweep, trace or validate results as plotly HTML (or PNG)",
+            "Figures of the memory/communication trade-offs from result files: memory "
+            "(per-rank memory against GPUs) and tradeoff (memory against communication, "
+            "Pareto front) from `zerosim sweep --out`; timeline (one step's lanes and "
+            "memory) from `zerosim simulate --trace`; calibration (simulated against "
+            "measured) from `zerosim validate --json` reports.",
+            run_plot, _plot_arguments, takes_scenario=False),
+)

@@ -1,0 +1,289 @@
+"""One frozen dataclass per scenario table: [model], [cluster], [training], and the root Scenario.
+
+Field docstrings give units; units also live in the key names. Values are checked on construction,
+and an impossible value raises InputError with the arithmetic that rules it out. Reading TOML,
+presets, overrides and companion files (Hugging Face, DeepSpeed) lives in load.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from zerosim.contract import ALL_REDUCE, COLLECTIVE_IMPLS, REDUCE_SCATTER, STAGES
+from zerosim.errors import InputError
+from zerosim.scenario.checks import one_of as _one_of, positive as _positive
+from zerosim.scenario.hardware import Hardware
+from zerosim.scenario.presets import DEFAULT_GPU, GPU_PRESETS
+from zerosim.scenario.variation import VariationConfig
+from zerosim.units import BYTES_PER_ELEMENT, mib_to_bytes
+
+_DEFAULT = GPU_PRESETS[DEFAULT_GPU]
+
+PRECISIONS = tuple(BYTES_PER_ELEMENT)
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
+CHECKPOINTING = ("none", "selective", "full")
+OFFLOAD = ("none", "cpu")
+MLPS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
+ALGORITHMS = ("auto", "ring", "hierarchical")
+GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
+
+# Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
+SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """[model]: a decoder-only transformer by shape, or a bare parameter count (the ZeRO paper's Ψ)."""
+
+    name: str = ""
+    """Free text shown in reports."""
+    params: int | None = None
+    """Bare parameter count Ψ (e.g. 7.5e9). Excludes the shape keys; activations are then 0."""
+    layers: int | None = None
+    """Transformer blocks. With a bare Ψ, optional: Ψ is split evenly into this many ZeRO-3 gather
+    units (default 1: the whole model is gathered at once)."""
+    hidden: int | None = None
+    """Model width h."""
+    heads: int | None = None
+    """Attention heads a; must divide hidden."""
+    kv_heads: int | None = None
+    """Key/value heads for grouped-query attention; must divide heads. Default: heads."""
+    ffn: int | None = None
+    """MLP inner width. Default 4 * hidden for gelu; required for swiglu."""
+    vocab: int | None = None
+    """Vocabulary size v."""
+    max_seq_len: int | None = None
+    """Rows of the learned position embedding (tokens); required when position = "learned"."""
+    mlp: str = "gelu"
+    """"gelu" (two matrices, GPT-2/GPT-3) or "swiglu" (three matrices, Llama)."""
+    norm: str = "layernorm"
+    """"layernorm" (weight + bias) or "rmsnorm" (weight only)."""
+    bias: bool = True
+    """Linear layers and layer norms carry biases (GPT-2/GPT-NeoX: true; Llama: false)."""
+    tied_embeddings: bool = True
+    """The LM head reuses the token embedding matrix (GPT-2: true; Llama: false)."""
+    position: str = "learned"
+    """"learned" position embeddings (parameters) or "rope" (none)."""
+    dropout: bool = True
+    """Dropout layers present: their 1-byte masks count as activations (Korthikanti et al. 2022)."""
+    hf_config: str | None = None
+    """Hugging Face config.json (or its folder) the shape was read from; relative to the scenario."""
+
+    def __post_init__(self) -> None:
+        for key in ("params", "layers", *SHAPE_KEYS):
+            value = getattr(self, key)
+            if value is not None:
+                _positive(f"model.{key}", value)
+        _one_of("model.mlp", self.mlp, MLPS)
+        _one_of("model.norm", self.norm, NORMS)
+        _one_of("model.position", self.position, POSITIONS)
+        if self.params is not None:
+            given = [k for k in SHAPE_KEYS if getattr(self, k) is not None]
+            if given:
+                raise InputError(
+                    f"model.params (a bare parameter count) excludes the shape keys, but "
+                    f"{', '.join('model.' + k for k in given)} {'is' if len(given) == 1 else 'are'} "
+                    f"also set: give either params (and optionally layers) or a full shape")
+            return
+        missing = [k for k in ("layers", "hidden", "heads", "vocab") if getattr(self, k) is None]
+        if self.mlp == "swiglu" and self.ffn is None:
+            missing.append("ffn")
+        if self.position == "learned" and self.max_seq_len is None:
+            missing.append("max_seq_len")
+        if missing:
+            raise InputError(
+                f"[model] needs either params = Ψ or a shape; missing "
+                f"{', '.join('model.' + k for k in missing)}")
+        if self.hidden % self.heads:
+            raise InputError(
+                f"model.heads = {self.heads} does not divide model.hidden = {self.hidden} "
+                f"({self.hidden} / {self.heads} = {self.hidden / self.heads:.4g})")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise InputError(
+                f"model.kv_heads = {self.kv_heads} does not divide model.heads = {self.heads} "
+                f"({self.heads} / {self.kv_heads} = {self.heads / self.kv_heads:.4g})")
+
+    @property
+    def is_bare(self) -> bool:
+        return self.params is not None
+
+    @property
+    def n_layers(self) -> int:
+        return self.layers if self.layers is not None else 1
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def ffn_width(self) -> int:
+        return self.ffn if self.ffn is not None else 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """[cluster]: nodes of identical GPUs; links in two tiers (inside a node, between nodes)."""
+
+    nodes: int = 1
+    """Number of nodes."""
+    gpus_per_node: int = 8
+    """GPUs (ranks) per node; on a CPU box, processes per box."""
+    gpu: str = DEFAULT_GPU
+    """Preset from zerosim.scenario.presets filling the numbers below; any of them may be overridden."""
+    hbm_GiB: float = float(_DEFAULT["hbm_GiB"])
+    """Device memory per GPU, GiB (2**30 bytes)."""
+    peak_tflops: float = float(_DEFAULT["peak_tflops"])
+    """Dense 16-bit peak per GPU, TFLOP/s (1e12)."""
+    hbm_bandwidth_GBps: float = float(_DEFAULT["hbm_bandwidth_GBps"])
+    """Device memory bandwidth, GB/s (1e9)."""
+    intra_node_bandwidth_GBps: float = float(_DEFAULT["intra_node_bandwidth_GBps"])
+    """Per-GPU, one-direction bandwidth of the intra-node link (NVLink-like), GB/s."""
+    intra_node_latency_us: float = float(_DEFAULT["intra_node_latency_us"])
+    """Latency of one ring step over the intra-node link, microseconds."""
+    inter_node_bandwidth_GBps: float = float(_DEFAULT["inter_node_bandwidth_GBps"])
+    """Per-GPU, one-direction bandwidth between nodes (InfiniBand-like), GB/s."""
+    inter_node_latency_us: float = float(_DEFAULT["inter_node_latency_us"])
+    """Latency of one ring step between nodes, microseconds."""
+    compute_efficiency: float = 0.5
+    """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
+    kernels). With a calibration profile, layers are timed from its measurements instead (this
+    still times a bare-Ψ model, which the profile's per-layer fits cannot)."""
+    profile: str | None = None
+    """Calibration profile JSON written by `zero-real calibrate` (relative to the scenario file):
+    its measured collective, compute, optimizer and memory figures replace the preset's."""
+    collective_impl: str = "native"
+    """Which measured implementation of the profile prices collectives: "native" (the
+    library's own, e.g. NCCL or gloo) or "ring" (zero_real's ring from send/recv)."""
+    collective_algorithm: str = "auto"
+    """"ring" (one flat ring over all ranks, paced by its slowest link), "hierarchical" (ring
+    inside each node, ring between nodes, ring inside again) or "auto" (hierarchical when there
+    are several nodes of several GPUs, else ring)."""
+
+    def __post_init__(self) -> None:
+        for key in ("nodes", "gpus_per_node"):
+            if getattr(self, key) < 1:
+                raise InputError(
+                    f"cluster.{key} = {getattr(self, key)} must be >= 1: cluster.nodes "
+                    f"({self.nodes}) * cluster.gpus_per_node ({self.gpus_per_node}) = "
+                    f"{self.nodes * self.gpus_per_node} GPUs")
+            _positive(f"cluster.{key}", getattr(self, key))  # the upper bound
+        for f in fields(self):
+            if f.type == "float":
+                _positive(f"cluster.{f.name}", getattr(self, f.name),
+                          allow_zero=f.name.endswith("latency_us"))
+        if self.compute_efficiency > 1:
+            raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
+                             f"of peak and must be <= 1")
+        _one_of("cluster.collective_algorithm", self.collective_algorithm, ALGORITHMS)
+        _one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def hardware(self) -> Hardware:
+        """These numbers in SI units."""
+        return Hardware.of(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """[training]: what one rank does per step, in the vocabulary of DeepSpeed's zero_optimization."""
+
+    zero_stage: int = 0
+    """0 = DDP, 1 = optimizer states sharded, 2 = + gradients, 3 = + parameters (DeepSpeed's numbers)."""
+    precision: str = "bf16"
+    """Parameter and gradient dtype. "bf16"/"fp16" are mixed precision with an fp32 master copy."""
+    optimizer: str = "adam"
+    """"adam"/"adamw" (2 fp32 moments), "sgd_momentum" (1), "sgd" (none)."""
+    micro_batch: int = 1
+    """Sequences per rank per micro-step, b."""
+    seq_len: int | None = None
+    """Tokens per sequence, s. Default: model.max_seq_len."""
+    activation_checkpointing: str = "none"
+    """"none", "selective" (recompute attention's s^2 part) or "full" (keep only layer inputs)."""
+    flash_attention: bool = False
+    """Fused attention that never stores the s x s score matrix (keeps only softmax statistics)."""
+    reduce_bucket_MiB: float = 25.0
+    """Gradient bucket, MiB (2**20 bytes). Default: PyTorch DDP's bucket_cap_mb = 25."""
+    allgather_bucket_MiB: float = 25.0
+    """Chunk of the post-step parameter all-gather of stages 1-2, MiB (in place: no extra memory)."""
+    prefetch_layers: int = 1
+    """ZeRO-3: layers gathered ahead of the one computing (0 = no prefetch)."""
+    optimizer_offload: str = "none"
+    """"cpu" keeps optimizer states (and the gradient shard they consume) in host memory (ZeRO-Offload)."""
+    overlap_comm: bool = True
+    """Collectives run beside compute on their own streams (DeepSpeed's overlap_comm). false:
+    every collective completes before compute goes on, as zero_real's synchronous ones do."""
+    gradient_reduction: str = "reduce_scatter"
+    """Stages 1-2: "reduce_scatter" gradients to their owners (the ZeRO paper's 2Ψ per step with
+    the parameter all-gather), or "all_reduce" them first as DeepSpeed does by default (3Ψ)."""
+
+    def __post_init__(self) -> None:
+        if self.zero_stage not in STAGES:
+            raise InputError(
+                f"training.zero_stage = {self.zero_stage} is not a ZeRO stage; allowed: 0 (DDP), "
+                f"1 (optimizer states), 2 (+ gradients), 3 (+ parameters)")
+        _one_of("training.precision", self.precision, PRECISIONS)
+        _one_of("training.optimizer", self.optimizer, OPTIMIZERS)
+        _one_of("training.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
+        _one_of("training.optimizer_offload", self.optimizer_offload, OFFLOAD)
+        _positive("training.micro_batch", self.micro_batch)
+        if self.seq_len is not None:
+            _positive("training.seq_len", self.seq_len)
+        for key in ("reduce_bucket_MiB", "allgather_bucket_MiB"):
+            value = getattr(self, key)
+            _positive(f"training.{key}", value)
+            if mib_to_bytes(value) < 1:
+                raise InputError(f"training.{key} = {value} is less than one byte "
+                                 f"({value} * 2**20 = {value * 2**20:.3g} bytes)")
+        _positive("training.prefetch_layers", self.prefetch_layers, allow_zero=True)
+        _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """A whole scenario file: the three tables plus where it came from."""
+
+    model: ModelConfig
+    cluster: ClusterConfig
+    training: TrainingConfig
+    variation: VariationConfig = field(default_factory=VariationConfig)
+    source: str = ""
+    """Path of the scenario file (for reports)."""
+    profile: Any = field(default=None, compare=False, repr=False)
+    """The calibration profile cluster.profile names, loaded (zerosim.scenario.profile.Profile), or None."""
+
+    def __post_init__(self) -> None:
+        m, t = self.model, self.training
+        for key in ("slow_ranks", "degraded_links"):
+            for rank in getattr(self.variation, key):
+                if not 0 <= rank < self.world_size:
+                    raise InputError(
+                        f"variation.{key} names rank {rank}, but ranks are 0..{self.world_size - 1} "
+                        f"({self.cluster.nodes} nodes x {self.cluster.gpus_per_node} GPUs)")
+        if m.is_bare:
+            return  # no shape: the sequence does not enter the memory of model states
+        if t.seq_len is None:
+            raise InputError("training.seq_len is not set and model.max_seq_len gives no default; "
+                             "set training.seq_len")
+        if m.position == "learned" and t.seq_len > m.max_seq_len:
+            raise InputError(
+                f"training.seq_len = {t.seq_len} exceeds model.max_seq_len = {m.max_seq_len} "
+                f"(learned position embeddings have {m.max_seq_len} rows)")
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.world_size
+
+
+TABLES = {"model": ModelConfig, "cluster": ClusterConfig, "training": TrainingConfig,
+          "variation": VariationConfig}

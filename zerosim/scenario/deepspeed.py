@@ -1,0 +1,165 @@
+"""[training] keys from a DeepSpeed ds_config.json: stage, offload, precision, buckets, micro-batch.
+
+A ds_config describes a DeepSpeed run, so a key it leaves out takes DeepSpeed's default, as
+DeepSpeed itself would (deepspeed/runtime/zero/config.py, runtime/config.py):
+- zero_optimization.stage (default 0); offload_optimizer.device "none" | "cpu" (default "none");
+  the legacy cpu_offload = true;
+- fp16.enabled / bf16.enabled (alias bfloat16): neither means fp32; both is an error there too;
+- zero_optimization.reduce_bucket_size / allgather_bucket_size: ELEMENTS of the gradient dtype
+  (default 5e8 each).
+Two keys have no DeepSpeed default that fixes them, so the scenario's value stays when they are
+absent: train_micro_batch_size_per_gpu, and optimizer.type (Adam, AdamW, SGD; absent when the
+training script builds its own optimizer). "auto" (the Hugging Face Trainer's placeholder) also
+keeps the scenario's value. Every key kept that way is named in the note the CLI prints.
+Keys that would change memory in ways zerosim does not model (NVMe or parameter offload) are
+refused; the rest of a ds_config (schedulers, logging, clipping, ...) does not touch memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zerosim.errors import InputError
+from zerosim.files import read_json_object
+from zerosim.scenario.checks import MAX_VALUE, is_finite_number
+from zerosim.units import BYTES_PER_ELEMENT, MiB
+
+DS_DEFAULT_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size and allgather_bucket_size
+_OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
+               "deepspeedcpuadam": "adam", "sgd": "sgd"}
+AUTO = "auto"
+
+
+class _Reader:
+    def __init__(self, cfg: dict[str, Any], origin: str):
+        self.cfg, self.origin = cfg, origin
+        self.defaulted: list[str] = []  # absent: DeepSpeed's default applies
+        self.kept: list[str] = []  # absent or "auto" with no default: the scenario's value stays
+
+    def fail(self, message: str) -> InputError:
+        return InputError(f"{self.origin}: {message}")
+
+    def section(self, parent: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+        value = parent.get(key, {})
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(f"{where}{key} must be an object, got {value!r}")
+        return value
+
+    def integer(self, value: Any, key: str, minimum: int) -> int:
+        if not is_finite_number(value) or value != int(value):
+            raise self.fail(f"{key} must be an integer, got {value!r}")
+        if not minimum <= value <= MAX_VALUE:
+            raise self.fail(f"{key} = {value} must be between {minimum} and 2**53")
+        return int(value)
+
+    def enabled(self, key: str) -> bool | None:
+        """True/False, or None for "auto"."""
+        value = self.section(self.cfg, key).get("enabled", False)
+        if value == AUTO:
+            return None
+        if not isinstance(value, bool):
+            raise self.fail(f"{key}.enabled must be true, false or \"auto\", got {value!r}")
+        return value
+
+    def device(self, section: dict[str, Any], key: str) -> str | None:
+        value = section.get("device", "none")
+        if value == AUTO:
+            return None
+        if value is None or value == "none":
+            return "none"
+        if value == "cpu":
+            return "cpu"
+        raise self.fail(f"zero_optimization.{key}.device = {value!r} is not modeled "
+                        f"(zerosim models \"none\" and \"cpu\")")
+
+
+def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
+                          notes: list[str] | None = None) -> dict[str, Any]:
+    """[training] overrides from a ds_config. `precision` is the scenario's, used only when the
+    ds_config leaves it to "auto"; a summary of what was taken and kept is appended to `notes`."""
+    r = _Reader(read_json_object(Path(path), "DeepSpeed config"), str(path))
+    out: dict[str, Any] = {}
+    _precision(r, out)
+    zero = r.section(r.cfg, "zero_optimization")
+    _stage_and_offload(r, zero, out)
+    _buckets(r, zero, out, BYTES_PER_ELEMENT[out.get("precision", precision)])
+    micro = r.cfg.get("train_micro_batch_size_per_gpu")
+    if micro is None or micro == AUTO:
+        r.kept.append("micro_batch (" + ("\"auto\"" if micro else "not given") + ")")
+    else:
+        out["micro_batch"] = r.integer(micro, "train_micro_batch_size_per_gpu", 1)
+    _optimizer(r, out)
+    if notes is not None:
+        taken = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items())
+        defaulted = f"; DeepSpeed defaults for {', '.join(r.defaulted)}" if r.defaulted else ""
+        kept = f"; kept the scenario's {', '.join(r.kept)}" if r.kept else ""
+        notes.append(f"from {r.origin}: {taken}{defaulted}{kept}")
+    return out
+
+
+def _precision(r: _Reader, out: dict[str, Any]) -> None:
+    fp16 = r.enabled("fp16")
+    bf16_flags = [r.enabled(key) for key in ("bf16", "bfloat16")]
+    bf16 = True if True in bf16_flags else None if None in bf16_flags else False
+    if fp16 and bf16:
+        raise r.fail("fp16.enabled and bf16.enabled are both true; DeepSpeed allows one "
+                     "(\"bfloat16 and fp16 modes cannot be simultaneously enabled\")")
+    if fp16 is None or bf16 is None:
+        r.kept.append("precision (\"auto\")")
+    else:
+        out["precision"] = "fp16" if fp16 else "bf16" if bf16 else "fp32"
+        if out["precision"] == "fp32":
+            r.defaulted.append("precision (no fp16/bf16 enabled: DeepSpeed trains in fp32)")
+
+
+def _stage_and_offload(r: _Reader, zero: dict[str, Any], out: dict[str, Any]) -> None:
+    if "stage" not in zero:
+        r.defaulted.append("zero_stage")
+    stage = zero.get("stage", 0)
+    if stage == AUTO:
+        r.kept.append("zero_stage (\"auto\")")
+    else:
+        out["zero_stage"] = r.integer(stage, "zero_optimization.stage", 0)
+    offload = r.device(r.section(zero, "offload_optimizer", "zero_optimization."), "offload_optimizer")
+    if zero.get("cpu_offload") is True:
+        offload = "cpu"
+    if offload is None:
+        r.kept.append("optimizer_offload (\"auto\")")
+    else:
+        out["optimizer_offload"] = offload
+    if r.device(r.section(zero, "offload_param", "zero_optimization."), "offload_param") != "none":
+        raise r.fail("zero_optimization.offload_param (ZeRO-Infinity parameter offload) is not modeled")
+
+
+def _buckets(r: _Reader, zero: dict[str, Any], out: dict[str, Any], grad_bytes: int) -> None:
+    """Bucket sizes are elements of the gradient dtype in DeepSpeed, MiB here."""
+    for ds_key, our_key in (("reduce_bucket_size", "reduce_bucket_MiB"),
+                            ("allgather_bucket_size", "allgather_bucket_MiB")):
+        if ds_key not in zero:
+            r.defaulted.append(f"{our_key} (5e8 elements)")
+        elements = zero.get(ds_key, DS_DEFAULT_BUCKET_ELEMENTS)
+        if elements == AUTO:
+            r.kept.append(f"{our_key} (\"auto\")")
+        else:
+            elements = r.integer(elements, f"zero_optimization.{ds_key}", 1)
+            out[our_key] = elements * grad_bytes / MiB
+
+
+def _optimizer(r: _Reader, out: dict[str, Any]) -> None:
+    optimizer = r.section(r.cfg, "optimizer")
+    kind = optimizer.get("type")
+    if kind is None or kind == AUTO:
+        r.kept.append("optimizer (" + ("\"auto\"" if kind else "not given") + ")")
+        return
+    if not isinstance(kind, str) or kind.lower() not in _OPTIMIZERS:
+        raise r.fail(f"optimizer.type = {kind!r} is not modeled (zerosim knows Adam, AdamW, SGD)")
+    out["optimizer"] = _OPTIMIZERS[kind.lower()]
+    momentum = r.section(optimizer, "params", "optimizer.").get("momentum", 0)
+    if momentum not in (None, AUTO):
+        if not is_finite_number(momentum):
+            raise r.fail(f"optimizer.params.momentum must be a number, got {momentum!r}")
+        if out["optimizer"] == "sgd" and momentum != 0:
+            out["optimizer"] = "sgd_momentum"

@@ -1,0 +1,203 @@
+"""Scenario files in, a validated Scenario out.
+
+Precedence, lowest first: dataclass defaults < GPU preset < scenario file (< Hugging Face config for
+the model shape, which explicit [model] keys override) < DeepSpeed config < `--set` overrides.
+Every key from any of these is checked against the dataclass fields: a typo fails, naming the key
+and the allowed ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Iterable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+from zerosim.errors import InputError
+from zerosim.files import read_text
+from zerosim.scenario.checks import is_finite_number
+from zerosim.scenario.config import TABLES, ClusterConfig, ModelConfig, Scenario, TrainingConfig
+from zerosim.scenario.presets import DEFAULT_GPU, GPU_PRESETS
+from zerosim.scenario.variation import VariationConfig
+from zerosim.units import BYTES_PER_ELEMENT
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+               list: "an array", dict: "a table"}
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r} ({_TYPE_NAMES.get(type(value), type(value).__name__)})"
+
+
+def _field_types(cls) -> dict[str, str]:
+    """Field name -> its base type name ('int', 'float', 'str', 'bool'); '| None' dropped."""
+    return {f.name: str(f.type).split(" | ")[0] for f in fields(cls)}
+
+
+def allowed_keys(table: str) -> list[str]:
+    return list(_field_types(TABLES[table]))
+
+
+def _coerce(key: str, value: Any, base: str) -> Any:
+    """Check a TOML value against a field's type; integral floats (7.5e9) become ints."""
+    if base.startswith("tuple"):  # a list of ranks
+        if not isinstance(value, list):
+            raise InputError(f"{key} must be an array of ranks such as [3], got {_describe(value)}")
+        return tuple(_coerce(f"{key}[{i}]", item, "int") for i, item in enumerate(value))
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        raise InputError(f"{key} must be true or false, got {_describe(value)}")
+    if base == "str":
+        if isinstance(value, str):
+            return value
+        raise InputError(f"{key} must be a string, got {_describe(value)}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "an integer" if base == "int" else "a number"
+        raise InputError(f"{key} must be {kind}, got {_describe(value)}")
+    if base == "int":
+        if isinstance(value, float):
+            if not is_finite_number(value) or value != int(value):
+                raise InputError(f"{key} must be a whole number, got {value!r}")
+            return int(value)
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        raise InputError(f"{key} = {value} is too large") from None
+
+
+def check_keys(table: str, keys: Iterable[str], origin: str) -> None:
+    allowed = allowed_keys(table)
+    for key in keys:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputError(
+                f"{origin}: unknown key {table}.{key}{hint} (allowed in [{table}]: "
+                f"{', '.join(allowed)})")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    text = read_text(path, "scenario file")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: TOML syntax error: {exc}") from None
+
+
+def split_tables(raw: dict[str, Any], origin: str) -> dict[str, dict[str, Any]]:
+    """The three tables of a parsed scenario, each a fresh dict; anything else is an error."""
+    for name, value in raw.items():
+        if name not in TABLES:
+            raise InputError(
+                f"{origin}: unknown table [{name}] (allowed: "
+                f"{', '.join('[' + t + ']' for t in TABLES)})")
+        if not isinstance(value, dict):
+            raise InputError(f"{origin}: {name} must be a table [{name}], got {_describe(value)}")
+    if "model" not in raw:
+        raise InputError(f"{origin}: no [model] table (give params = Ψ or a transformer shape)")
+    tables = {name: dict(raw.get(name, {})) for name in TABLES}
+    for name, table in tables.items():
+        check_keys(name, table, origin)
+    return tables
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """'table.key=value' -> (table, key, value); value parsed as TOML, else taken as a string."""
+    lhs, sep, rhs = text.partition("=")
+    table, dot, key = lhs.strip().partition(".")
+    if not sep or not dot or not key or "." in key:
+        raise InputError(f"--set {text!r}: expected table.key=value, e.g. --set cluster.nodes=16")
+    if table not in TABLES:
+        raise InputError(f"--set {text!r}: unknown table {table!r} (allowed: {', '.join(TABLES)})")
+    check_keys(table, [key], f"--set {text!r}")
+    rhs = rhs.strip()
+    if not rhs:
+        raise InputError(f"--set {text!r}: no value after '='")
+    try:
+        parsed = tomllib.loads(f"value = {rhs}")
+        value = parsed["value"] if list(parsed) == ["value"] else rhs
+    except tomllib.TOMLDecodeError:
+        value = rhs  # a bare word such as bf16 or path/to/config.json
+    return table, key, value
+
+
+def _resolve_cluster(table: dict[str, Any], base_dir: Path | None) -> tuple[ClusterConfig, Any]:
+    """The cluster, and the calibration profile it names (None when it names none), relative to
+    base_dir (None: as given, from the working directory). Precedence: preset < profile < the
+    scenario's own keys."""
+    gpu = _coerce("cluster.gpu", table.get("gpu", DEFAULT_GPU), "str")
+    if gpu not in GPU_PRESETS:
+        raise InputError(f"cluster.gpu = {gpu!r} is not a preset; known: {', '.join(GPU_PRESETS)}")
+    profile, measured = None, {}
+    if table.get("profile"):  # "" means none (zero-real calibrate, writing the profile, sets it)
+        from zerosim.scenario.profile import load_profile
+
+        path = Path(_coerce("cluster.profile", table["profile"], "str"))
+        profile = load_profile(path if base_dir is None or path.is_absolute() else base_dir / path)
+        impl = _coerce("cluster.collective_impl", table.get("collective_impl", "native"), "str")
+        measured = profile.cluster_numbers(impl)
+    cluster = ClusterConfig(**_typed("cluster", {**GPU_PRESETS[gpu], **measured, **table,
+                                                 "gpu": gpu}))
+    return cluster, profile
+
+
+def _resolve_model(table: dict[str, Any], base_dir: Path) -> ModelConfig:
+    if "hf_config" in table:
+        from zerosim.scenario.hf import read_hf_config
+
+        given = _coerce("model.hf_config", table["hf_config"], "str")
+        shape = read_hf_config(base_dir / given)
+        table = {**shape, **table}  # explicit [model] keys win over the file's
+    return ModelConfig(**_typed("model", table))
+
+
+def _typed(table: str, values: dict[str, Any]) -> dict[str, Any]:
+    types = _field_types(TABLES[table])
+    return {k: _coerce(f"{table}.{k}", v, types[k]) for k, v in values.items()}
+
+
+def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source: str = "",
+                   cli_hf_config: bool = False, cli_profile: bool = False) -> Scenario:
+    """Scenario from already-merged tables (keys checked). hf_config and profile paths resolve
+    against base_dir, or the working directory when the path came from the command line."""
+    model = _resolve_model(tables["model"], Path.cwd() if cli_hf_config else base_dir)
+    training_table = dict(tables["training"])
+    if "seq_len" not in training_table and not model.is_bare and model.max_seq_len is not None:
+        training_table["seq_len"] = model.max_seq_len
+    training = TrainingConfig(**_typed("training", training_table))
+    cluster, profile = _resolve_cluster(tables["cluster"], None if cli_profile else base_dir)
+    return Scenario(model=model, cluster=cluster, training=training,
+                    variation=VariationConfig(**_typed("variation", tables["variation"])),
+                    source=source, profile=profile)
+
+
+def load_scenario(path: str | Path, overrides: Iterable[str] = (),
+                  deepspeed: str | Path | None = None, notes: list[str] | None = None) -> Scenario:
+    """Read a scenario file, apply a DeepSpeed config then `--set` overrides, validate.
+    What a DeepSpeed config contributed is described in `notes` (for the CLI to show)."""
+    path = Path(path)
+    tables = split_tables(read_toml(path), str(path))
+    if deepspeed is not None:
+        from zerosim.scenario.deepspeed import read_deepspeed_config
+
+        precision = tables["training"].get("precision", TrainingConfig.precision)
+        if not isinstance(precision, str) or precision not in BYTES_PER_ELEMENT:
+            precision = TrainingConfig.precision  # the scenario's own error is raised below
+        tables["training"].update(read_deepspeed_config(deepspeed, precision=precision, notes=notes))
+    from_cli = set()
+    for text in overrides:
+        table, key, value = parse_override(text)
+        tables[table][key] = value
+        from_cli.add((table, key))
+    return build_scenario(tables, base_dir=path.parent, source=str(path),
+                          cli_hf_config=("model", "hf_config") in from_cli,
+                          cli_profile=("cluster", "profile") in from_cli)

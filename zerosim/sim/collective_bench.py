@@ -1,0 +1,81 @@
+"""One collective alone on the simulated cluster, reported as nccl-tests reports it (`zerosim
+collective`).
+
+nccl-tests (PERFORMANCE.md) defines, for a buffer of S bytes taking t seconds on n ranks,
+algbw = S / t and busbw = algbw * factor (zerosim.contract.busbw_factor): busbw is comparable to
+the link bandwidth whatever n is. One departure: our broadcast and reduce are two ring walks (see
+collectives/ring.py), not NCCL's deeply pipelined chain, so their busbw is about n / (2(n-1)) of
+the link bandwidth.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from zerosim.contract import OPS, busbw_factor
+from zerosim.errors import InputError
+from zerosim.sim.collectives import choose_algorithm, phases_of
+from zerosim.sim.collectives.ring import FLAT, Group, bytes_sent_per_rank, representatives, run_phases
+from zerosim.sim.costs import price_phases
+from zerosim.sim.network import Cluster
+from zerosim.units import GB
+
+# Chunk by chunk over every rank's links costs O(n^2) events.
+MAX_RANKS_CHUNK_BY_CHUNK = 512
+
+
+def _group_size(scenario, ranks: int | None) -> int:
+    c = scenario.cluster
+    if c.world_size < 2:
+        raise InputError("the cluster has a single rank (cluster.nodes = 1, cluster.gpus_per_node "
+                         "= 1): a collective needs at least 2")
+    n = c.world_size if ranks is None else ranks
+    if not 2 <= n <= c.world_size:
+        raise InputError(f"--ranks {n}: a collective needs 2..{c.world_size} ranks (the cluster has "
+                         f"{c.nodes} node(s) x {c.gpus_per_node} GPUs)")
+    return n
+
+
+def _links(scenario, group: Group, algorithm: str, mode: str) -> list[int]:
+    """Ranks whose links are simulated: one representative per role when no link of the group is
+    degraded ("auto"), every rank's otherwise or when mode is "per_rank"."""
+    # Only a degraded link inside the group changes a collective (stragglers and jitter slow
+    # compute, not links).
+    degraded = any(r < group.size for r in scenario.variation.degraded)
+    if degraded and mode == "symmetric":
+        raise InputError("--mode symmetric needs uniform links, but [variation] degrades a link of "
+                         "the group")
+    if not degraded and mode != "per_rank":
+        return representatives(group, {FLAT} if algorithm == "ring" else set())
+    if group.size > MAX_RANKS_CHUNK_BY_CHUNK:
+        raise InputError(f"a collective over every rank's links (a degraded link, or --mode "
+                         f"per_rank), chunk by chunk, is limited to {MAX_RANKS_CHUNK_BY_CHUNK} "
+                         f"ranks ({group.size} asked)")
+    return list(range(group.size))
+
+
+def simulate_collective(scenario, op: str, size_bytes: float, ranks: int | None = None,
+                        log: list | None = None, mode: str = "auto") -> dict:
+    """One collective over the first `ranks` ranks, chunk by chunk ("step" granularity)."""
+    n = _group_size(scenario, ranks)
+    if op not in OPS:
+        raise InputError(f"--op {op!r} is not one of {', '.join(OPS)}")
+    group = Group(n, min(scenario.cluster.gpus_per_node, n))
+    algorithm = choose_algorithm(scenario.cluster.collective_algorithm, group)
+    phases = price_phases(scenario, op, size_bytes, group,
+                          phases_of(op, size_bytes, group, algorithm))
+    links = _links(scenario, group, algorithm, mode)
+    env = simpy.Environment()
+    cluster = Cluster(env, scenario, links)
+    env.process(run_phases(env, cluster, group, phases, links, granularity="step", log=log))
+    env.run()
+    time_s = env.now
+    if not 0 < time_s < float("inf"):
+        raise InputError(f"{op} of {size_bytes} bytes takes {time_s} s: check the scenario's "
+                         f"link bandwidths and latencies")
+    algbw = size_bytes / time_s
+    return {"op": op, "size_bytes": size_bytes, "ranks": n, "algorithm": algorithm,
+            "time_s": time_s, "algbw_GBps": algbw / GB,
+            "busbw_GBps": algbw * busbw_factor(op, n) / GB,
+            "bytes_sent_per_rank": bytes_sent_per_rank(phases),
+            "ranks_simulated": len(links)}

@@ -1,0 +1,142 @@
+"""Ring collectives as simpy processes: chunks move step by step over the links of a ring.
+
+A ring of k ranks cuts the buffer of S bytes (nccl-tests convention: S is the whole buffer) into k
+chunks. Reduce-scatter takes k - 1 steps: in each, every rank sends one chunk of S/k to its
+successor and adds what it received to its own copy of that chunk; all-gather is the same walk
+without the addition; all-reduce is reduce-scatter then all-gather (Thakur, Rabenseifner and
+Gropp 2005, "Optimization of Collective Communication Operations in MPICH", §4). With per-step
+latency α and link bandwidth B, one step costs α + S/(k·B), so
+
+    reduce_scatter, all_gather   (k - 1) (α + S / (k B))      each rank sends (k - 1) S / k
+    all_reduce                 2 (k - 1) (α + S / (k B))      each rank sends 2 (k - 1) S / k
+
+Broadcast and reduce use the same two walks (scatter + all-gather, reduce-scatter + gather: van de
+Geijn's large-message algorithms), so they cost as much as all-reduce. Each step is paced by the
+slowest link of the ring: a flat ring over several nodes runs at the inter-node link's speed.
+
+Two granularities give identical times on an uncontended ring:
+- "step": one simpy event per chunk per rank per step, with an event log (the reference);
+- "phase": the k - 1 steps of one walk as one latency delay and one transfer of (k - 1) chunks
+  per link, O(1) events per link instead of O(k): what the engine uses to stay fast at 16k GPUs.
+They differ only when collectives share a link, where "phase" shares bandwidth as a fluid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import simpy
+
+from zerosim.contract import RING_WALKS
+from zerosim.sim.network import INTER, INTRA, Cluster
+
+FLAT = "flat"  # a walk over the whole group, each rank on its link to its successor
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One walk around a ring: `steps` steps of `chunk_bytes` per rank, on links of `scope`."""
+
+    walk: str
+    scope: str
+    """FLAT, INTRA (rings inside each node) or INTER (one ring per local index across nodes)."""
+    steps: int
+    chunk_bytes: float
+    latency_s: float | None = None
+    """Latency per step; None: the link's. A calibration profile sets it (costs.price_phases)."""
+    link_scale: float = 1.0
+    """Link-time per byte relative to the link's bandwidth (a profile's measured bus bandwidth
+    for this op, against the link's): the bytes sent are unchanged, their time is scaled."""
+
+    def latency(self, link) -> float:
+        return link.latency_s if self.latency_s is None else self.latency_s
+
+
+@dataclass(frozen=True)
+class Group:
+    """The first `size` ranks of the cluster, `gpus_per_node` of them per node."""
+
+    size: int
+    gpus_per_node: int
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.size // self.gpus_per_node)
+
+
+def ring_phases(op: str, size_bytes: float, group: Group) -> list[Phase]:
+    k = group.size
+    return [Phase(walk, FLAT, k - 1, size_bytes / k) for walk in RING_WALKS[op]]
+
+
+def link_tier(group: Group, rank: int, scope: str) -> str:
+    if scope != FLAT:
+        return scope
+    successor = (rank + 1) % group.size
+    same_node = rank // group.gpus_per_node == successor // group.gpus_per_node
+    return INTRA if same_node else INTER
+
+
+def representatives(group: Group, scopes: set[str]) -> list[int]:
+    """Ranks whose links stand for every link role of a uniform cluster: rank 0, plus the last
+    rank of node 0 when a flat ring crosses nodes (its successor is on the next node)."""
+    ranks = [0]
+    if FLAT in scopes and group.size > group.gpus_per_node > 1:
+        ranks.append(group.gpus_per_node - 1)
+    return ranks
+
+
+def bytes_sent_per_rank(phases: list[Phase]) -> float:
+    return sum(p.steps * p.chunk_bytes for p in phases)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One chunk sent in the step-granularity log."""
+
+    rank: int
+    walk: str
+    step: int
+    tier: str
+    size_bytes: float
+    start_s: float
+    end_s: float
+
+
+def _send(env: simpy.Environment, link, size_bytes: float, latency_s: float) -> Iterator:
+    yield env.timeout(latency_s)
+    yield link.transfer(size_bytes)
+
+
+def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: list[Phase],
+               ranks: list[int], granularity: str = "phase",
+               log: list[StepRecord] | None = None) -> Iterator:
+    """Process: every phase in order on the links of `ranks` (all of the group's ranks, or the
+    representatives of a uniform one); returns when the slowest link finishes the last phase."""
+    for phase in phases:
+        if phase.steps == 0:
+            continue
+        links = [(rank, link_tier(group, rank, phase.scope)) for rank in ranks]
+        wire = phase.chunk_bytes * phase.link_scale
+        if granularity == "phase" and len(links) == 1:  # one representative link: no sub-process
+            link = cluster.link(*links[0])
+            yield env.timeout(phase.steps * phase.latency(link))
+            yield link.transfer(phase.steps * wire)
+        elif granularity == "phase":
+            yield env.all_of([env.process(_send(env, cluster.link(r, tier), phase.steps * wire,
+                                                phase.steps * phase.latency(cluster.link(r, tier))))
+                              for r, tier in links])
+        else:
+            yield from _steps(env, cluster, phase, links, log)
+
+
+def _steps(env, cluster, phase, links, log) -> Iterator:
+    for step in range(phase.steps):
+        start_s = env.now
+        sends = [env.process(_send(env, cluster.link(r, tier), phase.chunk_bytes * phase.link_scale,
+                                   phase.latency(cluster.link(r, tier)))) for r, tier in links]
+        yield env.all_of(sends)
+        if log is not None:
+            log.extend(StepRecord(r, phase.walk, step, tier, phase.chunk_bytes, start_s, env.now)
+                       for r, tier in links)

@@ -1,0 +1,126 @@
+"""What a stage program may do on its simulated rank: compute, launch collectives on its
+communication streams, allocate and free memory. The engine (engine.py) owns the ranks and runs
+their collectives; a RankContext is one rank's view of it.
+
+Communication streams are FIFO queues served one collective at a time, like CUDA streams carrying
+NCCL kernels. Everything a rank does is recorded in the step-event schema (zerosim.contract).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import simpy
+
+from zerosim.contract import OTHER, SimulatedEvent
+from zerosim.sim.timeline import MemoryTimeline
+
+
+@dataclass
+class CommRequest:
+    op: str
+    size_bytes: float
+    name: str
+    phase: str
+    layer: int | None
+    done: simpy.Event
+    before: Callable[[], Iterator] | None = None
+    after: Callable[[], None] | None = None
+
+
+@dataclass
+class RankState:
+    """Everything one simulated rank records."""
+
+    rank: int
+    memory: MemoryTimeline
+    events: list[SimulatedEvent] = field(default_factory=list)
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    """Summed durations of this rank's collectives (concurrent queues each count)."""
+    end_s: float = 0.0
+    comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+class RankContext:
+    """What a stage program may do on its rank: compute, launch collectives, allocate, free."""
+
+    def __init__(self, engine, rank: int) -> None:
+        """`engine`: the Engine whose collectives this rank joins."""
+        self.engine = engine
+        self.env = engine.env
+        self.rank = rank
+        self.state = RankState(rank, MemoryTimeline(rank, keep_samples=engine.keep_samples))
+        v = engine.scenario.variation
+        self._slowdown = v.slowdown if rank in v.slow else 1.0
+        self._jitter = v.jitter_pct / 100
+        self._rng = np.random.default_rng([v.seed, rank]) if self._jitter else None
+        self._streams: dict[str, simpy.Store] = {}
+        self._launched: dict[str, int] = defaultdict(int)
+
+    # compute stream
+    def compute(self, duration_s: float, name: str, phase: str, layer: int | None) -> Iterator:
+        """Busy the compute stream for duration_s (costs.py: measured or FLOPs / rate), scaled by
+        this rank's slowdown and jitter."""
+        duration_s *= self._slowdown
+        if self._rng is not None:
+            duration_s *= 1 + self._jitter * float(self._rng.uniform(-1.0, 1.0))
+        start_s = self.env.now
+        if duration_s > 0:
+            yield self.env.timeout(duration_s)
+        if name != OTHER:
+            self.state.compute_s += duration_s
+        self._record("compute", name, phase, layer, None, 0, start_s)
+
+    # memory
+    def alloc(self, key: object, category: str, size_bytes: int) -> None:
+        self.state.memory.alloc(self.env.now, key, category, size_bytes)
+
+    def free(self, key: object) -> None:
+        self.state.memory.free(self.env.now, key)
+
+    def mark(self, label: str) -> None:
+        self.state.memory.mark(label)
+
+    # communication streams
+    def comm(self, stream: str, op: str, size_bytes: float, name: str, phase: str,
+             layer: int | None, before: Callable[[], Iterator] | None = None,
+             after: Callable[[], None] | None = None) -> simpy.Event:
+        """Queue a collective on `stream`; the event fires when it has completed on this rank."""
+        if stream not in self._streams:
+            self._streams[stream] = simpy.Store(self.env)
+            self.env.process(self._serve(stream, self._streams[stream]))
+        done = self.env.event()
+        self._streams[stream].put(CommRequest(op, size_bytes, name, phase, layer, done, before, after))
+        return done
+
+    def _serve(self, stream: str, queue: simpy.Store) -> Iterator:
+        while True:
+            request: CommRequest = yield queue.get()
+            if request.before is not None:
+                yield from request.before()
+            if len(self.engine.compute_ranks) > 1:  # wait until every simulated rank joins
+                key = (stream, self._launched[stream])
+                self._launched[stream] += 1
+                start_s, sent_bytes = yield self.engine.collective(key, request.op, request.size_bytes)
+            else:  # the only simulated rank: no one to wait for, no extra process
+                start_s = self.env.now
+                sent_bytes = yield from self.engine.move(request.op, request.size_bytes)
+            self.state.comm_bytes[request.op] += sent_bytes
+            self.state.comm_s += self.env.now - start_s
+            self._record("comm", request.name, request.phase, request.layer, request.op,
+                         request.size_bytes, start_s, queue=stream)
+            if request.after is not None:
+                request.after()
+            request.done.succeed()
+
+    def _record(self, stream: str, name: str, phase: str, layer: int | None, op: str | None,
+                size_bytes: float, start_s: float, queue: str = "compute") -> None:
+        """One record of the step-event schema (DESIGN.md); `queue` names the CUDA-like stream."""
+        if self.engine.keep_events:
+            self.state.events.append(SimulatedEvent(
+                rank=self.rank, stream=stream, name=name, phase=phase, layer=layer, op=op,
+                bytes=round(size_bytes), start_s=start_s, end_s=self.env.now, queue=queue))

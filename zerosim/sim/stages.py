@@ -1,0 +1,252 @@
+"""What one rank does in one training step, stage by stage: DDP first, then each ZeRO stage as
+the difference it makes (the ZeRO paper, Rajbhandari et al. 2020, §5 and §7).
+
+A step is: forward unit by unit, backward in reverse producing gradients, their reduction, the
+optimizer step. Units are the ZeRO-3 gather units of model.py (embedding, layers, head).
+Memory moves exactly as memory.py counts it, so the timeline's steady points equal the analytic
+model byte for byte and its peak never exceeds the analytic peak (without a calibration profile;
+a profile adds what the real stages showed beyond the model: costs.memory_terms):
+- DDP / ZeRO-1 reduce gradients in place on the persistent flat buffer: buckets are slices of it;
+- ZeRO-2 copies gradients into separate bucket buffers, at most 2 alive (one filling, one
+  reducing: a third waits, stalling backward), and frees them once reduced;
+- ZeRO-3 gathers each unit before it computes, into at most 1 + prefetch_layers buffers, frees it
+  after use, and reduce-scatters each unit's full gradient (at most 2 alive).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import simpy
+
+from zerosim.contract import OTHER, STAGES
+from zerosim.memory import STAGE2_LIVE_BUCKETS, STAGE3_LIVE_LAYER_GRADS
+from zerosim.sim.step_shape import StepShape
+
+
+class DDP:
+    """Stage 0: everything replicated; gradient buckets all-reduced as soon as they fill."""
+
+    reduce_op = "all_reduce"
+
+    def __init__(self, ctx, shape: StepShape) -> None:
+        self.ctx, self.shape, self.env = ctx, shape, ctx.env
+        self.pending: list = []
+        self.filled_bytes = 0
+        self.unit = 0
+        self.layers = len(shape.gather_elements)
+
+    def run(self) -> Iterator:
+        mem = self.shape.memory
+        for category, size in (("params", mem.params_bytes), ("grads", mem.grads_bytes),
+                               ("optimizer", mem.optimizer_bytes)):
+            self.ctx.alloc(category, category, size)
+        self.ctx.mark("after_init")
+        yield from self.forward()
+        self.ctx.mark("after_forward")
+        if self.shape.workspace_bytes:
+            self.ctx.alloc("workspace", "workspace", self.shape.workspace_bytes)
+        yield from self.backward()
+        yield from self.drain()
+        if self.shape.workspace_bytes:
+            self.ctx.free("workspace")
+        if self.shape.residue_bytes:
+            self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
+        if self.shape.other_s:
+            yield from self.ctx.compute(self.shape.other_s, OTHER, "backward", None)
+        self.ctx.mark("after_backward")
+        yield from self.optimizer_step()
+        yield from self.drain()
+        self.ctx.mark("after_step")
+
+    def forward(self) -> Iterator:
+        self.start_gathers("forward", range(self.layers))
+        for unit in range(self.layers):
+            yield from self.gathered(unit, "forward")
+            yield from self.ctx.compute(self.shape.forward_s[unit], "forward", "forward", unit)
+            self.ctx.alloc(("activations", unit), "activations", self.shape.activation_bytes[unit])
+            self.release(unit, "forward")
+
+    def backward(self) -> Iterator:
+        self.start_gathers("backward", reversed(range(self.layers)))
+        for unit in reversed(range(self.layers)):
+            self.unit = unit
+            yield from self.gathered(unit, "backward")
+            self.ctx.alloc(("recompute", unit), "activations", self.shape.recompute_bytes[unit])
+            yield from self.produce_gradients(unit)
+            self.ctx.free(("recompute", unit))
+            self.ctx.free(("activations", unit))
+            self.release(unit, "backward")
+        if self.filled_bytes:
+            self.launch_bucket()
+            yield from self.synchronous()
+
+    def produce_gradients(self, unit: int) -> Iterator:
+        """Backward of one unit, cut where its gradients cross bucket boundaries."""
+        duration_s = self.shape.backward_s[unit]
+        total = self.shape.grad_bytes_per_element * self.shape.gradient_elements[unit]
+        if total == 0:
+            yield from self.ctx.compute(duration_s, "backward", "backward", unit)
+            return
+        produced = 0
+        while produced < total:
+            if self.filled_bytes == 0:
+                yield from self.open_bucket()
+            piece = min(total - produced, self.shape.bucket_bytes - self.filled_bytes)
+            yield from self.ctx.compute(duration_s * piece / total, "backward", "backward", unit)
+            produced += piece
+            self.filled_bytes += piece
+            if self.filled_bytes == self.shape.bucket_bytes:
+                self.launch_bucket()
+                yield from self.synchronous()
+
+    def open_bucket(self) -> Iterator:
+        return iter(())  # a slice of the persistent gradient buffer: nothing to allocate
+
+    def launch_bucket(self, after=None) -> None:
+        self.pending.append(self.ctx.comm("comm", self.reduce_op, self.filled_bytes, "gradient bucket",
+                                          "backward", self.unit, after=after))
+        self.filled_bytes = 0
+
+    def drain(self) -> Iterator:
+        if self.pending:
+            yield self.env.all_of(self.pending)
+        self.pending = []
+
+    def synchronous(self) -> Iterator:
+        """Without overlap_comm, compute waits for the collective just launched."""
+        if not self.shape.overlap_comm:
+            yield from self.drain()
+
+    def optimizer_elements(self) -> int:
+        return self.shape.params
+
+    def optimizer_step(self) -> Iterator:
+        elements = self.optimizer_elements()
+        workspace = round(self.shape.optimizer_workspace_per_element * elements)
+        if workspace:
+            self.ctx.alloc("optimizer workspace", "workspace", workspace)
+        yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
+                                    None)
+        if workspace:
+            self.ctx.free("optimizer workspace")
+
+    # ZeRO-3 hooks: nothing to gather while parameters are replicated.
+    def start_gathers(self, phase: str, units) -> None:
+        pass
+
+    def gathered(self, unit: int, phase: str) -> Iterator:
+        return iter(())
+
+    def release(self, unit: int, phase: str) -> None:
+        pass
+
+
+class ZeRO1(DDP):
+    """Stage 1: optimizer states sharded. Gradients are reduce-scattered to their owners (the full
+    buffer stays allocated), each rank steps its shard, then the parameters are all-gathered."""
+
+    def __init__(self, ctx, shape: StepShape) -> None:
+        super().__init__(ctx, shape)
+        self.reduce_op = shape.gradient_reduction
+
+    def optimizer_elements(self) -> int:
+        return self.shape.shard
+
+    def optimizer_step(self) -> Iterator:
+        yield from super().optimizer_step()
+        total = self.shape.param_bytes_per_element * self.shape.params
+        chunk = self.shape.allgather_bucket_bytes
+        for start in range(0, total, chunk):
+            self.pending.append(self.ctx.comm("comm", "all_gather", min(chunk, total - start),
+                                              "parameter all-gather", "step", None))
+
+
+class ZeRO2(ZeRO1):
+    """Stage 2: gradients sharded too. Each bucket is a separate buffer, freed once reduced."""
+
+    def __init__(self, ctx, shape: StepShape) -> None:
+        super().__init__(ctx, shape)
+        self.free_buckets = simpy.Container(self.env, STAGE2_LIVE_BUCKETS, init=STAGE2_LIVE_BUCKETS)
+        self.unbucketed_bytes = shape.grad_bytes_per_element * shape.params
+        self.bucket_id = 0
+
+    def open_bucket(self) -> Iterator:
+        yield self.free_buckets.get(1)  # backward stalls here while two buckets are in flight
+        size = min(self.shape.bucket_bytes, self.unbucketed_bytes)
+        self.unbucketed_bytes -= size
+        self.ctx.alloc(("bucket", self.bucket_id), "buckets", size)
+
+    def launch_bucket(self, after=None) -> None:
+        key = ("bucket", self.bucket_id)
+        self.bucket_id += 1
+
+        def reduced() -> None:
+            self.ctx.free(key)
+            self.free_buckets.put(1)
+
+        super().launch_bucket(after=reduced)
+
+
+class ZeRO3(ZeRO1):
+    """Stage 3: parameters sharded. Each unit is all-gathered before forward and again before
+    backward (prefetched up to prefetch_layers ahead), freed after use; each unit's gradient is
+    reduce-scattered on its own stream, which shares the links with the gathers."""
+
+    def __init__(self, ctx, shape: StepShape) -> None:
+        super().__init__(ctx, shape)
+        self.gather_slots = simpy.Container(self.env, 1 + shape.prefetch_layers,
+                                            init=1 + shape.prefetch_layers)
+        self.grad_slots = simpy.Container(self.env, STAGE3_LIVE_LAYER_GRADS,
+                                          init=STAGE3_LIVE_LAYER_GRADS)
+        self.gathers: dict[tuple[str, int], object] = {}
+
+    def start_gathers(self, phase: str, units) -> None:
+        for unit in units:
+            size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
+
+            def take_slot(unit=unit, size=size) -> Iterator:
+                yield self.gather_slots.get(1)  # prefetch depth: wait for a free buffer
+                self.ctx.alloc(("gathered", phase, unit), "gathered", size)
+
+            self.gathers[phase, unit] = self.ctx.comm("gather", "all_gather", size,
+                                                      "parameter all-gather", phase, unit,
+                                                      before=take_slot)
+
+    def gathered(self, unit: int, phase: str) -> Iterator:
+        yield self.gathers.pop((phase, unit))
+        if not self.shape.overlap_comm:  # synchronous prefetch: the next units before compute
+            # gathers are queued in the order the units compute
+            ahead = [self.gathers[key] for key in self.gathers if key[0] == phase]
+            ahead = ahead[:self.shape.prefetch_layers]
+            if ahead:
+                yield self.env.all_of(ahead)
+
+    def release(self, unit: int, phase: str) -> None:
+        self.ctx.free(("gathered", phase, unit))
+        self.gather_slots.put(1)
+
+    def produce_gradients(self, unit: int) -> Iterator:
+        yield self.grad_slots.get(1)
+        bg = self.shape.grad_bytes_per_element
+        key = ("layer_grads", unit)
+        # A tied head produces a gradient for the whole shared matrix (memory), but its part is
+        # added to the embedding's and reduce-scattered with the embedding unit: sent once.
+        self.ctx.alloc(key, "layer_grads", bg * self.shape.gather_elements[unit])
+        size = bg * self.shape.gradient_elements[unit]
+        yield from self.ctx.compute(self.shape.backward_s[unit], "backward", "backward", unit)
+
+        def reduced() -> None:
+            self.ctx.free(key)
+            self.grad_slots.put(1)
+
+        self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
+                                          "gradient reduce-scatter", "backward", unit,
+                                          after=reduced))
+        yield from self.synchronous()
+
+    def optimizer_step(self) -> Iterator:
+        yield from DDP.optimizer_step(self)  # on the shard; parameters stay sharded: no all-gather
+
+
+STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))

@@ -1,0 +1,111 @@
+"""The numbers a stage program works from, derived once per stage from the scenario (and its
+calibration profile, through costs.py): unit sizes, compute seconds, activation and buffer bytes,
+the optimizer's cost, and the limit on how many pieces one simulated step may have."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from zerosim.errors import InputError
+from zerosim.memory import MOMENTS, StageMemory, shard_elements, stage_memory
+from zerosim.model import (activations, gather_units, gradient_units, total_params,
+                           unit_activation_bytes, unit_flops)
+from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
+                               other_s)
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The numbers every rank of a stage works from, derived once from the scenario."""
+
+    stage: int
+    memory: StageMemory
+    gather_elements: list[int]
+    gradient_elements: list[int]
+    forward_s: list[float]
+    backward_s: list[float]
+    """Compute seconds of each unit's forward and backward (costs.py)."""
+    activation_bytes: list[int]
+    recompute_bytes: list[int]
+    """Regenerated activations alive during each unit's backward (checkpointed layers only)."""
+    param_bytes_per_element: int
+    grad_bytes_per_element: int
+    params: int
+    shard: int
+    bucket_bytes: int
+    allgather_bucket_bytes: int
+    optimizer: OptimizerCost
+    optimizer_workspace_per_element: float
+    """Temporaries of the optimizer step per element it updates (a profile's measurement)."""
+    prefetch_layers: int
+    gradient_reduction: str
+    overlap_comm: bool
+    workspace_bytes: int
+    """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
+    residue_bytes: int
+    """Bytes the allocator keeps after backward (a profile's measurement)."""
+    other_s: float
+    """Seconds per step in neither compute nor a collective (a profile's measurement)."""
+
+
+# A step costs a few simpy events per bucket and per all-gather chunk, and about ten times that
+# per unit; beyond this many pieces (about 10 s) it would take minutes. The shipped scenarios need
+# a few thousand.
+MAX_STEP_PIECES = 50_000
+UNIT_WEIGHT = 10
+
+
+def _check_size(stage: int, units: int, grad_bytes: int, bucket_bytes: int, param_bytes: int,
+                allgather_bytes: int) -> None:
+    buckets = math.ceil(grad_bytes / bucket_bytes) if stage < 3 else 0
+    chunks = math.ceil(param_bytes / allgather_bytes) if stage in (1, 2) else 0
+    if UNIT_WEIGHT * units + buckets + chunks > MAX_STEP_PIECES:
+        parts = [f"{UNIT_WEIGHT} x {units:,} units"]
+        if buckets:
+            parts.append(f"{grad_bytes:,} / {bucket_bytes:,} = {buckets:,} gradient buckets")
+        if chunks:
+            parts.append(f"{param_bytes:,} / {allgather_bytes:,} = {chunks:,} all-gather chunks")
+        raise InputError(
+            f"stage {stage} would simulate {' + '.join(parts)}, more than {MAX_STEP_PIECES:,} "
+            f"pieces: raise training.reduce_bucket_MiB or allgather_bucket_MiB, or lower "
+            f"model.layers")
+
+
+def step_shape(scenario, stage: int) -> StepShape:
+    m, t = scenario.model, scenario.training
+    bp = bg = BYTES_PER_ELEMENT[t.precision]
+    moments = MOMENTS[t.optimizer]
+    # Bytes the optimizer moves over HBM per element of its partition: read the gradient, read and
+    # write the fp32 master (or the fp32 parameter itself) and each fp32 moment, and under mixed
+    # precision write back the 16-bit working copy.
+    master = 2 * FP32_BYTES + bp if t.precision != "fp32" else 2 * bp
+    recompute = activations(m, t).recompute_bytes
+    psi = total_params(m)
+    # Checked before the unit list is built: a bare Ψ may ask for 2**53 layers.
+    _check_size(stage, m.n_layers + 2, bg * psi, mib_to_bytes(t.reduce_bucket_MiB), bp * psi,
+                mib_to_bytes(t.allgather_bucket_MiB))
+    units = gather_units(m)
+    recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
+    forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t), stage)
+    extra = memory_terms(scenario, stage)
+    activation_bytes = unit_activation_bytes(m, t)
+    if extra["activations"]:  # measured activations: the analytic split, scaled to their total
+        total = sum(activation_bytes)
+        activation_bytes = ([max(0, round(a * (total + extra["activations"]) / total))
+                             for a in activation_bytes] if total else
+                            activation_bytes[:-1] + [max(0, round(extra["activations"]))])
+    return StepShape(
+        stage=stage, memory=stage_memory(scenario, stage), gather_elements=units,
+        gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
+        activation_bytes=activation_bytes,
+        recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
+        params=psi, shard=shard_elements(psi, scenario.world_size),
+        bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
+        allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
+        optimizer=optimizer_cost(scenario, bg + master + 2 * FP32_BYTES * moments, stage),
+        optimizer_workspace_per_element=extra["optimizer_per_element"],
+        prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
+        overlap_comm=t.overlap_comm, workspace_bytes=max(0, round(extra["workspace"])),
+        residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))

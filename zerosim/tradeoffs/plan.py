@@ -1,0 +1,240 @@
+"""`zerosim plan`: which stage, how many GPUs, and how large a model, for a given GPU memory.
+
+Everything here is a search over the analytic memory model (memory.py: the ZeRO paper's formulas),
+so its answers are exactly consistent with `zerosim memory`; only the ranking of configurations
+that fit runs the simulator. Per-rank memory depends on the world size alone and never grows with
+it, and model memory never shrinks as the model grows, so each search is a bisection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from zerosim.contract import STAGE_NAMES, STAGES
+from zerosim.errors import InputError
+from zerosim.memory import stage_memory
+from zerosim.model import param_counts, total_params
+from zerosim.scenario.checks import MAX_VALUE
+from zerosim.scenario.config import SHAPE_KEYS, Scenario
+from zerosim.tradeoffs.sweep import rows_of
+from zerosim.units import GiB, KiB, MiB
+
+MAX_GPUS = 1 << 20  # a million GPUs: past any real cluster, so "never fits" means never
+TERMS = (("params", "params_bytes"), ("grads", "grads_bytes"), ("optimizer states", "optimizer_bytes"),
+         ("activations", "activations_bytes"), ("buffers", "buffers_bytes"))
+
+
+def largest(fits: Callable[[int], bool], hi: int) -> int:
+    """Largest x in 1..hi with fits(x), for fits true up to some x and false after; 0 if none."""
+    if not fits(1):
+        return 0
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def with_world(scenario: Scenario, gpus: int) -> Scenario:
+    """The scenario on `gpus` GPUs: part of one node below a node's worth, else whole nodes.
+    Stragglers and degraded links the scenario names beyond the last rank are left out."""
+    per_node = scenario.cluster.gpus_per_node
+    if gpus <= per_node:
+        cluster = replace(scenario.cluster, nodes=1, gpus_per_node=gpus)
+    else:
+        cluster = replace(scenario.cluster, nodes=gpus // per_node)
+    v = scenario.variation
+    variation = replace(v, slow_ranks=tuple(r for r in v.slow_ranks if r < gpus),
+                        degraded_links=tuple(r for r in v.degraded_links if r < gpus))
+    return replace(scenario, cluster=cluster, variation=variation)
+
+
+def gpu_count(scenario: Scenario, index: int) -> int:
+    """The index-th candidate world size: 1, 2, ..., one node, then whole nodes."""
+    per_node = scenario.cluster.gpus_per_node
+    return index + 1 if index < per_node else (index - per_node + 2) * per_node
+
+
+def _bare(scenario: Scenario, psi: int) -> Scenario:
+    """The scenario's model as a bare Ψ of its own layer count (ZeRO-3's gather units)."""
+    return replace(scenario, model=replace(scenario.model, params=psi,
+                                           **{k: None for k in SHAPE_KEYS}))
+
+
+def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
+    """(a) The largest Ψ whose model states fit, and the largest model that fits whole (states,
+    activations at the scenario's micro-batch, buffers). Model states depend on Ψ alone; a shaped
+    model grows by whole layers of its own width (embeddings and head stay), a bare Ψ as it is."""
+    states = largest(lambda psi: stage_memory(_bare(scenario, psi), stage).model_states_bytes
+                     <= budget_bytes, MAX_VALUE)
+    m = scenario.model
+    if m.is_bare:
+        whole = largest(lambda psi: stage_memory(_bare(scenario, psi), stage).peak_bytes
+                        <= budget_bytes, MAX_VALUE)
+        return {"max_params_model_states": states, "max_params_whole": whole, "max_layers": None}
+    counts = param_counts(m)
+
+    def deep(layers: int) -> Scenario:
+        return replace(scenario, model=replace(m, layers=layers))
+
+    layers = largest(lambda n: stage_memory(deep(n), stage).peak_bytes <= budget_bytes,
+                     max(1, (MAX_VALUE - counts.total) // counts.per_layer))
+    whole = total_params(deep(layers).model) if layers else 0
+    return {"max_params_model_states": states, "max_params_whole": whole, "max_layers": layers}
+
+
+def overflow(row, budget_bytes: int) -> str:
+    """Why a stage's memory does not fit: the terms over budget by themselves, else the largest."""
+    terms = sorted(((getattr(row, key), name) for name, key in TERMS), reverse=True)
+    listed = ", ".join(f"{name} {gib(size)}" for size, name in terms if size)
+    alone = [name for size, name in terms if size > budget_bytes]
+    lead = (f"over it by {'itself' if len(alone) == 1 else 'themselves'}: {' and '.join(alone)}"
+            if alone else f"largest term: {terms[0][1]}")
+    return f"{gib(row.peak_bytes)} > {gib(budget_bytes)}; {lead} ({listed})"
+
+
+def fewest_gpus(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
+    """(b) The fewest GPUs on which the scenario's model fits whole, or why none do."""
+    def row_at(index: int):
+        return stage_memory(with_world(scenario, gpu_count(scenario, index)), stage)
+
+    per_node = scenario.cluster.gpus_per_node
+    lo, hi = 0, MAX_GPUS // per_node + per_node - 2  # indices of the first and last candidates
+    if row_at(hi).peak_bytes > budget_bytes:
+        how = ("DDP shards nothing, so it always needs" if stage == 0 else
+               f"even sharded {gpu_count(scenario, hi):,} ways it needs")
+        return {"gpus": None, "peak_bytes": None,
+                "why": f"no GPU count fits: {how} {overflow(row_at(hi), budget_bytes)}"}
+    while lo < hi:  # per-rank memory never grows with the world size: bisect
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if row_at(mid).peak_bytes <= budget_bytes else (mid + 1, hi)
+    return {"gpus": gpu_count(scenario, lo), "peak_bytes": row_at(lo).peak_bytes, "why": None}
+
+
+def candidate_gpus(scenario: Scenario, fewest: list[int | None]) -> list[int]:
+    """World sizes worth ranking: whole-node doublings up to the scenario's size, the scenario's
+    own, and each stage's fewest."""
+    per_node, nodes = scenario.cluster.gpus_per_node, scenario.cluster.nodes
+    sizes = {scenario.world_size, *(n for n in fewest if n is not None)}
+    doubling = 1
+    while doubling <= nodes:
+        sizes.add(doubling * per_node)
+        doubling *= 2
+    return sorted(sizes)
+
+
+def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto") -> dict[str, Any]:
+    n = scenario.world_size
+    stages = []
+    for stage in STAGES:
+        row = stage_memory(scenario, stage)
+        stages.append({"stage": stage, "name": STAGE_NAMES[stage],
+                       **largest_model(scenario, stage, budget_bytes),
+                       "fewest": fewest_gpus(scenario, stage, budget_bytes),
+                       "peak_bytes": row.peak_bytes, "host_bytes": row.host_bytes,
+                       "fits": row.peak_bytes <= budget_bytes,
+                       "why_not": None if row.peak_bytes <= budget_bytes
+                       else f"needs {overflow(row, budget_bytes)}"})
+    configs, notes = [], []
+    if scenario.training.seq_len is not None:  # a bare Ψ without a sequence has no step time
+        for gpus in candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages]):
+            world = with_world(scenario, gpus)
+            fitting = [s for s in STAGES if stage_memory(world, s).peak_bytes <= budget_bytes]
+            try:
+                configs.extend(rows_of(world, fitting, {}, mode))
+            except InputError as exc:  # e.g. too many ranks to simulate one by one
+                notes.append(f"{gpus} GPUs not ranked: {exc}")
+    named = (*scenario.variation.slow_ranks, *scenario.variation.degraded_links)
+    if named and any(c["world_size"] <= max(named) for c in configs):
+        notes.append("ranks that [variation] names beyond a smaller world's last rank are left "
+                     "out of its simulation")
+    if any(s["host_bytes"] for s in stages):
+        notes.append("optimizer_offload = cpu: host memory per GPU (" + ", ".join(
+            f"{s['name']} {gib(s['host_bytes'])}" for s in stages) + ") is not in the GPU "
+            "memory budget")
+    if any(s["max_params_model_states"] == MAX_VALUE or s["max_params_whole"] == MAX_VALUE
+           for s in stages):
+        notes.append(f"a largest model of {params_text(MAX_VALUE)} is zerosim's limit on Ψ "
+                     f"(2**53), not the memory's")
+    pick = {
+        "fastest": min(configs, key=lambda r: (r["step_time_s"], r["world_size"], r["stage"]),
+                       default=None),
+        "cheapest": min(configs, key=lambda r: (r["gpu_seconds_per_step"], r["world_size"],
+                                                r["stage"]), default=None)}
+    return {"scenario": scenario.source, "model": scenario.model.name,
+            "params": total_params(scenario.model), "world_size": n,
+            "gpus_per_node": scenario.cluster.gpus_per_node,
+            "gpu_memory_bytes": budget_bytes, "micro_batch": scenario.training.micro_batch,
+            "seq_len": scenario.training.seq_len, "stages": stages,
+            "configurations": [_config(r) for r in configs], "notes": notes,
+            **{k: _config(r) if r else None for k, r in pick.items()}}
+
+
+def _config(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in ("stage", "stage_name", "world_size", "peak_bytes", "step_time_s",
+                                "gpu_seconds_per_step", "tokens_per_step", "exposed_comm_s",
+                                "comm_bytes_per_rank_total")}
+
+
+def gib(size_bytes: float) -> str:
+    """GiB, or a smaller binary unit for small sizes (a 1-element shard is a few bytes)."""
+    unit, size = next(((u, v) for u, v in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
+                       if size_bytes >= v / 10), ("bytes", 1))
+    return f"{size_bytes / size:.4g} {unit}"
+
+
+def gpus_text(n: int) -> str:
+    return f"{n:,} GPU" + ("" if n == 1 else "s")
+
+
+def params_text(psi: int) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if psi >= size:
+            return f"{psi / size:.3g}{unit}"
+    return f"{psi:,}"
+
+
+def format_plan(p: dict[str, Any]) -> str:
+    budget, n = p["gpu_memory_bytes"], p["world_size"]
+    seq = f" x {p['seq_len']} tokens" if p["seq_len"] else ""
+    lines = [f"zerosim plan: {p['model'] or p['scenario']} (Ψ = {params_text(p['params'])}) on "
+             f"{n} GPUs, {gib(budget)} per GPU, micro-batch {p['micro_batch']}{seq}", "",
+             f"Largest model that fits on {n} GPUs:",
+             f"  {'stage':<8}{'model states only':>20}{'whole (+ activations, buffers)':>34}"]
+    for s in p["stages"]:
+        layers = f" ({s['max_layers']} layers)" if s["max_layers"] is not None else ""
+        whole = params_text(s["max_params_whole"]) + layers if s["max_params_whole"] else "none"
+        lines.append(f"  {s['name']:<8}{params_text(s['max_params_model_states']):>20}{whole:>34}")
+    lines += ["", f"Fewest GPUs for this model ({params_text(p['params'])}):"]
+    for s in p["stages"]:
+        f = s["fewest"]
+        lines.append(f"  {s['name']:<8}" + (f"{f['gpus']:>6} GPUs, peak {gib(f['peak_bytes'])} "
+                                            f"per GPU" if f["gpus"] else f"  {f['why']}"))
+    misfits = [s for s in p["stages"] if not s["fits"]]
+    lines += ["", f"On {n} GPUs: " + (", ".join(s["name"] for s in p["stages"] if s["fits"])
+                                       or "no stage") + " fit" + ("s" if sum(s["fits"] for s in
+                                                                             p["stages"]) == 1 else "")]
+    lines += [f"  {s['name']} does not fit: it {s['why_not']}" for s in misfits]
+    configs = p["configurations"]
+    if p["seq_len"] is None:
+        lines += ["", "No step times: a bare-Ψ model needs training.seq_len to be simulated."]
+    elif not configs:
+        lines += ["", "No configuration fits, so none is ranked."]
+    else:
+        lines += ["", f"Configurations that fit ({len(configs)}, micro-batch "
+                      f"{p['micro_batch']} per GPU):",
+                  f"  {'stage':<8}{'GPUs':>6}{'peak/GPU':>14}{'step':>11}{'GPU-s/step':>12}"
+                  f"{'tokens/s':>12}"]
+        for c in configs:
+            lines.append(f"  {c['stage_name']:<8}{c['world_size']:>6}{gib(c['peak_bytes']):>14}"
+                         f"{c['step_time_s']:>10.4g}s{c['gpu_seconds_per_step']:>12.4g}"
+                         f"{c['tokens_per_step'] / c['step_time_s']:>12.4g}")
+        fast, cheap = p["fastest"], p["cheapest"]
+        lines += ["", f"Fastest per step: {fast['stage_name']} on {gpus_text(fast['world_size'])}, "
+                      f"{fast['step_time_s']:.4g} s (also the fewest GPU-seconds per token: "
+                      f"every GPU takes the same tokens per step)",
+                  f"Cheapest per step: {cheap['stage_name']} on {gpus_text(cheap['world_size'])}, "
+                  f"{cheap['gpu_seconds_per_step']:.4g} GPU-s"]
+    lines += [f"note: {note}" for note in p["notes"]]
+    return "\n".join(lines)

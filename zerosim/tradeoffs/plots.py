@@ -1,0 +1,215 @@
+"""The figures of the trade-offs (plotly): per-rank memory against GPU count, memory against
+communication, one simulated step as a timeline (simulated against measured is
+calibration_plot.py).
+
+Each function takes results that already exist (sweep rows, a trace, validate reports) and returns
+a `plotly.graph_objects.Figure`; nothing here simulates (STYLE.md 10). plot_inputs.py reads and
+checks the files, figures.py picks the figure for `zerosim plot` and writes it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from zerosim.contract import OPS, OTHER, STAGE_NAMES, STEP_PHASES, STAGES
+from zerosim.errors import InputError
+from zerosim.sim.trace import QUEUES
+from zerosim.tradeoffs.plot_inputs import key_of, series_columns
+from zerosim.units import GB, GiB, KiB, MiB  # communication in GB, as `zerosim simulate` prints
+
+MS_PER_S = 1e3
+
+STACK = ("params", "grads", "optimizer", "activations", "buffers", "host")  # sweep <name>_bytes
+MEMORY_COLUMNS = ("stage", "stage_name", "world_size", *(f"{c}_bytes" for c in STACK),
+                  "peak_bytes", "gpu_memory_bytes")
+TRADEOFF_COLUMNS = ("stage", "stage_name", "world_size", "peak_bytes",
+                    "comm_bytes_per_rank_total", "comm_time_s")
+
+STAGE_COLORS = dict(zip(STAGES, ("#636efa", "#ef553b", "#00cc96", "#ab63fa")))
+# A step event's kind (_kind): its phase, bookkeeping, or its collective op; legends in this order.
+KIND_COLORS = dict(zip((*STEP_PHASES, OTHER, *OPS),
+                       ("#4c78a8", "#72b7b2", "#54a24b", "#bab0ac", "#e45756", "#f58518",
+                        "#b279a2", "#9d755d", "#eeca3b")))
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
+# ---- memory against GPU count ------------------------------------------------------------------
+
+def _label(row: dict[str, Any], series: list[str]) -> str:
+    return ", ".join([row["stage_name"], *(f"{c}={_shown(row.get(c))}" for c in series)])
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if type(value) in (int, float) else str(value)  # 7.5e+09, not 7500000000.0
+
+
+def _gib(size_bytes: float) -> str:
+    return f"{size_bytes / GiB:.4g} GiB"
+
+
+def _stack_text(row: dict[str, Any], series: list[str]) -> str:
+    lines = [f"{_label(row, series)}, {row['world_size']} GPUs"]
+    lines += [f"{c}: {_gib(row[f'{c}_bytes'])}" for c in STACK
+              if c != "host" or row["host_bytes"]]  # host only under CPU offload
+    return "<br>".join([*lines, f"<b>peak: {_gib(row['peak_bytes'])}</b>"])
+
+
+def memory_figure(rows: list[dict[str, Any]], gpu_memory_bytes: float | None = None) -> go.Figure:
+    """Peak memory per rank against GPUs, one line per stage (and per value of any other input
+    the rows vary), the stack by category in each point's hover; a dashed line at the GPU's
+    memory (`gpu_memory_bytes`, else the rows' one `gpu_memory_bytes`)."""
+    series = series_columns(rows)
+    lines: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        lines[(row["stage"], *(key_of(row.get(c)) for c in series))].append(row)
+    variants = sorted({key[1:] for key in lines})
+    fig = go.Figure()
+    for key in sorted(lines):
+        members = sorted(lines[key], key=lambda r: r["world_size"])
+        fig.add_scatter(x=[r["world_size"] for r in members],
+                        y=[r["peak_bytes"] / GiB for r in members], mode="lines+markers",
+                        name=_label(members[0], series),
+                        line={"color": STAGE_COLORS[key[0]],
+                              "dash": _DASHES[variants.index(key[1:]) % len(_DASHES)]},
+                        hovertext=[_stack_text(r, series) for r in members], hoverinfo="text")
+    if gpu_memory_bytes is None and len({r["gpu_memory_bytes"] for r in rows}) == 1:
+        gpu_memory_bytes = rows[0]["gpu_memory_bytes"]
+    world_sizes = sorted({r["world_size"] for r in rows})
+    if gpu_memory_bytes:
+        fig.add_scatter(x=[world_sizes[0], world_sizes[-1]], y=[gpu_memory_bytes / GiB] * 2,
+                        mode="lines", name=f"GPU memory ({_gib(gpu_memory_bytes)})",
+                        line={"color": "black", "dash": "dash"}, hoverinfo="name")
+    fig.update_xaxes(type="log", title_text="GPUs (world size)", tickvals=world_sizes)
+    fig.update_yaxes(type="log", title_text="peak memory per rank (GiB)")
+    fig.update_layout(title_text="Per-rank memory against the number of GPUs",
+                      hovermode="closest")
+    return fig
+
+
+# ---- memory against communication ----------------------------------------------------------------
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point dominates (lower is better on both coordinates: another point
+    is at least as low on both and differs), sorted so the front draws as a line."""
+    return sorted(p for p in points
+                  if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in points))
+
+
+def tradeoff_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    """Peak memory per rank against communication per step, bytes (left) and time (right), one
+    point per (stage, GPUs), coloured by stage, each panel's Pareto front marked."""
+    series = series_columns(rows)
+    panels = (("comm_bytes_per_rank_total", GB, "GB per rank per step"),
+              ("comm_time_s", 1, "communication s per step"))
+    fig = make_subplots(rows=1, cols=2, shared_xaxes="all", horizontal_spacing=0.1,
+                        subplot_titles=("bytes on the wire", "time in collectives"))
+    for col, (column, scale, title) in enumerate(panels, start=1):
+        for stage in sorted({r["stage"] for r in rows}):
+            members = sorted((r for r in rows if r["stage"] == stage),
+                             key=lambda r: (r["world_size"], r["peak_bytes"]))
+            fig.add_scatter(
+                x=[r["peak_bytes"] / GiB for r in members], y=[r[column] / scale for r in members],
+                mode="markers", name=members[0]["stage_name"], legendgroup=f"stage {stage}",
+                showlegend=col == 1, marker={"color": STAGE_COLORS[stage], "size": 9},
+                hoverinfo="text", hovertext=[
+                    f"{_label(r, series)}, {r['world_size']} GPUs<br>peak {_gib(r['peak_bytes'])}"
+                    f"<br>{r['comm_bytes_per_rank_total'] / GB:.4g} GB per rank per step"
+                    f"<br>{r['comm_time_s']:.4g} s in collectives" for r in members],
+                row=1, col=col)
+        front = pareto_front([(r["peak_bytes"], r[column]) for r in rows])
+        fig.add_scatter(x=[x / GiB for x, _ in front], y=[y / scale for _, y in front],
+                        mode="lines+markers", name="Pareto front", legendgroup="front",
+                        showlegend=col == 1, hoverinfo="skip",
+                        line={"color": "black", "dash": "dot", "width": 1},
+                        marker={"symbol": "circle-open", "size": 16, "color": "black",
+                                "line": {"width": 2}}, row=1, col=col)
+        fig.update_yaxes(title_text=title, rangemode="tozero", row=1, col=col)
+    fig.update_xaxes(type="log", title_text="peak memory per rank (GiB)")
+    fig.update_layout(title_text="Memory against communication per step (lower left is better)")
+    return fig
+
+
+# ---- one simulated step --------------------------------------------------------------------------
+
+def _kind(event: dict[str, Any]) -> str:
+    if event["op"]:
+        return event["op"]
+    return OTHER if event["name"] == OTHER else event["phase"]
+
+
+def _ordered(names, known: Sequence[str]) -> list:
+    """`names` in the order of `known`, unknown ones after them by name."""
+    return sorted(names, key=lambda n: (known.index(n) if n in known else len(known), n))
+
+
+def _bytes_unit(size_bytes: float) -> tuple[int, str]:
+    return next(((s, u) for s, u in ((GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")) if size_bytes >= s),
+                (1, "bytes"))
+
+
+def timeline_figure(trace: dict[str, Any], stage: int | None = None,
+                    max_ranks: int = 8) -> go.Figure:
+    """One simulated step of `stage` (default: the trace's first): a lane per rank and queue with
+    a bar per event coloured by kind, and under it the first shown rank's memory by category."""
+    stages = list(dict.fromkeys(e["stage"] for e in trace["stepEvents"]))
+    if stage is None:
+        stage = stages[0]
+    elif stage not in stages:
+        raise InputError(f"stage {stage} is not in the trace (it holds stage "
+                         f"{', '.join(map(str, stages))})")
+    events = [e for e in trace["stepEvents"] if e["stage"] == stage]
+    ranks = sorted({e["rank"] for e in events})
+    shown = ranks[:max_ranks]
+    events = [e for e in events if e["rank"] in shown]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4],
+                        vertical_spacing=0.1)
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        by_kind[_kind(e)].append(e)
+    for kind in _ordered(by_kind, list(KIND_COLORS)):
+        members = by_kind[kind]
+        fig.add_bar(
+            orientation="h", name=kind, marker_color=KIND_COLORS.get(kind, "#888888"),
+            base=[e["start_s"] * MS_PER_S for e in members],
+            x=[(e["end_s"] - e["start_s"]) * MS_PER_S for e in members],
+            y=[f"rank {e['rank']} {e['queue']}" for e in members], hoverinfo="text",
+            hovertext=[f"{e['name']} ({e['phase']}, layer {e.get('layer')})"
+                       + (f"<br>{e['op']} of {e['bytes']:,} bytes" if e["op"] else "")
+                       + f"<br>{e['start_s'] * MS_PER_S:.4g} to {e['end_s'] * MS_PER_S:.4g} ms"
+                       for e in members], row=1, col=1)
+    lanes = [f"rank {rank} {queue}" for rank in shown
+             for queue in _ordered({e["queue"] for e in events if e["rank"] == rank}, QUEUES)]
+    fig.update_yaxes(categoryorder="array", categoryarray=lanes, autorange="reversed",
+                     row=1, col=1)
+    samples = sorted((s for s in trace["memorySamples"]
+                      if s["stage"] == stage and s["rank"] == shown[0]), key=lambda s: s["t_s"])
+    if samples:
+        end_s = max(samples[-1]["t_s"], max(e["end_s"] for e in events))
+        _memory_curve(fig, [*samples, {**samples[-1], "t_s": end_s}], shown[0])  # held to the end
+    fig.update_xaxes(title_text="time in the step (ms)", row=2, col=1)
+    more = f", first {len(shown)} shown" if len(shown) < len(ranks) else ""
+    fig.update_layout(barmode="overlay", hovermode="closest",
+                      title_text=f"One simulated step of {STAGE_NAMES[stage]} "
+                                 f"({len(ranks)} simulated rank{'s' * (len(ranks) > 1)}{more})")
+    return fig
+
+
+def _memory_curve(fig: go.Figure, samples: list[dict[str, Any]], rank: int) -> None:
+    """Memory by category stacked as steps in the second row, the total drawn on top."""
+    totals = [sum(s["bytes_by_category"].values()) for s in samples]
+    scale, unit = _bytes_unit(max(totals))
+    t_ms = [s["t_s"] * MS_PER_S for s in samples]
+    for category in dict.fromkeys(c for s in samples for c in s["bytes_by_category"]):
+        values = [s["bytes_by_category"].get(category, 0) / scale for s in samples]
+        if any(values):
+            fig.add_scatter(x=t_ms, y=values, name=category, stackgroup="memory", mode="lines",
+                            line={"shape": "hv", "width": 0.5}, legendgroup="memory",
+                            legendgrouptitle_text="memory", row=2, col=1)
+    fig.add_scatter(x=t_ms, y=[t / scale for t in totals], name="total", mode="lines",
+                    line={"shape": "hv", "color": "black", "width": 1.5}, legendgroup="memory",
+                    row=2, col=1)
+    fig.update_yaxes(title_text=f"rank {rank} memory ({unit})", row=2, col=1)

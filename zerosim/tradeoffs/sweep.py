@@ -1,0 +1,272 @@
+"""`zerosim sweep`: the cartesian product of varied scenario keys, each point simulated.
+
+A point is the scenario with one value of every varied key applied after its `--set` overrides,
+exactly as `zerosim simulate --set table.key=value` would apply it; so each row equals what
+`zerosim memory` and `zerosim simulate` print for that point. Rows come out in product order
+whatever the number of processes, so the same input gives the same file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES, STAGES
+from zerosim.errors import InputError
+from zerosim.files import write_text
+from zerosim.memory import fits, stage_memory
+from zerosim.model import total_params
+from zerosim.scenario.load import load_scenario, parse_override
+from zerosim.sim.engine import simulate
+
+FORMAT_VERSION = 1
+MAX_POINTS = 1_000_000  # a million points is already gigabytes of rows
+MEMORY_COLUMNS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes",
+                  "activations_bytes", "buffers_bytes", "host_bytes", "peak_bytes")
+INPUT_TABLES = ("model", "cluster", "training", "variation")
+
+
+@dataclass(frozen=True)
+class Vary:
+    """One `--vary table.key=v1,v2,...`: the key, and each value as text (applied as --set)."""
+
+    key: str
+    texts: tuple[str, ...]
+    values: tuple[Any, ...]
+
+
+def _split_values(text: str) -> list[str]:
+    """Comma-separated values; commas inside [...] or quotes belong to the value."""
+    values, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            values.append(text[start:i].strip())
+            start = i + 1
+    values.append(text[start:].strip())
+    return values
+
+
+def parse_vary(text: str) -> Vary:
+    """'cluster.nodes=1,2,4' -> Vary; each value is checked as `--set cluster.nodes=1` would be."""
+    lhs, sep, rhs = text.partition("=")
+    if not sep or not rhs.strip():
+        raise InputError(f"--vary {text!r}: expected table.key=v1,v2,..., e.g. "
+                         f"--vary cluster.nodes=1,2,4,8")
+    texts = _split_values(rhs)
+    if any(not value for value in texts):
+        raise InputError(f"--vary {text!r}: an empty value (two commas in a row, or a trailing one)")
+    parsed = [parse_override(f"{lhs.strip()}={value}") for value in texts]
+    table, key, _ = parsed[0]
+    values = tuple(value for _, _, value in parsed)
+    seen: dict[str, str] = {}
+    for value, value_text in zip(values, texts):
+        canonical = json.dumps(value, sort_keys=True)
+        if canonical in seen:
+            raise InputError(f"--vary {text!r}: {value_text} and {seen[canonical]} are the same "
+                             f"value; give each once")
+        seen[canonical] = value_text
+    return Vary(f"{table}.{key}", tuple(texts), values)
+
+
+def check_varies(varies: Sequence[Vary], overrides: Sequence[str]) -> None:
+    keys = [v.key for v in varies]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise InputError(f"--vary {key} is given twice; put all its values in one --vary")
+    for text in overrides:
+        table, key, _ = parse_override(text)
+        if f"{table}.{key}" in keys:
+            raise InputError(f"{table}.{key} is both set (--set {text}) and varied (--vary): "
+                             f"drop one")
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    values: tuple[Any, ...]
+    sets: tuple[str, ...]
+    """One `table.key=value` per varied key."""
+    overrides: tuple[str, ...]
+    """The scenario's --set overrides, then `sets`."""
+    stages: tuple[int, ...]
+    """Stages to simulate; () means the scenario's training.zero_stage (it is varied)."""
+
+    def describe(self) -> str:
+        return ", ".join(self.sets)
+
+
+def count_points(varies: Sequence[Vary]) -> int:
+    return math.prod(len(v.values) for v in varies)
+
+
+def points(varies: Sequence[Vary], overrides: Sequence[str]) -> Iterator[Point]:
+    """Every combination, the first --vary changing slowest. Stages: all four (as `zerosim
+    simulate` and `memory` show), or () for the loaded scenario's when training.zero_stage is
+    varied."""
+    keys = [v.key for v in varies]
+    stages = () if "training.zero_stage" in keys else STAGES
+    choices = [list(zip(v.texts, v.values)) for v in varies]
+    for index, combo in enumerate(itertools.product(*choices)):
+        sets = tuple(f"{key}={text}" for key, (text, _) in zip(keys, combo))
+        yield Point(index, tuple(value for _, value in combo), sets, (*overrides, *sets), stages)
+
+
+def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
+            mode: str = "auto") -> list[dict]:
+    """One row per stage: the `first` columns, memory (analytic), the simulated step, then every
+    input of the scenario."""
+    t, c = scenario.training, scenario.cluster
+    inputs = {f"{table}.{key}": list(value) if isinstance(value, tuple) else value
+              for table in INPUT_TABLES for key, value in asdict(getattr(scenario, table)).items()}
+    if "training.zero_stage" not in first:  # each row's `stage` says which stage it is
+        del inputs["training.zero_stage"]
+    gpu_memory_bytes = round(c.hardware.memory_bytes)
+    rows = []
+    for stage in stages:
+        stage_row = stage_memory(scenario, stage)
+        memory = stage_row.as_dict()
+        result = simulate(scenario, stage, mode=mode, keep_events=False)
+        comm = result.comm_bytes_per_rank
+        row = {**first, "stage": stage, "stage_name": STAGE_NAMES[stage],
+               "world_size": scenario.world_size,
+               "params": total_params(scenario.model),
+               "tokens_per_step": t.micro_batch * t.seq_len * scenario.world_size,
+               **{key: memory[key] for key in MEMORY_COLUMNS},
+               "gpu_memory_bytes": gpu_memory_bytes,
+               "fits_gpu_memory": fits(scenario, stage_row.peak_bytes),
+               "step_time_s": result.step_time_s, "compute_s": result.compute_s,
+               "exposed_comm_s": result.exposed_comm_s, "comm_time_s": result.comm_time_s,
+               "comm_bytes_per_rank_total": sum(comm.values()),
+               **{f"comm_bytes_{op}": comm.get(op, 0) for op in COLLECTIVE_OPS},
+               "simulated_peak_bytes": result.peak_bytes,
+               "gpu_seconds_per_step": result.step_time_s * scenario.world_size,
+               "algorithm": result.algorithm}
+        rows.append({**row, **{k: v for k, v in inputs.items() if k not in row}})
+    return rows
+
+
+def _run_point(job: tuple) -> list[dict] | str:
+    """Worker: a point's rows, or the one-line reason it cannot be simulated."""
+    scenario_path, deepspeed, point, varies, mode = job
+    try:
+        scenario = load_scenario(scenario_path, point.overrides, deepspeed)
+        first = {"point": point.index, **{v.key: x for v, x in zip(varies, point.values)}}
+        return rows_of(scenario, point.stages or (scenario.training.zero_stage,), first, mode)
+    except InputError as exc:
+        return f"point {point.index} ({point.describe()}): {exc}"
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which cancels what is queued and says so once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def default_jobs() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[str] = (),
+              deepspeed: str | None = None, jobs: int | None = None, mode: str = "auto",
+              progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """All rows, in product order. The first point that cannot be simulated stops the sweep."""
+    check_varies(varies, overrides)
+    total = count_points(varies)
+    if total > MAX_POINTS:
+        raise InputError(f"the --vary keys make {total:,} points (the product of "
+                         f"{' x '.join(str(len(v.values)) for v in varies)}); at most "
+                         f"{MAX_POINTS:,} per sweep: split it")
+    work = ((scenario_path, deepspeed, point, tuple(varies), mode)
+            for point in points(varies, overrides))
+    jobs = min(jobs or default_jobs(), total)
+    rows: list[dict] = []
+
+    def collect(results: Iterator) -> None:
+        for done, result in enumerate(results, 1):
+            if isinstance(result, str):
+                raise InputError(result)
+            rows.extend(result)
+            if progress is not None:
+                progress(done, total)
+
+    if jobs <= 1:
+        collect(map(_run_point, work))
+        return rows
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
+                               initializer=_ignore_interrupts)
+    try:
+        collect(pool.map(_run_point, work, chunksize=max(1, total // (jobs * 32))))
+    finally:  # on a bad point or Ctrl-C, drop the queued points instead of running them all
+        pool.shutdown(wait=True, cancel_futures=True)
+    return rows
+
+
+def columns_of(rows: Sequence[dict]) -> list[str]:
+    return list(rows[0]) if rows else []
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value))
+    return value
+
+
+def to_csv(rows: Sequence[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    columns = columns_of(rows)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_csv_cell(row[c]) for c in columns])
+    return out.getvalue()
+
+
+def to_json(rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
+            overrides: Sequence[str], deepspeed: str | None = None) -> str:
+    return json.dumps({"zerosim_sweep": FORMAT_VERSION, "scenario": scenario_path,
+                       "deepspeed": deepspeed, "vary": {v.key: list(v.values) for v in varies},
+                       "overrides": list(overrides), "columns": columns_of(rows),
+                       "rows": list(rows)}, indent=1, allow_nan=False) + "\n"
+
+
+def output_format(path: str) -> str:
+    """'csv' or 'json', from the name; checked before a sweep starts, with the folder."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".json"):
+        raise InputError(f"--out {path}: the file name must end in .csv or .json")
+    if not Path(path).resolve().parent.is_dir():
+        raise InputError(f"--out {path}: cannot write there: no folder {Path(path).parent}")
+    return suffix[1:]
+
+
+def write_results(path: str, rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
+                  overrides: Sequence[str], deepspeed: str | None = None) -> None:
+    """CSV (the rows: every resolved input is a column) or JSON (rows plus how they were made)."""
+    text = (to_csv(rows) if output_format(path) == "csv"
+            else to_json(rows, scenario_path, varies, overrides, deepspeed))
+    write_text(Path(path), text, "sweep results")
