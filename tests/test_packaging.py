@@ -1,7 +1,6 @@
 """The package promises: zerosim never needs torch; the commands exist; the scenarios are sound."""
 
 import ast
-import importlib
 import json
 import os
 import pkgutil

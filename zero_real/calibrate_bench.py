@@ -226,22 +226,28 @@ def optimizer(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list
     progress.begin("optimizer", len(cfg.optimizer_elements))
     rows = []
     for elements in cfg.optimizer_elements:
-        param = (torch.randn(elements, device=device) * 0.02).to(dtype)
-        grad = torch.empty(elements, dtype=dtype, device=device)
-        opt = ShardAdam(param, grad, world_size=n, ledger=Ledger(), ideal_elements=elements,
-                        lr=cfg.lr)
-
-        def once():
-            grad.fill_(1e-3)  # fp32 divides it in place: refill, or it decays into denormals
-            return _timed(lambda: opt.step(opt.unscaled_grad(scale)), device)
-
+        step = _optimizer_step(elements, dtype, scale, n, cfg.lr, device)
         _barrier(device)
-        times = _until(once, float, device)
+        times = _until(step, float, device)
+        del step  # its buffers, before the next size's
         rows.append({"processes": n, "precision": precision, "elements": elements,
                      "time_s": statistics.median(times), "iterations": len(times)})
-        del param, grad, opt
         progress.tick()
     return rows
+
+
+def _optimizer_step(elements: int, dtype, scale: float, n: int, lr: float, device):
+    """One timed optimizer step over a fresh shard of `elements`, as a call (its buffers go
+    with it)."""
+    param = (torch.randn(elements, device=device) * 0.02).to(dtype)
+    grad = torch.empty(elements, dtype=dtype, device=device)
+    opt = ShardAdam(param, grad, world_size=n, ledger=Ledger(), ideal_elements=elements, lr=lr)
+
+    def once() -> float:
+        grad.fill_(1e-3)  # fp32 divides it in place: refill, or it decays into denormals
+        return _timed(lambda: opt.step(opt.unscaled_grad(scale)), device)
+
+    return once
 
 
 def memory(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[dict]:

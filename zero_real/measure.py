@@ -1,5 +1,5 @@
 """What a rank measures about itself: a byte ledger, memory at four points of the step and the
-peak, and timed events in the step-event schema of DESIGN.md.
+peak, and timed events in the step-event schema (zerosim.contract).
 
 Two independent views of memory, so that one checks the other:
 - the ledger: bytes of the buffers the stage owns, by category, kept by the stage as it allocates

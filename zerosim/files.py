@@ -1,5 +1,6 @@
-"""Reading the files a user names (scenarios, Hugging Face and DeepSpeed configs): every way a read
-can fail becomes one InputError line that names the file."""
+"""Files in and out: reading what a user names (scenarios, Hugging Face and DeepSpeed configs,
+profiles, measurements), where every way a read can fail becomes one InputError line that names the
+file; and writing results whole or not at all (write_text)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,19 @@
-"""The fit (zerosim.calibration.fit), profiles (zerosim.scenario.profile) and their use by the engine, on
-synthetic measurements whose true parameters are known."""
+"""The fit (zerosim.calibration.fit), profiles (zerosim.scenario.profile) and their use by the
+engine, on synthetic measurements whose true parameters are known (calibration_data.py)."""
 
-import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
+from tests.conftest import assert_one_line_error, run_zerosim
+from tests.zerosim.calibration_data import (ALPHA, BETA, EXTRA, OPT, SIZES, TINY, synthetic_raw,
+                                            unit_time, with_profile)
 from zerosim.calibration.fit import build_profile, fit_line, fit_segments
+from zerosim.scenario.load import load_scenario
+from zerosim.scenario.profile import load_profile
 from zerosim.sim.collective_bench import simulate_collective
 from zerosim.sim.engine import simulate
-from zerosim.scenario.load import load_scenario
-from zerosim.model import unit_flops
-from zerosim.scenario.profile import load_profile
-from zerosim.calibration.validate import compare, measured_metrics, validate
-
-TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
-SIZES = [2.0 ** k for k in range(10, 29)]  # 1 KiB .. 256 MiB
-ALPHA, BETA = 40e-6, 1 / 2.5e9  # 40 us, 2.5 GB/s
 
 
 def test_alpha_beta_recovered_exactly_without_noise():
@@ -58,78 +53,12 @@ def test_fit_line_drops_an_unphysical_negative_intercept():
 
 # --- a synthetic box: known costs, measured exactly ----------------------------------------------
 
-OVERHEAD = {"embedding": (2e-4, 3e-4), "block": (5e-4, 9e-4), "head": (4e-4, 6e-4)}
-SECONDS_PER_FLOP, SECONDS_PER_TOKEN = 1 / 20e9, 1e-7
-OPT = (1e-3, 2e-9)  # overhead, seconds per element
-EXTRA = {"activations": (1000, 40), "residue": (3000, 0), "workspace": (5000, 20)}
-
-
-def _unit_time(scenario, unit, phase, b):
-    t = dataclasses.replace(scenario.training, micro_batch=b)
-    flops = unit_flops(scenario.model, t)
-    index = {"embedding": 0, "block": 1, "head": scenario.model.layers + 1}[unit]
-    work = getattr(flops[index], phase)
-    slope = SECONDS_PER_FLOP * work if work else SECONDS_PER_TOKEN * b * t.seq_len
-    return OVERHEAD[unit][phase == "backward"] + slope
-
-
-def synthetic_raw(scenario, processes=(2, 4), micro_batches=(1, 2, 4)):
-    collectives, compute, optimizer, memory = [], [], [], []
-    for n in processes:
-        for op, factor in (("all_reduce", 2.0), ("reduce_scatter", 1.0), ("all_gather", 1.0)):
-            for s in SIZES:
-                collectives.append({"impl": "native", "op": op, "ranks": n, "size_bytes": s,
-                                    "time_s": factor * (n - 1) * (ALPHA + BETA * s / n)})
-        for b in micro_batches:
-            for unit in ("embedding", "block", "head"):
-                compute.append({"processes": n, "unit": unit, "micro_batch": b,
-                                "seq_len": scenario.training.seq_len,
-                                "forward_s": _unit_time(scenario, unit, "forward", b),
-                                "backward_s": _unit_time(scenario, unit, "backward", b)})
-        for e in (2 ** 10, 2 ** 14, 2 ** 18):
-            optimizer.append({"processes": n, "elements": e, "time_s": OPT[0] + OPT[1] * e})
-    raw = {"format": "zerosim-profile", "version": 1, "provenance": {"host": "synthetic"},
-           "measurements": {"collectives": collectives, "compute": compute,
-                            "optimizer": optimizer}}
-    # memory "measured": the uncalibrated engine plus known extras
-    for n in processes:
-        for stage in range(4):
-            for b in micro_batches:
-                s = load_scenario(TINY, [f"training.micro_batch={b}", f"cluster.gpus_per_node={n}",
-                                         "training.overlap_comm=false"])
-                r = simulate(s, stage, keep_events=False)
-                tokens = b * s.training.seq_len
-                extra = {k: f + p * tokens for k, (f, p) in EXTRA.items()}
-                phases = dict(r.memory_at)
-                phases["after_forward"] += extra["activations"]
-                for point in ("after_backward", "after_step"):
-                    phases[point] += extra["residue"]
-                memory.append({"processes": n, "stage": stage, "micro_batch": b,
-                               "seq_len": s.training.seq_len, "phases": phases,
-                               "peak_bytes": r.peak_bytes + extra["activations"]
-                               + extra["workspace"]})
-    raw["measurements"]["memory"] = memory
-    return raw
-
-
-@pytest.fixture(scope="module")
-def profile_path(tmp_path_factory):
-    scenario = load_scenario(TINY)
-    profile = build_profile(scenario, synthetic_raw(scenario))
-    path = tmp_path_factory.mktemp("profiles") / "box.json"
-    path.write_text(json.dumps(profile))
-    return path
-
-
-def _with(path, *overrides):
-    return load_scenario(TINY, [f'cluster.profile="{path}"', *overrides])
-
 
 def test_profile_round_trips_and_prices_collectives_exactly(profile_path):
     profile = load_profile(profile_path)
     assert json.loads(profile_path.read_text()) == profile.data
     for n in (2, 4):
-        s = _with(profile_path, f"cluster.gpus_per_node={n}")
+        s = with_profile(profile_path, f"cluster.gpus_per_node={n}")
         for op, factor in (("all_reduce", 2.0), ("reduce_scatter", 1.0), ("all_gather", 1.0)):
             for size in (2 ** 12, 2 ** 20, 2 ** 27):
                 expected = factor * (n - 1) * (ALPHA + BETA * size / n)
@@ -141,32 +70,32 @@ def test_profile_round_trips_and_prices_collectives_exactly(profile_path):
 def test_unmeasured_group_size_follows_the_ring_law(profile_path):
     # 3 ranks were not measured: priced from 4 (the nearest, larger on a tie) by per-step
     # latency and bus bandwidth, which is exactly the synthetic ring's law
-    s = _with(profile_path, "cluster.gpus_per_node=8")
+    s = with_profile(profile_path, "cluster.gpus_per_node=8")
     expected = 2 * 7 * (ALPHA + BETA * 2 ** 24 / 8)
     assert simulate_collective(s, "all_reduce", 2 ** 24)["time_s"] == pytest.approx(expected)
 
 
 def test_profile_numbers_replace_the_preset_but_not_explicit_keys(profile_path):
-    s = _with(profile_path)
+    s = with_profile(profile_path)
     busbw = 2 * 3 / 4 / (2 * 3 * BETA / 4) / 1e9
     assert s.cluster.intra_node_bandwidth_GBps == pytest.approx(busbw)
     assert s.cluster.intra_node_latency_us == pytest.approx(ALPHA * 1e6)
-    assert _with(profile_path, "cluster.intra_node_bandwidth_GBps=7").cluster.\
+    assert with_profile(profile_path, "cluster.intra_node_bandwidth_GBps=7").cluster.\
         intra_node_bandwidth_GBps == 7
 
 
 def test_simulated_compute_is_the_sum_of_the_measured_unit_times(profile_path):
-    s = _with(profile_path, "cluster.gpus_per_node=2", "training.micro_batch=3")
+    s = with_profile(profile_path, "cluster.gpus_per_node=2", "training.micro_batch=3")
     r = simulate(s, 1)  # micro-batch 3 was not measured: the fitted lines interpolate exactly
     units = ["embedding"] + ["block"] * s.model.layers + ["head"]
-    expected = sum(_unit_time(s, u, p, 3) for u in units for p in ("forward", "backward"))
+    expected = sum(unit_time(s, u, p, 3) for u in units for p in ("forward", "backward"))
     shard = -(-118_528 // 2)
     assert r.compute_s == pytest.approx(expected + OPT[0] + OPT[1] * shard, rel=1e-9)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_memory_terms_reproduce_what_the_stage_showed(profile_path, stage):
-    s = _with(profile_path, "cluster.gpus_per_node=4", "training.micro_batch=3",
+    s = with_profile(profile_path, "cluster.gpus_per_node=4", "training.micro_batch=3",
               "training.overlap_comm=false")
     bare = simulate(load_scenario(TINY, ["cluster.gpus_per_node=4", "training.micro_batch=3",
                                          "training.overlap_comm=false"]), stage)
@@ -219,108 +148,6 @@ def test_a_relative_profile_path_resolves_against_the_scenario_file(write, tmp_p
 
 
 # --- validate -------------------------------------------------------------------------------------
-
-def test_compare_arithmetic():
-    report = compare({"step_time_s": 2.0, "peak_bytes": 100, "exposed_comm_s": 0.0},
-                     {"step_time_s": 2.5, "peak_bytes": 90, "exposed_comm_s": 0.1, "extra": 1})
-    by_name = {m["name"]: m for m in report["metrics"]}
-    assert by_name["step_time_s"]["error_pct"] == pytest.approx(25.0)
-    assert by_name["peak_bytes"]["error_pct"] == pytest.approx(-10.0)
-    assert by_name["exposed_comm_s"]["error_pct"] is None  # relative to zero: undefined
-    assert by_name["extra"]["measured"] is None and by_name["extra"]["error_pct"] is None
-    assert report["mean_abs_error_pct"] == pytest.approx(17.5)
-    assert report["max_abs_error_pct"] == pytest.approx(25.0)
-
-
-def _event(rank, step, stream, op, start, end):
-    return {"rank": rank, "step": step, "stream": stream, "name": "x", "phase": "backward",
-            "layer": 1, "op": op, "bytes": 8, "start_s": start, "end_s": end}
-
-
-def test_measured_metrics_use_the_timed_steps_after_the_warm_up():
-    events, samples = [], []
-    for rank in (0, 1):
-        for step, t0 in ((0, 0.0), (1, 10.0), (2, 20.0), (3, 30.0)):
-            slow = 5.0 if step < 2 else 0.0  # the profiled step and the warm-up: not counted
-            events += [_event(rank, step, "compute", None, t0 + 1, t0 + 2 + slow),
-                       _event(rank, step, "comm", "all_reduce", t0 + 2 + slow, t0 + 3 + slow + rank)]
-            samples.append({"rank": rank, "step": step, "point": "after_step",
-                            "t_s": t0 + 4 + slow + rank})
-    m = {"steps": 1, "timed_steps": 3, "events": events, "memory_samples": samples,
-         "ranks": [{"phases": {p: 10 + r for p in ("after_init", "after_forward", "after_backward",
-                                                   "after_step")}, "peak_bytes": 20 + r}
-                   for r in (0, 1)]}
-    got = measured_metrics(m)
-    # steps 2 and 3: rank 0 runs 1..4 (3 s), rank 1 1..5 (4 s): mean 3.5 s
-    assert got["step_time_s"] == pytest.approx(3.5)
-    assert got["compute_s"] == pytest.approx(1.0)
-    assert got["comm_all_reduce_s"] == pytest.approx(1.5)
-    assert got["exposed_comm_s"] == pytest.approx(2.5)
-    assert got["memory_after_forward_bytes"] == 11 and got["peak_bytes"] == 21  # largest rank
-
-
-def measurement_from_simulation(profile_path, stage):
-    """What zero-real would write if the box behaved exactly as the simulator says."""
-    s = _with(profile_path, "cluster.gpus_per_node=2", "training.micro_batch=2",
-              "training.overlap_comm=false", f"training.zero_stage={stage}")
-    r = simulate(s, stage)
-    events = [dict(e, step=1) for e in r.ranks[0].state.events]
-    return {"scenario": str(TINY), "overrides": ["training.micro_batch=2"], "stage": stage,
-            "world_size": 2, "collectives": "native", "overlap_comm": False, "steps": 1,
-            "timed_steps": 1, "events": events,
-            "memory_samples": [{"rank": 0, "step": 1, "point": "after_step",
-                                "t_s": r.step_time_s}],
-            "ranks": [{"rank": 0, "phases": dict(r.memory_at), "peak_bytes": r.peak_bytes}]}
-
-
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_validating_the_simulators_own_output_gives_zero_error(profile_path, stage):
-    m = measurement_from_simulation(profile_path, stage)
-    report = validate(m, "m.json", profile=str(profile_path))
-    names = {x["name"] for x in report["metrics"]}
-    assert {"step_time_s", "compute_s", "exposed_comm_s", "peak_bytes"} <= names
-    assert any(n.startswith("comm_") for n in names)
-    assert report["max_abs_error_pct"] < 1e-6
-
-
-def test_validate_cli_exit_codes_and_json(tmp_path, profile_path):
-    m = measurement_from_simulation(profile_path, 2)
-    path = tmp_path / "m.json"
-    path.write_text(json.dumps(m))
-    ok = run_zerosim("validate", str(path), "--profile", str(profile_path), "--json")
-    assert ok.code == 0, ok.stderr
-    assert ok.json["mean_abs_error_pct"] < 1e-6 and ok.json["within_tolerance"] is True
-    # a box 50% slower than predicted: over a 5% tolerance, exit 1, and the table says why
-    for e in m["events"]:
-        e["start_s"], e["end_s"] = e["start_s"] * 1.5, e["end_s"] * 1.5
-    m["memory_samples"][0]["t_s"] *= 1.5
-    path.write_text(json.dumps(m))
-    slow = run_zerosim("validate", str(path), "--profile", str(profile_path),
-                       "--tolerance-pct", "5")
-    assert slow.code == 1
-    step = next(line for line in slow.stdout.splitlines() if line.startswith("step_time_s"))
-    assert "-33.3%" in step and "ABOVE the tolerance of 5%" in slow.stdout
-
-
-@pytest.mark.parametrize("content, extra, fragment", [
-    (None, [], "measurement not found"),
-    ("[1]", [], "expected a JSON object"),
-    ('{"stage": 1}', [], "not a zero-real measurement"),
-    ("{}", ["--tolerance-pct", "0"], "--tolerance-pct: '0' must be a finite number > 0"),
-    ("{}", ["--tolerance-pct", "nan"], "--tolerance-pct: 'nan' must be a finite number > 0"),
-    ("{}", ["--tolerance-pct", "x"], "'x' is not a number"),
-    ('{"scenario": "s.toml", "stage": 9, "world_size": 2, "events": [], "ranks": [], '
-     '"memory_samples": [], "steps": 1}', [], "stage 9"),
-    ('{"scenario": 5, "stage": 1, "world_size": 2, "events": [], "ranks": [], '
-     '"memory_samples": [], "steps": 1}', [], "'scenario' must be a path"),
-    (json.dumps({"scenario": str(TINY), "stage": 1, "world_size": 2, "events": [{"rank": 0}],
-                 "ranks": [], "memory_samples": [], "steps": 1}), [], "malformed measurement"),
-])
-def test_validate_bad_input_is_one_line_exit_2(tmp_path, content, extra, fragment):
-    path = tmp_path / "m.json"
-    if content is not None:
-        path.write_text(content)
-    assert_one_line_error(run_zerosim("validate", str(path), *extra), fragment)
 
 
 SCALE, COMM_SCALE, OTHER = 1.3, {"all_reduce": 1.2, "reduce_scatter": 0.8,

@@ -7,7 +7,6 @@ from hypothesis import given, settings, strategies as st
 from zerosim.scenario.config import ClusterConfig, ModelConfig, Scenario, TrainingConfig
 from zerosim.scenario.load import load_scenario
 from zerosim.memory import memory_table, optimizer_bytes_per_param, stage_memory
-from zerosim.model import max_gather_window
 
 from tests.conftest import SCENARIOS, run_zerosim
 
@@ -43,6 +42,7 @@ def test_optimizer_bytes_per_param(precision, optimizer, k):
 def test_stage_formulas_with_uneven_sharding(precision, optimizer, width):
     psi, n = 1_000_003, 24  # 1,000,003 = 24 * 41,667 - 5: shards are padded to 41,667 elements
     scenario = bare(psi, nodes=3, per_node=8, precision=precision, optimizer=optimizer)
+    assert scenario.world_size == n
     k = optimizer_bytes_per_param(scenario.training)
     shard = 41_667
     rows = memory_table(scenario)

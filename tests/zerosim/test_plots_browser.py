@@ -15,7 +15,7 @@ import pytest
 
 from zerosim.tradeoffs import figures
 
-from tests.zerosim.test_plots import REPORTS, rows, simulated, write_sweep, zerosim  # noqa: F401 (fixtures)
+from tests.zerosim.results import REPORTS, write_sweep
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 PROBE = """<script>
@@ -77,7 +77,7 @@ def files_of_each_kind(tmp_path, rows, simulated):  # noqa: F811 (fixture values
 
 
 @pytest.mark.parametrize("kind", figures.KINDS)
-def test_each_kind_renders_without_script_errors(browser, tmp_path, rows, simulated,  # noqa: F811
+def test_each_kind_renders_without_script_errors(browser, tmp_path, rows, simulated,
                                                   zerosim, kind):
     paths = files_of_each_kind(tmp_path, rows, simulated)[kind]
     page = tmp_path / f"{kind}.html"
@@ -102,7 +102,7 @@ def test_the_probe_reports_a_script_that_throws(browser, tmp_path):
     assert seen["svgs"] == 0 and seen["traces"] == []
 
 
-def test_png_through_kaleido(browser, tmp_path, rows, zerosim):  # noqa: F811 (kaleido drives it)
+def test_png_through_kaleido(browser, tmp_path, rows, zerosim):
     if not figures.kaleido_ready():
         pytest.skip("kaleido >= 1 is not installed (pip install 'zerosim[png]')")
     out = tmp_path / "memory.png"

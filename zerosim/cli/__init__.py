@@ -1,4 +1,4 @@
-"""`zerosim` command line. Exit codes (zerosim.contract): 0 success, 1 a check failed, 2 bad input
+"""`zerosim` command line. Exit codes (zerosim.contract): 0 success, 1 what ran failed, 2 bad input
 (one line on stderr, no traceback).
 
 One module per command group, each declaring its commands as `COMMANDS` (cli.common.Command), all

@@ -11,7 +11,7 @@ ring needs) stand for all of them. That turns O(n) processes per collective into
 stragglers or degraded links, ranks fall into classes: one representative of the uniform ranks,
 each straggler, and each degraded link are simulated ("classes"). Jitter makes every rank
 different, so every rank is simulated ("per_rank"). On the same input the modes give identical
-numbers (tests/test_engine.py).
+numbers (tests/zerosim/test_engine.py).
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ class RankContext:
 
     def _record(self, stream: str, name: str, phase: str, layer: int | None, op: str | None,
                 size_bytes: float, start_s: float, queue: str = "compute") -> None:
-        """One record of the step-event schema (DESIGN.md); `queue` names the CUDA-like stream."""
+        """One record of the step-event schema (contract.SimulatedEvent); `queue` names the stream."""
         if self.engine.keep_events:
             self.state.events.append(SimulatedEvent(
                 rank=self.rank, stream=stream, name=name, phase=phase, layer=layer, op=op,

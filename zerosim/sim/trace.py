@@ -1,5 +1,5 @@
 """Chrome / Perfetto trace of simulated steps (the JSON "traceEvents" format, which
-chrome://tracing and ui.perfetto.dev open), derived from the step-event schema of DESIGN.md.
+chrome://tracing and ui.perfetto.dev open), derived from the step-event schema (zerosim.contract).
 
 Each simulated rank of each stage is a process; its compute stream and each communication queue
 are threads; its memory is a counter track stacked by category. Times are microseconds.
