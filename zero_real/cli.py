@@ -18,7 +18,8 @@ from typing import Sequence
 from zero_real import __version__, preflight
 from zero_real.runconfig import BACKENDS, DEFAULT_TIMEOUT_S, RunConfig
 from zerosim.cli import Parser
-from zerosim.contract import COLLECTIVE_IMPLS, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, STAGES
+from zerosim.cli.common import dispatch
+from zerosim.contract import COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, STAGES
 from zerosim.errors import InputError
 
 
@@ -203,12 +204,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except InputError as exc:
-        print(f"zero-real: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return dispatch("zero-real", build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """`zero-real run`: the README command, its JSON, bad input, and a rank dying mid-run."""
 
 import json
-import os
 import time
 
 import pytest
@@ -85,23 +84,6 @@ def test_nccl_without_gpus_is_bad_input():
     assert_one_line_error(run_zero_real("run", TINY, "--stage", "0", "--backend", "nccl"), "nccl")
 
 
-def test_a_rank_dying_mid_run_stops_every_rank():
-    from zero_real.launch import RankFailed, spawn
-    from zero_real.runconfig import RunConfig
-    from zerosim.scenario.load import load_scenario
-
-    scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
-    cfg = RunConfig(scenario=scenario, stage=2, collectives="ring", backend="gloo", steps=3,
-                    timeout_s=20, nproc=3, profile_memory=False)
-    start = time.monotonic()
-    with pytest.raises(RankFailed, match="rank 1 died") as info:
-        spawn(partial(train_dying, die_rank=1, die_step=1), 3, cfg, timeout_s=60)
-    assert time.monotonic() - start < 60
-    for pid in info.value.pids:  # nothing left behind
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
-
-
 def _gone(pid: int) -> bool:
     """No such process, or a zombie (exited, not yet reaped by whoever inherited it)."""
     try:
@@ -111,21 +93,35 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
-    """Rank 1 stops (alive) at its second collective of step 1; its peers time out after 5 s.
-    The launcher names rank 1, not the peer that timed out first, and leaves nothing behind."""
+def _run_with_fault(fault, *, stage: int, collectives: str, timeout_s: float, match: str,
+                    within_s: float):
+    """Three ranks of the tiny model, one of them faulty (tests/zero_real/helpers.py): the launch
+    fails within `within_s`, naming what `match` says, and leaves no rank behind."""
     from zero_real.launch import RankFailed, spawn
     from zero_real.runconfig import RunConfig
     from zerosim.scenario.load import load_scenario
 
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
-    cfg = RunConfig(scenario=scenario, stage=1, collectives="native", backend="gloo", steps=3,
-                    timeout_s=5, nproc=3, profile_memory=False)
+    cfg = RunConfig(scenario=scenario, stage=stage, collectives=collectives, backend="gloo",
+                    steps=3, timeout_s=timeout_s, nproc=3, profile_memory=False)
     start = time.monotonic()
-    with pytest.raises(RankFailed, match="rank 1 stopped making progress at step 1") as info:
-        spawn(partial(train_hanging, hang_rank=1, hang_step=1), 3, cfg, timeout_s=50)
-    assert time.monotonic() - start < 30
+    with pytest.raises(RankFailed, match=match) as info:
+        spawn(fault, 3, cfg, timeout_s=60)
+    assert time.monotonic() - start < within_s
     assert all(_gone(pid) for pid in info.value.pids)
+
+
+def test_a_rank_dying_mid_run_stops_every_rank():
+    _run_with_fault(partial(train_dying, die_rank=1, die_step=1), stage=2, collectives="ring",
+                    timeout_s=20, match="rank 1 died", within_s=60)
+
+
+def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
+    """Rank 1 stops (alive) at its second collective of step 1; its peers time out after 5 s.
+    The launcher names rank 1, not the peer that timed out first, and leaves nothing behind."""
+    _run_with_fault(partial(train_hanging, hang_rank=1, hang_step=1), stage=1,
+                    collectives="native", timeout_s=5,
+                    match="rank 1 stopped making progress at step 1", within_s=30)
 
 
 @pytest.mark.parametrize("override, fragment", [

@@ -19,9 +19,8 @@ from typing import Sequence
 
 from zerosim import __version__
 from zerosim.cli import calibration, simulation, tradeoffs
-from zerosim.cli.common import add_scenario_args
-from zerosim.contract import EXIT_BAD_INPUT, EXIT_OK
-from zerosim.errors import InputError
+from zerosim.cli.common import add_scenario_args, dispatch
+from zerosim.contract import EXIT_BAD_INPUT
 
 COMMANDS = (*simulation.COMMANDS, *tradeoffs.COMMANDS, *calibration.COMMANDS)
 
@@ -51,15 +50,4 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):  # a name from a JSON file may hold a lone surrogate
         sys.stdout.reconfigure(errors="backslashreplace")
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except InputError as exc:
-        print(f"zerosim: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:  # Ctrl-C: files are written whole or not at all (files.write_text)
-        print("zerosim: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `zerosim memory ... | head`
-        sys.stderr.close()
-        return EXIT_OK
+    return dispatch("zerosim", build_parser().parse_args(argv))

@@ -10,7 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from zerosim.contract import STAGES
+from zerosim.contract import EXIT_BAD_INPUT, EXIT_OK, SIM_MODES, STAGES
+from zerosim.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,27 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deepspeed", metavar="DS_CONFIG.json",
                         help="take zero stage, offload, precision, bucket sizes and micro-batch from a "
                              "DeepSpeed config (applied after the scenario, before --set)")
+
+
+def add_mode(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--mode", choices=SIM_MODES, default=SIM_MODES[0], help=help)
+
+
+def dispatch(prog: str, args: argparse.Namespace) -> int:
+    """Run the parsed command: bad input is one line on stderr and exit 2, never a traceback;
+    Ctrl-C exits 130 (files are written whole or not at all: files.write_text); a closed pipe
+    (`zerosim memory ... | head`) ends quietly."""
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return EXIT_OK
 
 
 def load(args: argparse.Namespace):

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from zerosim.cli.common import Command, load, ranks, size_bytes, stage
-from zerosim.contract import EXIT_OK, OPS, SIM_MODES, STAGES
+from zerosim.cli.common import Command, add_mode, load, ranks, size_bytes, stage
+from zerosim.contract import EXIT_OK, OPS, STAGES
 
 
 def run_memory(args: argparse.Namespace) -> int:
@@ -60,10 +60,9 @@ def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list, one object per stage")
     parser.add_argument("--trace", metavar="OUT.json",
                         help="write a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev)")
-    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
-                        help="auto (default): one representative rank on a uniform cluster, every "
-                             "straggler and degraded link besides when [variation] sets them, every "
-                             "rank under jitter; per_rank forces every rank")
+    add_mode(parser, "auto (default): one representative rank on a uniform cluster, every "
+                     "straggler and degraded link besides when [variation] sets them, every rank "
+                     "under jitter; per_rank forces every rank")
 
 
 def _collective_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,9 +72,8 @@ def _collective_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", type=ranks, metavar="N",
                         help="the first N ranks of the cluster (default: all)")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
-    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
-                        help="auto (default): one representative link per role unless a link of "
-                             "the group is degraded; per_rank: every rank's links")
+    add_mode(parser, "auto (default): one representative link per role unless a link of the "
+                     "group is degraded; per_rank: every rank's links")
 
 
 COMMANDS = (

@@ -7,8 +7,8 @@ import json
 import sys
 import time
 
-from zerosim.cli.common import Command, gib, load, positive_int
-from zerosim.contract import EXIT_OK, SIM_MODES, STAGES
+from zerosim.cli.common import Command, add_mode, gib, load, positive_int
+from zerosim.contract import EXIT_OK, STAGES
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -66,16 +66,14 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help="processes (default: every core this process may run on)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
-    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
-                        help="as for zerosim simulate")
+    add_mode(parser, "as for zerosim simulate")
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-GiB", type=gib, metavar="M",
                         help="usable memory per GPU, GiB (default: the cluster's hbm_GiB)")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
-    parser.add_argument("--mode", choices=SIM_MODES, default="auto",
-                        help="as for zerosim simulate")
+    add_mode(parser, "as for zerosim simulate")
 
 
 def _plot_arguments(parser: argparse.ArgumentParser) -> None:
