@@ -29,7 +29,10 @@ def require_torch():
 def box_info() -> dict[str, Any]:
     """torch version, distributed backends and accelerators visible to this process."""
     torch = require_torch()
-    import torch.distributed as dist
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        raise InputError(TORCH_MISSING) from None
 
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     available = dist.is_available()

@@ -4,9 +4,9 @@ take it alone.
 
 What is here: the stages, the collective ops and their nccl-tests figures, the unit kinds of a
 model, the points and passes of a step, the simulator's modes, the collective implementations, the
-exit codes of both commands, the calibration profile's format and version, and the records of the
-step-event schema and the measurement file (TypedDicts: plain dicts at run time, named keys for a
-reader and a type checker).
+exit codes of both commands and validate's default tolerance, the calibration profile's format and
+version, and the records of the step-event schema and the measurement file (TypedDicts: plain
+dicts at run time, named keys for a reader and a type checker).
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ rank (per_rank), or what the scenario needs (auto)."""
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 """0 success; 1 what ran failed (validate over its tolerance, a rank of a real run); 2 bad input,
 one line on stderr."""
+
+DEFAULT_TOLERANCE_PCT = 10.0
+"""The largest mean absolute error `zerosim validate` accepts unless told otherwise."""
 
 # ---- files -----------------------------------------------------------------------------------------
 

@@ -38,8 +38,18 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
 
 def write_text(path: Path, text: str, what: str) -> None:
     """Write a whole file or nothing: a temporary file beside it, renamed over it at the end.
-    Any failure removes the temporary and becomes one InputError line naming `what` and the path."""
-    folder = Path(os.path.abspath(path)).parent
+    Any failure removes the temporary and becomes one InputError line naming `what` and the path.
+    A link is followed (the file it names is replaced, the link stays); what is not a regular
+    file (a pipe, /dev/stdout) cannot be replaced and is written to as it is."""
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file() and not target.is_dir():
+        try:
+            with open(target, "w", encoding="utf-8", newline="") as out:
+                out.write(text)
+        except OSError as exc:
+            raise InputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+        return
+    path, folder = target, target.parent
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{Path(path).name}.", suffix=".tmp")
     except (OSError, ValueError) as exc:

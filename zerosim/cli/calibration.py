@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from zerosim.cli.common import Command, positive_float
-from zerosim.contract import EXIT_FAILED, EXIT_OK
+from zerosim.contract import DEFAULT_TOLERANCE_PCT, EXIT_FAILED, EXIT_OK
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -22,8 +22,6 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def _validate_arguments(parser: argparse.ArgumentParser) -> None:
-    from zerosim.calibration.validate import DEFAULT_TOLERANCE_PCT
-
     parser.add_argument("measurement", metavar="MEASUREMENT.json", help="zero-real run --out file")
     parser.add_argument("--profile", metavar="P.json",
                         help="calibration profile (default: the scenario's cluster.profile)")

@@ -10,8 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from zerosim.calibration.validate import DEFAULT_TOLERANCE_PCT
-from zerosim.contract import STAGE_NAMES
+from zerosim.contract import DEFAULT_TOLERANCE_PCT, STAGE_NAMES
 from zerosim.errors import InputError
 from zerosim.tradeoffs.plots import MS_PER_S, STAGE_COLORS
 from zerosim.units import MiB
