@@ -22,10 +22,9 @@ class Tier:
 class Hardware:
     memory_bytes: float
     """Device memory per GPU."""
-    peak_flops_per_s: float
-    """Dense 16-bit peak per GPU."""
     compute_flops_per_s: float
-    """What layer compute achieves without a profile: peak x cluster.compute_efficiency."""
+    """What layer compute achieves without a profile: the dense 16-bit peak x
+    cluster.compute_efficiency."""
     hbm_bytes_per_s: float
     intra: Tier
     inter: Tier
@@ -34,7 +33,7 @@ class Hardware:
     def of(cls, cluster) -> "Hardware":
         """From a ClusterConfig."""
         peak = cluster.peak_tflops * TERA
-        return cls(memory_bytes=cluster.hbm_GiB * GiB, peak_flops_per_s=peak,
+        return cls(memory_bytes=cluster.hbm_GiB * GiB,
                    compute_flops_per_s=peak * cluster.compute_efficiency,
                    hbm_bytes_per_s=cluster.hbm_bandwidth_GBps * GB,
                    intra=Tier(cluster.intra_node_bandwidth_GBps * GB,
