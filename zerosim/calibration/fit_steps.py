@@ -24,6 +24,7 @@ from zerosim.model import total_params
 from zerosim.scenario.profile import Profile
 from zerosim.sim.engine import simulate
 
+
 def _line_through(tokens, values) -> dict[str, float]:
     """fixed + per_token·tokens by ordinary least squares (values may be negative or zero)."""
     tokens, values = np.asarray(tokens, float), np.asarray(values, float)
@@ -126,11 +127,9 @@ def fit_step(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dict[
             if sim.compute_s > 0:
                 scales.append(timing["compute_s"] / sim.compute_s)
             simulated: dict[str, float] = defaultdict(float)
-            sim_calls: dict[str, int] = defaultdict(int)
             for e in sim.ranks[0].state.events:
                 if e["stream"] == COMM:
                     simulated[e["op"]] += e["end_s"] - e["start_s"]
-                    sim_calls[e["op"]] += 1
             comm = 0.0
             for key, calls in timing.items():
                 if not key.startswith("calls_") or not calls:

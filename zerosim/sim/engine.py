@@ -102,12 +102,12 @@ class Engine:
 
     def move(self, op: str, size_bytes: float) -> Iterator:
         """Process body: the collective's phases over the simulated links; returns the bytes
-        each rank sent. Plans are cached: buckets mostly share one size."""
+        each rank sent. Priced phases are cached: buckets mostly share one size."""
         phases = self._phases.get((op, size_bytes))
         if phases is None:
             phases = phases_of(op, size_bytes, self.group, self.algorithm)
-            phases = self._phases[op, size_bytes] = price_phases(self.scenario, op, size_bytes,
-                                                                self.group, phases, self.stage)
+            phases = self._phases[op, size_bytes] = price_phases(
+                self.scenario, op, size_bytes, self.group, phases, self.stage)
         yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
         return bytes_sent_per_rank(phases)
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import numpy as np
 import simpy
 
-from zerosim.contract import OTHER, SimulatedEvent
+from zerosim.contract import COMM, COMPUTE, OTHER, SimulatedEvent
 from zerosim.sim.timeline import MemoryTimeline
 
 
@@ -73,7 +73,7 @@ class RankContext:
             yield self.env.timeout(duration_s)
         if name != OTHER:
             self.state.compute_s += duration_s
-        self._record("compute", name, phase, layer, None, 0, start_s)
+        self._record(COMPUTE, name, phase, layer, None, 0, start_s)
 
     # memory
     def alloc(self, key: object, category: str, size_bytes: int) -> None:
@@ -111,14 +111,14 @@ class RankContext:
                 sent_bytes = yield from self.engine.move(request.op, request.size_bytes)
             self.state.comm_bytes[request.op] += sent_bytes
             self.state.comm_s += self.env.now - start_s
-            self._record("comm", request.name, request.phase, request.layer, request.op,
+            self._record(COMM, request.name, request.phase, request.layer, request.op,
                          request.size_bytes, start_s, queue=stream)
             if request.after is not None:
                 request.after()
             request.done.succeed()
 
     def _record(self, stream: str, name: str, phase: str, layer: int | None, op: str | None,
-                size_bytes: float, start_s: float, queue: str = "compute") -> None:
+                size_bytes: float, start_s: float, queue: str = COMPUTE) -> None:
         """One record of the step-event schema (contract.SimulatedEvent); `queue` names the stream."""
         if self.engine.keep_events:
             self.state.events.append(SimulatedEvent(
