@@ -1,26 +1,24 @@
-"""`zerosim validate`: the measured figures it takes from a run, the error arithmetic, the
-simulator validated against its own output, and the command's exit codes and one-line errors."""
+"""`zerosim validate`: the measured figures it takes from a run and their spread, the error
+arithmetic, the verdict per category (a step 20% off fails however exact memory is), the
+refusal of another configuration, and the command's exit codes and one-line errors.
+
+Measurements are built from the simulator's own output with known distortions (every time
+scaled, memory scaled), so every expected error and spread is exact."""
 
 import json
 
 import pytest
 
-from tests.conftest import assert_one_line_error, run_zerosim
+from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
 from tests.zerosim.calibration_data import TINY, with_profile
-from zerosim.calibration.validate import compare, measured_metrics, validate
+from zerosim.calibration.measured import measured_metrics, run_samples
+from zerosim.calibration.validate import compare, step_figures
+from zerosim.contract import MEMORY_POINTS, OTHER
+from zerosim.memory import stage_memory
 from zerosim.sim.engine import simulate
+from zerosim.tradeoffs import calibration_plot, plot_inputs
 
-
-def test_compare_arithmetic():
-    report = compare({"step_time_s": 2.0, "peak_bytes": 100, "exposed_comm_s": 0.0},
-                     {"step_time_s": 2.5, "peak_bytes": 90, "exposed_comm_s": 0.1, "extra": 1})
-    by_name = {m["name"]: m for m in report["metrics"]}
-    assert by_name["step_time_s"]["error_pct"] == pytest.approx(25.0)
-    assert by_name["peak_bytes"]["error_pct"] == pytest.approx(-10.0)
-    assert by_name["exposed_comm_s"]["error_pct"] is None  # relative to zero: undefined
-    assert by_name["extra"]["measured"] is None and by_name["extra"]["error_pct"] is None
-    assert report["mean_abs_error_pct"] == pytest.approx(17.5)
-    assert report["max_abs_error_pct"] == pytest.approx(25.0)
+POINTS = dict.fromkeys(MEMORY_POINTS)
 
 
 def _event(rank, step, stream, op, start, end):
@@ -28,84 +26,241 @@ def _event(rank, step, stream, op, start, end):
             "layer": 1, "op": op, "bytes": 8, "start_s": start, "end_s": end}
 
 
-def test_measured_metrics_use_the_timed_steps_after_the_warm_up():
+def hand_built(step_times, first_step=2, rank_extra=0.0):
+    """One run of 2 ranks: a profiled step 0, a warm-up step 1 (5 s slower, dropped), then timed
+    steps of the given lengths on rank 0 (rank 1 takes rank_extra s more in its collective):
+    1 s compute, then an all_reduce to the end."""
     events, samples = [], []
+    timed = list(enumerate([10.0, 10.0, *step_times]))
     for rank in (0, 1):
-        for step, t0 in ((0, 0.0), (1, 10.0), (2, 20.0), (3, 30.0)):
-            slow = 5.0 if step < 2 else 0.0  # the profiled step and the warm-up: not counted
-            events += [_event(rank, step, "compute", None, t0 + 1, t0 + 2 + slow),
-                       _event(rank, step, "comm", "all_reduce", t0 + 2 + slow, t0 + 3 + slow + rank)]
-            samples.append({"rank": rank, "step": step, "point": "after_step",
-                            "t_s": t0 + 4 + slow + rank})
-    m = {"steps": 1, "timed_steps": 3, "events": events, "memory_samples": samples,
-         "ranks": [{"phases": {p: 10 + r for p in ("after_init", "after_forward", "after_backward",
-                                                   "after_step")}, "peak_bytes": 20 + r}
-                   for r in (0, 1)]}
-    got = measured_metrics(m)
-    # steps 2 and 3: rank 0 runs 1..4 (3 s), rank 1 1..5 (4 s): mean 3.5 s
-    assert got["step_time_s"] == pytest.approx(3.5)
-    assert got["compute_s"] == pytest.approx(1.0)
-    assert got["comm_all_reduce_s"] == pytest.approx(1.5)
-    assert got["exposed_comm_s"] == pytest.approx(2.5)
-    assert got["memory_after_forward_bytes"] == 11 and got["peak_bytes"] == 21  # largest rank
+        for step, length in timed:
+            t0, end = 100.0 * step, 100.0 * step + length + rank * rank_extra
+            events += [_event(rank, step, "compute", None, t0, t0 + 1),
+                       _event(rank, step, "comm", "all_reduce", t0 + 1, end)]
+            samples.append({"rank": rank, "step": step, "point": "after_step", "t_s": end})
+    return {"steps": 1, "timed_steps": len(step_times) + 1, "events": events,
+            "memory_samples": samples,
+            "ranks": [{"phases": {p: 10 + r for p in POINTS}, "peak_bytes": 20 + r}
+                      for r in (0, 1)]}
 
 
-def measurement_from_simulation(profile_path, stage):
-    """What zero-real would write if the box behaved exactly as the simulator says."""
+def test_step_figures_are_medians_of_the_timed_steps_after_the_warm_up():
+    got = step_figures(hand_built([3.0, 5.0, 4.0], rank_extra=1.0))
+    # steps 2-4: ranks take (3, 4), (5, 6), (4, 5) s: means 3.5, 5.5, 4.5, median 4.5
+    assert got == {"step_time_s": 4.5, "compute_s": 1.0, "comm_all_reduce_s": 3.5,
+                   "exposed_comm_s": 3.5, "calls_all_reduce": 1.0}
+
+
+def test_spread_is_half_the_interquartile_range_over_every_step_of_every_run():
+    one, _ = run_samples(hand_built([1.0, 2.0, 3.0]), "a.json")
+    two, steps = run_samples(hand_built([4.0, 5.0]), "b.json")
+    assert steps == 2 and one["step_time_s"] == [1.0, 2.0, 3.0]
+    got = measured_metrics([one, two])
+    # pooled 1..5: median 3, quartiles 2 and 4 -> (4 - 2) / 2 / 3 = 33.3%; runs' medians 2, 4.5
+    assert got["step_time_s"] == {"measured": 3.0, "spread_pct": pytest.approx(100 / 3),
+                                  "per_run": [2.0, 4.5]}
+    assert got["compute_s"]["spread_pct"] == 0.0
+    assert got["peak_bytes"] == {"measured": 21, "spread_pct": 0.0, "per_run": [21, 21]}
+    assert measured_metrics([one])["peak_bytes"]["spread_pct"] is None  # one sample: none
+
+
+def test_compare_arithmetic():
+    measured = {"step_time_s": {"measured": 2.0, "spread_pct": 30.0, "per_run": [1.6, 2.5]},
+                "exposed_comm_s": {"measured": 0.0, "spread_pct": None, "per_run": [0.0]},
+                "peak_bytes": {"measured": 100, "spread_pct": 5.0, "per_run": [100]}}
+    metrics = {m["name"]: m for m in compare(measured, {"step_time_s": 2.5, "peak_bytes": 90,
+                                                        "exposed_comm_s": 0.1, "extra_s": 1})}
+    step = metrics["step_time_s"]
+    assert step["error_pct"] == pytest.approx(25.0) and step["within_noise"] is True
+    assert step["per_run_error_pct"] == pytest.approx([56.25, 0.0])
+    assert metrics["peak_bytes"]["error_pct"] == pytest.approx(-10.0)
+    assert metrics["peak_bytes"]["within_noise"] is False
+    assert metrics["peak_bytes"]["category"] == "memory"
+    assert metrics["exposed_comm_s"]["error_pct"] is None  # relative to zero: undefined
+    assert metrics["extra_s"]["measured"] is None and metrics["extra_s"]["category"] == "time"
+
+
+def from_simulation(profile_path, stage=2, step_scales=(1.0,), memory_scale=1.0):
+    """What zero-real would write if the box ran each timed step `scale` times as long as the
+    simulator says and measured memory_scale times its memory (rank 0 only; a slow warm-up step
+    first, which must be dropped)."""
     s = with_profile(profile_path, "cluster.gpus_per_node=2", "training.micro_batch=2",
-              "training.overlap_comm=false", f"training.zero_stage={stage}")
+                     "training.overlap_comm=false", f"training.zero_stage={stage}")
     r = simulate(s, stage)
-    events = [dict(e, step=1) for e in r.ranks[0].state.events]
+    events, samples = [], []
+    for step, scale in enumerate([3.0, *step_scales], start=2):
+        t0 = 10.0 * step
+        events += [dict(e, step=step, start_s=t0 + scale * e["start_s"],
+                        end_s=t0 + scale * e["end_s"]) for e in r.ranks[0].state.events
+                   if e["name"] != OTHER]  # bookkeeping: zero_real records no event for it
+        samples.append({"rank": 0, "step": step, "point": "after_step",
+                        "t_s": t0 + scale * r.step_time_s})
     return {"scenario": str(TINY), "overrides": ["training.micro_batch=2"], "stage": stage,
-            "world_size": 2, "collectives": "native", "overlap_comm": False, "steps": 1,
-            "timed_steps": 1, "events": events,
-            "memory_samples": [{"rank": 0, "step": 1, "point": "after_step",
-                                "t_s": r.step_time_s}],
-            "ranks": [{"rank": 0, "phases": dict(r.memory_at), "peak_bytes": r.peak_bytes}]}
+            "world_size": 2, "collectives": "native", "overlap_comm": False, "steps": 2,
+            "timed_steps": len(step_scales) + 1, "events": events, "memory_samples": samples,
+            "zerosim_memory": stage_memory(s, stage).as_dict(),
+            "ranks": [{"rank": 0, "peak_bytes": int(memory_scale * r.peak_bytes),
+                       "phases": {p: int(memory_scale * b) for p, b in r.memory_at.items()}}]}
+
+
+def validate_files(tmp_path, profile_path, *measurements, args=()):
+    paths = []
+    for i, m in enumerate(measurements):
+        paths.append(tmp_path / f"m{i + 1}.json")
+        paths[-1].write_text(json.dumps(m))
+    return run_zerosim("validate", *paths, "--profile", profile_path, *args)
+
+
+def verdict(result):
+    return [line for line in result.stdout.splitlines()
+            if line.startswith(("time:", "memory:", "verdict:"))]
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_validating_the_simulators_own_output_gives_zero_error(profile_path, stage):
-    m = measurement_from_simulation(profile_path, stage)
-    report = validate(m, "m.json", profile=str(profile_path))
-    names = {x["name"] for x in report["metrics"]}
-    assert {"step_time_s", "compute_s", "exposed_comm_s", "peak_bytes"} <= names
-    assert any(n.startswith("comm_") for n in names)
-    assert report["max_abs_error_pct"] < 1e-6
+def test_a_step_20_percent_slow_fails_though_memory_is_exact(tmp_path, profile_path, stage):
+    result = validate_files(tmp_path, profile_path, from_simulation(profile_path, stage, (1.2,)),
+                            args=["--json"])
+    assert result.code == 1, result.stderr
+    report = result.json
+    by_name = {m["name"]: m for m in report["metrics"]}
+    for name in ("step_time_s", "compute_s", "exposed_comm_s"):  # 1 / 1.2 - 1, every time
+        assert by_name[name]["error_pct"] == pytest.approx(-100 / 6)
+        assert by_name[name]["category"] == "time" and by_name[name]["within_tolerance"] is False
+    assert any(n.startswith("comm_") for n in by_name)
+    time, memory = report["categories"]["time"], report["categories"]["memory"]
+    assert time["within_tolerance"] is False and "step_time_s" in time["above_tolerance"]
+    assert memory["within_tolerance"] is True and memory["max_abs_error_pct"] == 0.0
+    assert report["within_tolerance"] is False
 
 
-def test_validate_cli_exit_codes_and_json(tmp_path, profile_path):
-    m = measurement_from_simulation(profile_path, 2)
-    path = tmp_path / "m.json"
-    path.write_text(json.dumps(m))
-    ok = run_zerosim("validate", str(path), "--profile", str(profile_path), "--json")
-    assert ok.code == 0, ok.stderr
-    assert ok.json["mean_abs_error_pct"] < 1e-6 and ok.json["within_tolerance"] is True
-    # a box 50% slower than predicted: over a 5% tolerance, exit 1, and the table says why
-    for e in m["events"]:
-        e["start_s"], e["end_s"] = e["start_s"] * 1.5, e["end_s"] * 1.5
-    m["memory_samples"][0]["t_s"] *= 1.5
-    path.write_text(json.dumps(m))
-    slow = run_zerosim("validate", str(path), "--profile", str(profile_path),
-                       "--tolerance-pct", "5")
+def test_verdict_lines_per_category(tmp_path, profile_path):
+    slow = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (1.2,)))
     assert slow.code == 1
-    step = next(line for line in slow.stdout.splitlines() if line.startswith("step_time_s"))
-    assert "-33.3%" in step and "ABOVE the tolerance of 5%" in slow.stdout
+    assert verdict(slow)[0].startswith("time: max |error| 16.7% (")
+    assert verdict(slow)[0].endswith("ABOVE the tolerance of 10%")
+    assert "  step_time_s -16.7% (one sample): no spread to tell the noise by" in slow.stdout
+    assert verdict(slow)[1:] == ["memory: max |error| 0.0% (memory_after_init_bytes), mean 0.0%: "
+                                 "within the tolerance of 2%", "verdict: FAILED (time)"]
+    ok = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (1.05,), 1.01),
+                        args=["--time-tolerance-pct", "5"])
+    assert ok.code == 0, ok.stdout
+    assert verdict(ok)[-1] == "verdict: PASSED"
+
+
+def test_memory_off_with_time_exact_fails(tmp_path, profile_path):
+    result = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (1.0,), 1.05))
+    assert result.code == 1
+    assert verdict(result)[-1] == "verdict: FAILED (memory)"
+    assert "memory: max |error| 4.8% (" in result.stdout  # 1 / 1.05 - 1
+    loose = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (1.0,), 1.05),
+                           args=["--memory-tolerance-pct", "5"])
+    assert loose.code == 0
+
+
+def test_no_timed_step_fails(tmp_path, profile_path):
+    m = from_simulation(profile_path)
+    for events in ([], [e for e in m["events"] if e["step"] == 2]):  # none, or the warm-up only
+        result = validate_files(tmp_path, profile_path, dict(m, events=events), args=["--json"])
+        assert result.code == 1
+        assert result.json["categories"]["time"]["compared"] == 0
+        assert result.json["categories"]["memory"]["within_tolerance"] is True
+    text = validate_files(tmp_path, profile_path, dict(m, events=[]))
+    assert "time: FAILED: no time metric compared (no timed step in the measurement)" in text.stdout
+
+
+def test_several_runs_show_their_spread_and_each_runs_error(tmp_path, profile_path):
+    runs = [from_simulation(profile_path, 2, (1.0, 1.1, 1.2)),
+            from_simulation(profile_path, 2, (1.3, 1.4))]
+    result = validate_files(tmp_path, profile_path, *runs)
+    assert result.code == 1
+    # pooled 1.0..1.4: median 1.2 (-16.7%), quartiles 1.1 and 1.3: ±8.3%; runs' medians 1.1, 1.35
+    assert "step_time_s per run: -9.1%, -25.9%" in result.stdout
+    assert ("  step_time_s -16.7% (spread ±8.3% over 2 runs, 5 steps): beyond the noise"
+            in result.stdout)
+    noisy = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (0.7, 0.9)),
+                           from_simulation(profile_path, 2, (1.2, 1.5, 1.8)), args=["--json"])
+    step = next(m for m in noisy.json["metrics"] if m["name"] == "step_time_s")
+    # pooled 0.7..1.8: median 1.2 (-16.7%), quartiles 0.9 and 1.5: ±25%
+    assert step["spread_pct"] == pytest.approx(25.0) and step["within_noise"] is True
+    assert step["per_run"] == pytest.approx([0.8 * step["simulated"], 1.5 * step["simulated"]])
+    assert noisy.code == 1  # the noise is shown, not forgiven
+
+
+def test_another_configuration_is_refused(tmp_path, profile_path):
+    m = from_simulation(profile_path)
+    other = validate_files(tmp_path, profile_path, m,
+                           args=["--scenario", SCENARIOS / "llama2_7b_64gpu.toml"])
+    assert_one_line_error(other, "m1.json: measured another configuration than",
+                          "llama2_7b_64gpu.toml", "zerosim's params_bytes was")
+    edited = validate_files(tmp_path, profile_path,
+                            dict(m, overrides=["training.micro_batch=4"]))
+    assert_one_line_error(edited, "zerosim's activations_bytes was")
+    mixed = validate_files(tmp_path, profile_path, m, from_simulation(profile_path, 3))
+    assert_one_line_error(mixed, "m2.json: stage 3 differs from", "m1.json's 2",
+                          "must be runs of one configuration")
+    wider = validate_files(tmp_path, profile_path, m, dict(m, world_size=4))
+    assert_one_line_error(wider, "m2.json: world_size 4 differs from")
+
+
+def test_json_report_is_complete(tmp_path, profile_path):
+    result = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (1.0, 1.0)),
+                            from_simulation(profile_path, 2, (1.0,)), args=["--json"])
+    report = result.json
+    assert report["measurements"] == [str(tmp_path / "m1.json"), str(tmp_path / "m2.json")]
+    assert report["timed_steps"] == [2, 1] and report["within_tolerance"] is True
+    for m in report["metrics"]:
+        assert set(m) == {"name", "category", "measured", "simulated", "error_pct", "spread_pct",
+                          "within_noise", "within_tolerance", "per_run", "per_run_error_pct"}
+    for name, tolerance in (("time", 10.0), ("memory", 2.0)):
+        assert report["categories"][name]["tolerance_pct"] == tolerance
+        assert report["categories"][name]["within_tolerance"] is True
+
+
+def test_plot_draws_the_new_report(tmp_path, profile_path):
+    result = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (1.2,)),
+                            args=["--json"])
+    (tmp_path / "r.json").write_text(result.stdout)
+    plot = run_zerosim("plot", tmp_path / "r.json", "--kind", "calibration", "-o",
+                       tmp_path / "c.html")
+    assert plot.code == 0, plot.stderr
+    fig = calibration_plot.calibration_figure(plot_inputs.read_reports([tmp_path / "r.json"]))
+    names = {d.name for d in fig.data if d.mode == "markers"}
+    assert names == {"ZeRO-2 (max |error| time 16.7%, memory 0.0%)"}
+    for xaxis, (low, high, name) in (("x", (0.9, 1.1, "within ±10%")),
+                                     ("x2", (0.98, 1.02, "within ±2%"))):  # each its own band
+        lower, upper = [d for d in fig.data if d.xaxis == xaxis and d.mode == "lines"][:2]
+        assert lower.y[0] / lower.x[0] == pytest.approx(low) and upper.name == name
+        assert upper.y[0] / upper.x[0] == pytest.approx(high)
+
+
+def test_fake_world_judges_memory_only(tmp_path, profile_path):
+    m = dict(from_simulation(profile_path), fake_world_size=2, events=[])
+    result = validate_files(tmp_path, profile_path, m)
+    assert result.code == 0, result.stdout
+    assert "time: not judged: a --fake-world-size run times no real collective" in result.stdout
 
 
 @pytest.mark.parametrize("content, extra, fragment", [
     (None, [], "measurement not found"),
     ("[1]", [], "expected a JSON object"),
     ('{"stage": 1}', [], "not a zero-real measurement"),
-    ("{}", ["--tolerance-pct", "0"], "--tolerance-pct: '0' must be a finite number > 0"),
-    ("{}", ["--tolerance-pct", "nan"], "--tolerance-pct: 'nan' must be a finite number > 0"),
-    ("{}", ["--tolerance-pct", "x"], "'x' is not a number"),
+    ("{}", ["--time-tolerance-pct", "0"], "--time-tolerance-pct: '0' must be a finite number > 0"),
+    ("{}", ["--memory-tolerance-pct", "nan"], "'nan' must be a finite number > 0"),
+    ("{}", ["--time-tolerance-pct", "x"], "'x' is not a number"),
+    ("{}", ["--tolerance-pct", "5"], "--tolerance-pct is retired"),
     ('{"scenario": "s.toml", "stage": 9, "world_size": 2, "events": [], "ranks": [], '
      '"memory_samples": [], "steps": 1}', [], "stage 9"),
     ('{"scenario": 5, "stage": 1, "world_size": 2, "events": [], "ranks": [], '
      '"memory_samples": [], "steps": 1}', [], "'scenario' must be a path"),
+    ('{"scenario": "s.toml", "stage": 1, "world_size": "2", "events": [], "ranks": [], '
+     '"memory_samples": [], "steps": 1}', [], "'world_size' must be a whole number >= 1"),
+    ('{"scenario": "s.toml", "stage": 1, "world_size": 2, "events": [], "ranks": [], '
+     '"memory_samples": [], "steps": 1, "timed_steps": 1e400}', [], "'timed_steps' must be"),
     (json.dumps({"scenario": str(TINY), "stage": 1, "world_size": 2, "events": [{"rank": 0}],
-                 "ranks": [], "memory_samples": [], "steps": 1}), [], "malformed measurement"),
+                 "ranks": [{}], "memory_samples": [], "steps": 1}), [], "malformed measurement"),
+    (json.dumps({"scenario": str(TINY), "stage": 1, "world_size": 2, "events": [],
+                 "ranks": [{"phases": {}, "peak_bytes": float("nan")}], "memory_samples": [],
+                 "steps": 1}), [], "peak_bytes is nan, not a number within ±2**53"),
 ])
 def test_validate_bad_input_is_one_line_exit_2(tmp_path, content, extra, fragment):
     path = tmp_path / "m.json"

@@ -28,7 +28,7 @@ _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _WHAT = (("zerosim sweep --out", ("zerosim_sweep",), ("memory", "tradeoff"),
           "use --kind memory or tradeoff"),
          ("zerosim simulate --trace", ("stepEvents",), ("timeline",), "use --kind timeline"),
-         ("zerosim validate --json", ("metrics", "mean_abs_error_pct"), ("calibration",),
+         ("zerosim validate --json", ("metrics",), ("calibration",),
           "use --kind calibration"),
          ("zero-real run --out measurement", ("events", "memory_samples", "ranks"), (),
           "`zerosim validate MEASUREMENT --json > report.json` makes what --kind calibration "
@@ -233,8 +233,16 @@ def read_reports(paths: list[str | Path]) -> list[dict[str, Any]]:
                              f"with numbers or null")
         if not _is_stage(report.get("stage")):
             raise InputError(f"{path}: stage {report.get('stage')!r} is not a ZeRO stage (0-3)")
-        tolerance = report.get("tolerance_pct")
-        if tolerance is not None and not (_is_number(tolerance) and tolerance > 0):
-            raise InputError(f"{path}: tolerance_pct {tolerance!r} is not a positive number")
+        categories = report.get("categories", {})  # validate's verdict per category
+        if not isinstance(categories, dict) or not all(
+                isinstance(c, dict) and all(c.get(k) is None or _is_number(c[k])
+                                            for k in ("tolerance_pct", "max_abs_error_pct"))
+                for c in categories.values()):
+            raise InputError(f"{path}: 'categories' must map each category to "
+                             f"{{tolerance_pct, max_abs_error_pct}} with numbers or null")
+        for tolerance in [report.get("tolerance_pct"),
+                          *(c.get("tolerance_pct") for c in categories.values())]:
+            if tolerance is not None and not (_is_number(tolerance) and tolerance > 0):
+                raise InputError(f"{path}: tolerance_pct {tolerance!r} is not a positive number")
         reports.append({**report, "source": str(path)})
     return reports
