@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import assert_one_line_error, run_zerosim
-from tests.zerosim.calibration_data import (ALPHA, BETA, EXTRA, OPT, SIZES, TINY, synthetic_raw,
+from tests.zerosim.calibration_data import (ALPHA, BETA, EXTRA, OPT, OVERHEAD, SECONDS_PER_FLOP,
+                                            SECONDS_PER_TOKEN, SIZES, TINY, synthetic_raw,
                                             unit_time, with_profile)
 from zerosim.calibration.fit import build_profile, fit_line, fit_segments
 from zerosim.scenario.load import load_scenario
@@ -52,6 +53,42 @@ def test_fit_line_drops_an_unphysical_negative_intercept():
 
 
 # --- a synthetic box: known costs, measured exactly ----------------------------------------------
+
+
+def test_the_written_profile_holds_the_constants_the_measurements_were_made_from(profile_path):
+    """Read back from the file: every fitted number is the constant calibration_data.py made its
+    measurements from, for each process count (a ring of n ranks: (n-1)α and (n-1)β/n per walk)."""
+    fit = json.loads(profile_path.read_text())["fit"]
+    tight = {"rel": 1e-9, "abs": 1e-12}
+    for n in (2, 4):
+        for op, walks in (("all_reduce", 2), ("reduce_scatter", 1), ("all_gather", 1)):
+            got = fit["collectives"]["native"][op][str(n)]
+            (segment,) = got["segments"]
+            assert (segment["min_bytes"], segment["last_bytes"]) == (2.0 ** 10, 2.0 ** 28)
+            assert segment["alpha_s"] == pytest.approx(walks * (n - 1) * ALPHA, **tight)
+            assert segment["s_per_byte"] == pytest.approx(walks * (n - 1) * BETA / n, **tight)
+            assert got["busbw_GBps"] == pytest.approx(2.5, rel=1e-9)  # 1 / β, in GB/s
+            assert got["max_abs_residual_pct"] < 1e-6
+        compute = fit["compute"][str(n)]
+        for unit, (forward_s, backward_s) in OVERHEAD.items():
+            per, slope = ("token", SECONDS_PER_TOKEN) if unit == "embedding" else (
+                "flop", SECONDS_PER_FLOP)
+            for phase, overhead_s in (("forward", forward_s), ("backward", backward_s)):
+                line = compute[unit][phase]
+                assert line["per"] == per
+                assert line["overhead_s"] == pytest.approx(overhead_s, **tight)
+                assert line["slope"] == pytest.approx(slope, **tight)
+        (segment,) = fit["optimizer"][str(n)]["segments"]
+        assert segment["alpha_s"] == pytest.approx(OPT[0], **tight)
+        assert segment["s_per_byte"] == pytest.approx(OPT[1], **tight)
+        for stage in "0123":
+            terms = fit["memory"][str(n)][stage]
+            for name in ("activations", "residue"):
+                fixed, per_token = EXTRA[name]
+                assert terms[name]["fixed"] == pytest.approx(fixed, rel=1e-9)
+                assert terms[name]["per_token"] == pytest.approx(per_token, rel=1e-9, abs=1e-9)
+    # the workspace term is what backward adds on top of the simulated backward peak, not the
+    # synthetic peak's extra: test_memory_terms_reproduce_what_the_stage_showed checks its use
 
 
 def test_profile_round_trips_and_prices_collectives_exactly(profile_path):

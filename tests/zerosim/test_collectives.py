@@ -1,10 +1,10 @@
 """Ring collectives against their closed forms (Thakur et al. 2005; nccl-tests PERFORMANCE.md),
-with integer-friendly inputs: per-step latency α = 1 s, link bandwidth B = 1 byte/s."""
+with integer-friendly inputs: per-step latency α = 1 s, link bandwidth B = 1 byte/s. Expected
+numbers are derived here by hand, never with the program's own formulas (busbw_factor)."""
 
 import pytest
 import simpy
 
-from zerosim.contract import busbw_factor
 from zerosim.sim.collective_bench import simulate_collective
 from zerosim.sim.collectives.ring import Group, StepRecord, ring_phases, run_phases
 from zerosim.scenario.load import load_scenario
@@ -16,6 +16,15 @@ TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 ONE_SECOND = ["cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=1e-9",
               "cluster.inter_node_latency_us=1e6", "cluster.inter_node_bandwidth_GBps=1e-9"]
 WALKS = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "broadcast": 2, "reduce": 2}
+GB = 1e9
+
+
+def nccl_tests_busbw(op, n, algbw):
+    """nccl-tests PERFORMANCE.md, written out: busbw = algbw * 2(n-1)/n for all_reduce,
+    * (n-1)/n for reduce_scatter and all_gather, * 1 for broadcast and reduce."""
+    factor = {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
+              "all_gather": (n - 1) / n, "broadcast": 1, "reduce": 1}[op]
+    return algbw * factor
 
 
 def scenario(nodes=1, gpus=4, extra=()):
@@ -31,11 +40,16 @@ def test_ring_matches_closed_form(n, op, every_rank):
     size = 5 * n  # 5 bytes per chunk: one step takes α + S/(nB) = 1 + 5 = 6 s
     result = simulate_collective(s, op, size, mode="per_rank" if every_rank else "auto")
     walks = WALKS[op]
-    assert result["time_s"] == walks * (n - 1) * (1 + size / n)
-    assert result["bytes_sent_per_rank"] == walks * (n - 1) * size / n
+    time_s = 6 * walks * (n - 1)  # walks x (n - 1) steps of 6 s
+    assert result["time_s"] == time_s
+    assert result["bytes_sent_per_rank"] == 5 * walks * (n - 1)
     assert result["ranks_simulated"] == (n if every_rank else 1)
-    assert result["algbw_GBps"] == size / result["time_s"] / 1e9
-    assert result["busbw_GBps"] == pytest.approx(result["algbw_GBps"] * busbw_factor(op, n), rel=1e-15)
+    assert result["algbw_GBps"] == pytest.approx(size / time_s / GB, rel=1e-12)
+    assert result["busbw_GBps"] == pytest.approx(nccl_tests_busbw(op, n, size / time_s) / GB,
+                                                 rel=1e-12)
+    if op in ("all_reduce", "reduce_scatter", "all_gather"):
+        # busbw is what each link carried per second: a 5-byte chunk per 6 s step, whatever n
+        assert result["busbw_GBps"] == pytest.approx(5 / 6 / GB, rel=1e-12)
 
 
 def test_exact_event_log_of_a_4_rank_all_reduce():
@@ -151,10 +165,15 @@ def test_transfers_on_one_link_share_its_bandwidth():
 
 
 def test_collective_cli_json():
-    result = run_zerosim("collective", TINY, "--op", "reduce_scatter", "--size-bytes", "4e6", "--json")
+    one_second = [arg for key in ONE_SECOND for arg in ("--set", key)]
+    result = run_zerosim("collective", TINY, "--op", "reduce_scatter", "--size-bytes", "4e6",
+                         *one_second, "--json")
     assert result.code == 0, result.stderr
     data = result.json
-    assert {"time_s", "algbw_GBps", "busbw_GBps", "bytes_sent_per_rank"} <= set(data)
+    # 4 ranks, chunks of 1e6 bytes: 3 steps of 1 + 1e6 s; algbw = S / t; busbw = algbw x 3/4
+    assert data["time_s"] == 3 * (1 + 1e6)
+    assert data["algbw_GBps"] == pytest.approx(4e6 / 3_000_003 / GB, rel=1e-12)
+    assert data["busbw_GBps"] == pytest.approx(3e6 / 3_000_003 / GB, rel=1e-12)
     assert data["bytes_sent_per_rank"] == 3 * 1e6
     assert data["ranks"] == 4
 

@@ -1,6 +1,7 @@
 """The simulated training step: bytes on the wire from the ZeRO paper (§7: DDP and ZeRO-1/2 move
 2Ψ per step, ZeRO-3 3Ψ), memory that passes through the analytic model's steady points, the two
-simulation modes agreeing, and variation slowing the step."""
+simulation modes agreeing, and, on a cluster with integer-friendly costs, the exact step time
+without overlap (training.overlap_comm = false), with a straggler and with a degraded link."""
 
 import json
 
@@ -121,26 +122,6 @@ def test_jitter_simulates_every_rank():
     assert simulate(s, 0).mode == "per_rank" and simulate(s, 0).ranks_simulated == 4
 
 
-def test_a_straggler_slows_every_stage():
-    uniform = load_scenario(LLAMA, ["cluster.nodes=2", "training.reduce_bucket_MiB=200"])
-    slow = load_scenario(LLAMA, ["cluster.nodes=2", "training.reduce_bucket_MiB=200",
-                                 "variation.slow_ranks=[5]", "variation.slowdown=1.2"])
-    for stage in range(4):
-        base, straggling = simulate(uniform, stage, keep_events=False), simulate(slow, stage, keep_events=False)
-        assert straggling.mode == "classes" and straggling.ranks_simulated == 2
-        assert straggling.step_time_s > base.step_time_s
-        assert straggling.slowest_rank == 5
-
-
-def test_a_degraded_link_exposes_more_communication():
-    uniform = load_scenario(LLAMA, ["cluster.nodes=2"])
-    degraded = load_scenario(LLAMA, ["cluster.nodes=2", "variation.degraded_links=[9]",
-                                     "variation.link_bandwidth_factor=0.05"])
-    for stage in range(4):
-        assert (simulate(degraded, stage, keep_events=False).exposed_comm_s
-                > simulate(uniform, stage, keep_events=False).exposed_comm_s)
-
-
 def test_prefetch_hides_zero_3_gathers():
     times = [simulate(load_scenario(LLAMA, [f"training.prefetch_layers={p}"]), 3).exposed_comm_s
              for p in (0, 1)]
@@ -227,19 +208,6 @@ def test_zero_3_gathers_and_reduce_scatters_share_the_links():
     assert gather["end_s"] - gather["start_s"] > alone_s * 1.01
 
 
-def test_post_step_all_gather_is_fully_exposed_in_zero_1():
-    """Nothing computes after the optimizer step, so ZeRO-1's parameter all-gather chunks, back
-    to back, are exposed: at least their closed-form time (collective, uncontended)."""
-    from zerosim.sim.collective_bench import simulate_collective
-
-    s = load_scenario(TINY, ["training.allgather_bucket_MiB=0.1"])
-    result = simulate(s, 1)
-    chunks = [e["bytes"] for e in result.ranks[0].state.events if e["phase"] == "step" and e["op"]]
-    assert sum(chunks) == 4 * 118_528  # fp32 parameters
-    alone_s = sum(simulate_collective(s, "all_gather", size)["time_s"] for size in chunks)
-    assert result.exposed_comm_s >= alone_s
-
-
 def test_tied_matrix_is_reduce_scattered_once_in_zero_3():
     s = load_scenario(TINY)  # tied embeddings: the head re-gathers the matrix, but sends it once
     stage1, stage3 = simulate(s, 1), simulate(s, 3)
@@ -253,3 +221,112 @@ def test_one_rank_has_no_communication():
         result = simulate(s, stage)
         assert result.comm_bytes_per_rank == {} or set(result.comm_bytes_per_rank.values()) == {0}
         assert result.step_time_s == result.compute_s
+
+
+# ---- training.overlap_comm ----------------------------------------------------------------------
+# The tiny model (118,528 fp32 parameters) on 4 ranks with integer-friendly costs: a ring step
+# takes 1 s of latency plus its chunk at 1 byte/s, compute 1 s per FLOP, the optimizer 1 s per
+# byte of HBM traffic. A reduce-scatter or all-gather of S bytes is then 3 (1 + S/4) s and an
+# all-reduce twice that (collectives/ring.py's closed form).
+ONE_PER_SECOND = ["cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=1e-9",
+                  "cluster.peak_tflops=1e-12", "cluster.compute_efficiency=1",
+                  "cluster.hbm_bandwidth_GBps=1e-9"]
+GRAD_BYTES = 4 * 118_528  # 474,112: 7 buckets of 64 KiB and one of 15,360 bytes
+UNIT_BYTES = [4 * 18_432, 4 * 49_984, 4 * 49_984, 4 * 16_512]  # embedding, 2 blocks, LN + tied head
+RING_STEPS_AND_BYTES = {  # every collective of a step: ring steps (1 s each), bytes per link
+    0: (8 * 6, 1.5 * GRAD_BYTES),  # 8 gradient buckets all-reduced
+    1: (8 * 3 + 3, 1.5 * GRAD_BYTES),  # reduce-scattered, then one 25 MiB chunk all-gathers
+    2: (8 * 3 + 3, 1.5 * GRAD_BYTES),  # the parameters
+    # each unit gathered for forward and again for backward; each unit's gradient reduce-scattered
+    # once (the tied head sends only its final LayerNorm's 512 bytes)
+    3: (8 * 3 + 4 * 3, 0.75 * (2 * sum(UNIT_BYTES) + GRAD_BYTES)),
+}
+
+
+def serial_comm_s(stage: int, link_factor: float = 1.0) -> float:
+    """Every collective of a step, one after the other, each step paced by a link at
+    `link_factor` of 1 byte/s."""
+    steps, wire_bytes = RING_STEPS_AND_BYTES[stage]
+    return steps * 1.0 + wire_bytes / link_factor
+
+
+def tiny_one_per_second(stage: int, *overrides: str):
+    return simulate(load_scenario(TINY, [*ONE_PER_SECOND, *overrides]), stage)
+
+
+@pytest.fixture(scope="module")
+def overlap():
+    """{overlap_comm: {stage: result}} on the integer-friendly tiny cluster."""
+    return {on: {stage: tiny_one_per_second(stage, f"training.overlap_comm={str(on).lower()}")
+                 for stage in range(4)} for on in (False, True)}
+
+
+def _ring_s(event):
+    walks = 2 if event["op"] == "all_reduce" else 1
+    return walks * 3 * (1 + event["bytes"] / 4)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_without_overlap_the_step_is_compute_then_every_collective_in_turn(overlap, stage):
+    """overlap_comm = false: every collective completes before compute goes on, so nothing runs
+    at once, each collective takes its uncontended closed form, and the exposed communication is
+    the sum of them all."""
+    result = overlap[False][stage]
+    events = sorted(result.ranks[0].state.events, key=lambda e: (e["start_s"], e["end_s"]))
+    for before, after in zip(events, events[1:]):
+        assert after["start_s"] >= before["end_s"], (before, after)
+    comm = [e for e in events if e["stream"] == "comm"]
+    for e in comm:
+        assert e["end_s"] - e["start_s"] == pytest.approx(_ring_s(e), rel=1e-12)
+    assert result.exposed_comm_s == pytest.approx(serial_comm_s(stage), rel=1e-12)
+    assert result.step_time_s == pytest.approx(result.compute_s + serial_comm_s(stage), rel=1e-12)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_overlap_hides_communication_behind_compute(overlap, stage):
+    off, on = overlap[False][stage], overlap[True][stage]
+    assert on.compute_s == off.compute_s and on.comm_bytes_per_rank == off.comm_bytes_per_rank
+    assert on.step_time_s < off.step_time_s
+    assert on.exposed_comm_s < serial_comm_s(stage)
+    events = on.ranks[0].state.events
+    compute = [e for e in events if e["stream"] == "compute" and e["end_s"] > e["start_s"]]
+    assert any(c["start_s"] < e["end_s"] and e["start_s"] < c["end_s"]
+               for e in events if e["stream"] == "comm" for c in compute)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_straggler_gates_every_collective(overlap, stage):
+    """Rank 1 computes 1.5x slower; without overlap every collective waits for it, so the step is
+    1.5x the compute plus every collective, and rank 1 is the slowest."""
+    result = tiny_one_per_second(stage, "training.overlap_comm=false", "variation.slow_ranks=[1]",
+                                 "variation.slowdown=1.5")
+    assert result.mode == "classes" and result.ranks_simulated == 2 and result.slowest_rank == 1
+    base_compute_s = overlap[False][stage].compute_s
+    assert result.compute_s == pytest.approx(1.5 * base_compute_s, rel=1e-12)
+    assert result.step_time_s == pytest.approx(1.5 * base_compute_s + serial_comm_s(stage),
+                                               rel=1e-12)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_degraded_link_paces_every_collective(overlap, stage):
+    """Rank 2's link at half bandwidth: each ring step moves its chunk at 0.5 byte/s (latency
+    unchanged), so every collective's bytes take twice as long; compute is untouched."""
+    result = tiny_one_per_second(stage, "training.overlap_comm=false",
+                                 "variation.degraded_links=[2]", "variation.link_bandwidth_factor=0.5")
+    assert result.mode == "classes"
+    assert result.compute_s == overlap[False][stage].compute_s
+    assert result.exposed_comm_s == pytest.approx(serial_comm_s(stage, 0.5), rel=1e-12)
+
+
+def test_post_step_all_gather_is_fully_exposed_in_zero_1():
+    """Nothing computes after the optimizer step, so ZeRO-1's parameter all-gather chunks run
+    back to back after it and end the step (overlap on; the integer-friendly cluster above)."""
+    result = tiny_one_per_second(1, "training.allgather_bucket_MiB=0.1")
+    events = result.ranks[0].state.events
+    chunks = [e for e in events if e["phase"] == "step" and e["op"]]
+    # 0.1 MiB = 104,857.6 bytes, rounded: 4 chunks of 104,858 and the rest of the fp32 parameters
+    assert [e["bytes"] for e in chunks] == [104_858] * 4 + [GRAD_BYTES - 4 * 104_858]
+    optimizer_end_s = max(e["end_s"] for e in events if e["name"] == "optimizer")
+    assert chunks[0]["start_s"] == optimizer_end_s
+    # 5 all-gathers of 3 ring steps: 5 x 3 x 1 s + 3/4 of the bytes at 1 byte/s
+    assert result.step_time_s - optimizer_end_s == 5 * 3 + 0.75 * GRAD_BYTES
