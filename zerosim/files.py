@@ -1,6 +1,7 @@
 """Files in and out: reading what a user names (scenarios, Hugging Face and DeepSpeed configs,
 profiles, measurements), where every way a read can fail becomes one InputError line that names the
-file; and writing results whole or not at all (write_text)."""
+file; checking before the work that a result can be written there (check_writable), and
+writing results whole or not at all (write_text, write_bytes)."""
 
 from __future__ import annotations
 
@@ -36,34 +37,65 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def write_text(path: Path, text: str, what: str) -> None:
-    """Write a whole file or nothing: a temporary file beside it, renamed over it at the end.
-    Any failure removes the temporary and becomes one InputError line naming `what` and the path.
-    A link is followed (the file it names is replaced, the link stays); what is not a regular
-    file (a pipe, /dev/stdout) cannot be replaced and is written to as it is."""
-    target = Path(os.path.realpath(path))
-    if target.exists() and not target.is_file() and not target.is_dir():
-        try:
-            with open(target, "w", encoding="utf-8", newline="") as out:
-                out.write(text)
-        except OSError as exc:
-            raise InputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
-        return
-    path, folder = target, target.parent
+def check_writable(path: Path, what: str) -> None:
+    """Fail before the work, not after it: `path` is not a folder, its folder exists and takes a
+    new file (tried with a temporary, removed at once). write_bytes still reports what can only
+    fail at the end (a full disk)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{Path(path).name}.", suffix=".tmp")
-    except (OSError, ValueError) as exc:
+        target = Path(os.path.realpath(path))
+        if target.is_dir():
+            raise InputError(f"cannot write {what} {path}: it is a folder")
+        if target.exists() and not target.is_file():  # a device or a pipe: written as it is
+            if not os.access(target, os.W_OK):
+                raise InputError(f"cannot write {what} {path}: permission denied")
+            return
+        if not target.parent.exists():
+            raise InputError(f"cannot write {what} {path}: no folder {target.parent}")
+        if not target.parent.is_dir():
+            raise InputError(f"cannot write {what} {path}: {target.parent} is a file, not a folder")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}") \
             from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def write_text(path: Path, text: str, what: str) -> None:
+    """write_bytes of the text in UTF-8. A character UTF-8 cannot hold (a lone surrogate from a
+    JSON string) is written as its escape, as zerosim's stdout does, not lost to a traceback."""
+    write_bytes(path, text.encode("utf-8", errors="backslashreplace"), what)
+
+
+def write_bytes(path: Path, data: bytes, what: str) -> None:
+    """Write a whole file or nothing: a temporary file beside it, synced to disk (a full disk
+    shows here, not after the rename) and renamed over it at the end. Any failure removes the
+    temporary and becomes one InputError line naming `what` and the path. A link is followed (the
+    file it names is replaced, the link stays); what is not a regular file (a pipe, /dev/stdout)
+    cannot be replaced and is written to as it is."""
+    def failed(exc: BaseException) -> InputError:
+        return InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}")
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
+        target = Path(os.path.realpath(path))
+        if target.exists() and not target.is_file() and not target.is_dir():
+            with open(target, "wb") as out:
+                out.write(data)
+            return
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise failed(exc) from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp makes it 0600)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise InputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+            raise failed(exc) from None
         raise

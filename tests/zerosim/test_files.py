@@ -1,5 +1,6 @@
-"""zerosim.files.write_text: a whole file or none, through a link to what it names, and into what
-cannot be replaced (a device) as it is."""
+"""zerosim.files: write_text and write_bytes write a whole file or none, through a link to what it
+names, and into what cannot be replaced (a device) as it is; check_writable refuses, before any
+work, a place no file can be written. (A full disk: test_full_disk.py.)"""
 
 import os
 import stat
@@ -7,7 +8,7 @@ import stat
 import pytest
 
 from zerosim.errors import InputError
-from zerosim.files import write_text
+from zerosim.files import check_writable, write_bytes, write_text
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -15,10 +16,18 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     out.write_text("old")
 
     with pytest.raises(TypeError):
-        write_text(out, object(), "results")  # not text: fails after the temporary exists
+        write_bytes(out, object(), "results")  # not bytes: fails after the temporary exists
     assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
     write_text(out, "new", "results")
     assert out.read_text() == "new"
+    write_bytes(out, b"\x89PNG", "results")
+    assert out.read_bytes() == b"\x89PNG"
+
+
+def test_text_utf8_cannot_hold_is_escaped_not_a_traceback(tmp_path):
+    out = tmp_path / "r.csv"
+    write_text(out, "model.name\ncaf\u00e9 \ud800\n", "sweep results")  # a lone surrogate (JSON)
+    assert out.read_bytes() == b"model.name\ncaf\xc3\xa9 \\ud800\n"
 
 
 def test_a_link_is_followed_and_stays_a_link(tmp_path):
@@ -41,3 +50,21 @@ def test_a_device_is_written_to_not_replaced(tmp_path):
 def test_an_unwritable_place_is_one_input_error(tmp_path):
     with pytest.raises(InputError, match="cannot write --out .*no/such/dir/r.json"):
         write_text(tmp_path / "no" / "such" / "dir" / "r.json", "x", "--out")
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda tmp: tmp / "folder", "it is a folder"),
+    (lambda tmp: tmp / "no" / "such" / "r.csv", "no folder"),
+    (lambda tmp: tmp / "plain.txt" / "r.csv", "plain.txt is a file, not a folder"),
+])
+def test_a_place_no_file_can_go_is_refused_and_left_as_it_was(tmp_path, make, fragment):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "plain.txt").write_text("plain")
+    with pytest.raises(InputError, match=fragment) as error:
+        check_writable(make(tmp_path), "--out")
+    assert str(make(tmp_path)) in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain.txt"]
+    assert list((tmp_path / "folder").iterdir()) == []
+    check_writable(tmp_path / "r.csv", "--out")  # a new file in a folder: fine, nothing made
+    check_writable(tmp_path / "plain.txt", "--out")  # an old file: replaced at the end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain.txt"]

@@ -1,12 +1,14 @@
 """`zerosim plot`, the command: the result files it reads (sweeps, traces, validate reports), the
-figures it writes (self-contained HTML, PNG through kaleido), and its one-line errors."""
+figures it writes (self-contained HTML, PNG through kaleido), and its one-line errors. The command
+runs through the real parser (run_zerosim: zerosim.cli.main), so a plot unregistered from the
+CLI fails these tests."""
 
 import json
 import re
 
 import pytest
 
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, run_zerosim
 from tests.zerosim.results import REPORTS, write_sweep
 from zerosim.errors import InputError
 from zerosim.tradeoffs import figures, plot_inputs, plots
@@ -98,9 +100,9 @@ def test_ragged_csv_names_its_line(tmp_path, write):
 
 # ---- the command --------------------------------------------------------------------------------
 
-def test_plot_writes_self_contained_html(tmp_path, rows, zerosim):
+def test_plot_writes_self_contained_html(tmp_path, rows):
     out = tmp_path / "fig.html"
-    result = zerosim("plot", write_sweep(tmp_path / "s.csv", rows), "--kind", "memory", "-o", out,
+    result = run_zerosim("plot", write_sweep(tmp_path / "s.csv", rows), "--kind", "memory", "-o", out,
                      "--title", "Seven & a half")
     assert result.code == 0, result.stderr
     assert result.stderr.strip().splitlines() == [
@@ -125,44 +127,44 @@ def test_plot_writes_self_contained_html(tmp_path, rows, zerosim):
                                                       "-o", "f.html"],
      ["--stage applies to --kind timeline"]),
 ])
-def test_plot_bad_input_is_one_line(tmp_path, rows, zerosim, make, argv, fragments):
+def test_plot_bad_input_is_one_line(tmp_path, rows, make, argv, fragments):
     path = make(tmp_path, rows)
-    result = zerosim("plot", path, *[tmp_path / a if a.startswith("f") else a for a in argv])
+    result = run_zerosim("plot", path, *[tmp_path / a if a.startswith("f") else a for a in argv])
     assert_one_line_error(result, *fragments)
     assert not list(tmp_path.glob("f*.*"))
 
 
-def test_plot_several_files_only_for_calibration(tmp_path, rows, zerosim):
+def test_plot_several_files_only_for_calibration(tmp_path, rows):
     sweep = write_sweep(tmp_path / "s.csv", rows)
-    result = zerosim("plot", sweep, sweep, "--kind", "memory", "-o", tmp_path / "f.html")
+    result = run_zerosim("plot", sweep, sweep, "--kind", "memory", "-o", tmp_path / "f.html")
     assert_one_line_error(result, "--kind memory draws one result file, got 2")
     paths = []
     for i, r in enumerate(REPORTS):
         paths.append(tmp_path / f"r{i}.json")
         paths[-1].write_text(json.dumps(r))
-    result = zerosim("plot", *paths, "--kind", "calibration", "-o", tmp_path / "c.html")
+    result = run_zerosim("plot", *paths, "--kind", "calibration", "-o", tmp_path / "c.html")
     assert result.code == 0, result.stderr
     assert '"ZeRO-3 (mean |error| 5.0%) r1.json"' in (tmp_path / "c.html").read_text()
 
 
-def test_png_without_an_engine_says_what_to_install(tmp_path, rows, zerosim, monkeypatch):
+def test_png_without_an_engine_says_what_to_install(tmp_path, rows, monkeypatch):
     monkeypatch.setattr(figures, "kaleido_ready", lambda: False)
-    result = zerosim("plot", write_sweep(tmp_path / "s.csv", rows), "--kind", "memory", "-o",
+    result = run_zerosim("plot", write_sweep(tmp_path / "s.csv", rows), "--kind", "memory", "-o",
                      tmp_path / "f.png")
     assert_one_line_error(result, "f.png", "pip install 'zerosim[png]'")
 
 
-def test_timeline_stage_through_the_command(tmp_path, simulated, zerosim):
+def test_timeline_stage_through_the_command(tmp_path, simulated):
     trace_path = tmp_path / "trace.json"
     trace_path.write_text(json.dumps(simulated[0]))
-    assert_one_line_error(zerosim("plot", trace_path, "--kind", "timeline", "--stage", "1", "-o",
+    assert_one_line_error(run_zerosim("plot", trace_path, "--kind", "timeline", "--stage", "1", "-o",
                                   tmp_path / "t.html"),
                           "trace.json: stage 1 is not in the trace (it holds stage 0, 3)")
-    result = zerosim("plot", trace_path, "--kind", "timeline", "--stage", "3", "-o",
+    result = run_zerosim("plot", trace_path, "--kind", "timeline", "--stage", "3", "-o",
                      tmp_path / "t.html")
     assert result.code == 0, result.stderr
     assert "One simulated step of ZeRO-3" in (tmp_path / "t.html").read_text()
     old = {k: v for k, v in simulated[0].items() if k != "memorySamples"}
     trace_path.write_text(json.dumps(old))
-    assert_one_line_error(zerosim("plot", trace_path, "--kind", "timeline", "-o",
+    assert_one_line_error(run_zerosim("plot", trace_path, "--kind", "timeline", "-o",
                                   tmp_path / "t.html"), "without memorySamples")

@@ -1,6 +1,7 @@
 """`zerosim sweep`: the cartesian product in a known order, each row equal to what `simulate` and
 `memory` print for that point, the same file whatever the number of processes, and bad input
-refused before any work with one line."""
+refused before any work with one line. Then the progress on stderr that sweep and a long
+`simulate` share. (Signals: test_sweep_signals.py; full disks: test_full_disk.py.)"""
 
 import csv
 import io
@@ -8,7 +9,9 @@ import json
 
 import pytest
 
+from zerosim.cli import simulation
 from zerosim.cli.progress import ProgressBar
+from zerosim.contract import STAGE_NAMES
 from zerosim.tradeoffs.sweep import parse_vary, points
 
 from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
@@ -170,3 +173,63 @@ def test_progress_bar_redraws_on_a_terminal_and_stays_short_in_a_log():
     bar(2, 2)
     assert term.getvalue().startswith("\rsweep: [##..] 1/2 points")
     assert term.getvalue().count("\n") == 1 and term.getvalue().endswith("\n")
+
+
+def test_progress_shows_only_once_the_command_has_run_its_delay():
+    now = [10.0]
+    log = Stream(tty=False)
+    bar = ProgressBar("simulate:", stream=log, width=4, unit="collectives", delay_s=2.0,
+                      start_s=9.0, clock=lambda: now[0])
+    bar(1, 4)
+    now[0] = 10.9
+    bar(2, 4)
+    assert log.getvalue() == ""  # 1.9 s since the command started
+    now[0] = 11.5
+    bar(3, 4)
+    bar(4, 4)
+    assert log.getvalue().splitlines() == ["simulate: [###.] 3/4 collectives, 2.5 s",
+                                           "simulate: [####] 4/4 collectives, 2.5 s"]
+    bar = ProgressBar("simulate:", stream=log, width=4, unit="collectives")
+    bar(0, 0)  # a step without collectives (one GPU) is done, not a division by zero
+    assert log.getvalue().splitlines()[-1].startswith("simulate: [####] 0/0 collectives")
+
+
+def done_and_total(line):
+    """'zerosim simulate: ZeRO-3 (4 of 4) [###...] 7/12 collectives, 0.1 s' -> (7, 12)."""
+    done, total = line.split("] ")[1].split(" ")[0].split("/")
+    return int(done), int(total)
+
+
+def test_simulate_shows_its_progress_per_stage_and_per_collective_under_jitter(tmp_path,
+                                                                             monkeypatch):
+    """Jitter simulates every rank (the slow mode): progress counts the step's collectives as
+    they complete, up to the number each rank runs (the trace's, an independent count)."""
+    argv = ("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--set", "variation.jitter_pct=5",
+            "--set", "cluster.nodes=2", "--trace", tmp_path / "t.json")
+    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 1e9)
+    quiet = run_zerosim(*argv)
+    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 0.0)
+    result = run_zerosim(*argv)
+    assert result.code == quiet.code == 0 and quiet.stderr == ""
+    assert result.stdout == quiet.stdout  # progress goes to stderr only
+    events = json.loads((tmp_path / "t.json").read_text())["stepEvents"]
+    lines = result.stderr.splitlines()
+    for i, name in STAGE_NAMES.items():
+        label = f"zerosim simulate: {name} ({i + 1} of 4) ["
+        counts = [done_and_total(line) for line in lines if line.startswith(label)]
+        collectives = sum(1 for e in events if e["stage"] == i and e["rank"] == 0
+                          and e["stream"] == "comm")
+        assert counts[0] == (1, collectives) and counts[-1] == (collectives, collectives)
+        assert [done for done, _ in counts] == sorted({done for done, _ in counts})
+        assert len(counts) <= 11  # the first, then one per tenth: a log stays short
+    assert all(line.endswith(" s") and " collectives, " in line for line in lines)
+
+
+def test_simulate_without_jitter_says_each_stage_once(monkeypatch):
+    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 0.0)
+    result = run_zerosim("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--stage", "2")
+    assert result.code == 0
+    assert [line.split(" [")[0] for line in result.stderr.splitlines()] == [
+        "zerosim simulate: ZeRO-2 (1 of 1)"]
+    done, total = done_and_total(result.stderr)
+    assert done == total > 0

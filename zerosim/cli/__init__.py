@@ -29,6 +29,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage block) and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        message = " ".join(message.split())  # a line break inside a user's flag stays on one line
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -1,31 +1,40 @@
-"""A progress bar on stderr for long commands (zerosim sweep)."""
+"""A progress bar on stderr for long commands (zerosim sweep, zerosim simulate)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import Callable
 
 
 class ProgressBar:
     """One line on stderr, redrawn in place on a terminal; elsewhere (a log, CI) one line per
-    tenth of the work so the log stays short."""
+    tenth of the work so the log stays short. With `delay_s`, nothing is shown until the command
+    has run that long (counted from `start_s`): a command that is usually done in a blink stays
+    quiet then, and says where it is when it is not."""
 
-    def __init__(self, label: str, stream=None, width: int = 30) -> None:
-        self.label, self.width = label, width
+    def __init__(self, label: str, stream=None, width: int = 30, unit: str = "points",
+                 delay_s: float = 0.0, start_s: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.label, self.width, self.unit = label, width, unit
         self.stream = stream if stream is not None else sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start_s = time.perf_counter()
+        self.clock, self.delay_s = clock, delay_s
+        self.start_s = clock() if start_s is None else start_s
         self._last_tenth = -1
         self.open = False
 
     def __call__(self, done: int, total: int) -> None:
-        tenth = done * 10 // total
+        elapsed_s = self.clock() - self.start_s
+        if elapsed_s < self.delay_s:
+            return
+        tenth = done * 10 // total if total else 10
         if not self.tty and tenth == self._last_tenth:
             return
         self._last_tenth = tenth
-        filled = done * self.width // total
+        filled = done * self.width // total if total else self.width
         line = (f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} "
-                f"points, {time.perf_counter() - self.start_s:.1f} s")
+                f"{self.unit}, {elapsed_s:.1f} s")
         self.open = self.tty and done < total
         self.stream.write(("\r" if self.tty else "") + line + ("" if self.open else "\n"))
         self.stream.flush()

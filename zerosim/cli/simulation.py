@@ -1,13 +1,15 @@
-"""`zerosim memory`, `simulate` and `collective`: one scenario, analysed or simulated, printed."""
+"""`zerosim memory`, `simulate` and `collective`: one scenario, analysed or simulated, printed
+(simulate's progress on stderr when it runs long)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from zerosim.cli.common import Command, add_mode, load, ranks, size_bytes, stage
-from zerosim.contract import EXIT_OK, OPS, STAGES
+from zerosim.contract import EXIT_OK, OPS, STAGE_NAMES, STAGES
 
 
 def run_memory(args: argparse.Namespace) -> int:
@@ -22,16 +24,32 @@ def run_memory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+PROGRESS_AFTER_S = 2.0
+"""simulate is most often done in well under a second; past this, it shows its progress on
+stderr (jitter at 512 ranks takes minutes)."""
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     from zerosim import report
-    from zerosim.files import write_text
+    from zerosim.cli.progress import ProgressBar
+    from zerosim.files import check_writable, write_text
     from zerosim.sim.engine import simulate
     from zerosim.sim.trace import chrome_trace
 
+    if args.trace is not None:
+        check_writable(Path(args.trace), "--trace")  # before the work, not after it
+    start_s = time.perf_counter()
     scenario = load(args)
     stages = [args.stage] if args.stage is not None else list(STAGES)
     keep = args.trace is not None
-    results = [simulate(scenario, s, mode=args.mode, keep_events=keep) for s in stages]
+    results = []
+    for i, s in enumerate(stages, 1):
+        bar = ProgressBar(f"zerosim simulate: {STAGE_NAMES[s]} ({i} of {len(stages)})",
+                          unit="collectives", delay_s=PROGRESS_AFTER_S, start_s=start_s)
+        try:
+            results.append(simulate(scenario, s, mode=args.mode, keep_events=keep, progress=bar))
+        finally:
+            bar.close()
     if args.trace is not None:
         write_text(Path(args.trace), json.dumps(chrome_trace(results)), "--trace")
     if args.json:

@@ -3,30 +3,61 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 
 from zerosim.cli.common import Command, add_mode, gib, load, positive_int
 from zerosim.contract import EXIT_OK, STAGES
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised where the sweep waits, so that its workers are stopped as for Ctrl-C
+    instead of left behind; the exit code is the shell's for a SIGTERM, 128 + 15."""
+
+
+def _terminate(signum: int, frame) -> None:
+    raise Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """SIGTERM raises Terminated for the duration (the main thread only may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from zerosim.cli.progress import ProgressBar
     from zerosim.tradeoffs import sweep
 
-    sweep.output_format(args.out)  # a wrong name fails before any work (run_sweep checks the rest)
+    sweep.output_format(args.out)  # a wrong name or place fails before any work
     varies = [sweep.parse_vary(text) for text in args.vary]
     total = sweep.count_points(varies)
     progress = None if args.quiet else ProgressBar("zerosim sweep:")
     start_s = time.perf_counter()
     try:
-        rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
-                               jobs=args.jobs, mode=args.mode, progress=progress)
-    finally:
-        if progress is not None:
-            progress.close()
-    sweep.write_results(args.out, rows, args.scenario, varies, args.overrides, args.deepspeed)
+        with _sigterm_unwinds():
+            try:
+                rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
+                                       jobs=args.jobs, mode=args.mode, progress=progress)
+            finally:
+                if progress is not None:
+                    progress.close()
+            sweep.write_results(args.out, rows, args.scenario, varies, args.overrides,
+                                args.deepspeed)
+    except Terminated:
+        print("zerosim: terminated", file=sys.stderr)
+        raise
     if not args.quiet:
         print(f"zerosim sweep: {total} points, {len(rows)} rows in "
               f"{time.perf_counter() - start_s:.1f} s -> {args.out}", file=sys.stderr)

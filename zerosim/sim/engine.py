@@ -17,14 +17,15 @@ numbers (tests/zerosim/test_engine.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator
 
 import simpy
 
 from zerosim.contract import SIM_MODES, STAGE_NAMES
 from zerosim.errors import InputError
 from zerosim.scenario.config import Scenario
+from zerosim.scenario.variation import VariationConfig
 from zerosim.sim.collectives import bytes_sent_per_rank, choose_algorithm, phases_of
 from zerosim.sim.collectives.ring import FLAT, Group, representatives, run_phases
 from zerosim.sim.costs import price_phases
@@ -82,6 +83,11 @@ class Engine:
         self.keep_samples = keep_events
         self._pending: dict[tuple[str, int], list] = {}
         self._phases: dict[tuple[str, float], list] = {}
+        self.moved = 0
+        """Collectives completed so far."""
+        self.progress: Callable[[int, int], None] | None = None
+        self.collectives = 0
+        """The step's collectives, known when progress is reported (count_collectives)."""
 
     def collective(self, key: tuple[str, int], op: str, size_bytes: float) -> simpy.Event:
         """Join collective `key`; fires with (start_s, bytes sent per rank) once it completes.
@@ -109,6 +115,9 @@ class Engine:
             phases = self._phases[op, size_bytes] = price_phases(
                 self.scenario, op, size_bytes, self.group, phases, self.stage)
         yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
+        self.moved += 1
+        if self.progress is not None:
+            self.progress(min(self.moved, self.collectives), self.collectives)
         return bytes_sent_per_rank(phases)
 
     def run(self) -> list[RankContext]:
@@ -163,14 +172,30 @@ class StageResult:
                 "notes": self.notes}
 
 
-def simulate(scenario: Scenario, stage: int, mode: str = "auto",
-             keep_events: bool = True) -> StageResult:
-    """One training step of `stage` for the scenario's model on its cluster."""
+def count_collectives(scenario: Scenario, stage: int) -> int:
+    """The collectives of one step. They follow the stage program's structure, not its timing,
+    so every rank under any [variation] runs the same ones: counted on the uniform cluster, whose
+    one representative rank costs little next to simulating every rank."""
+    engine = Engine(replace(scenario, variation=VariationConfig()), stage, keep_events=False)
+    engine.run()
+    return engine.moved
+
+
+def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bool = True,
+             progress: Callable[[int, int], None] | None = None) -> StageResult:
+    """One training step of `stage` for the scenario's model on its cluster. `progress(done,
+    total)` hears of every collective completed when every rank is simulated (the mode whose cost
+    grows with the ranks: minutes at 512), otherwise once at the end of the step."""
     if scenario.training.seq_len is None:
         raise InputError("simulating a step needs training.seq_len: a bare-Ψ model computes "
                          "6 * Ψ FLOPs per token (e.g. --set training.seq_len=1024)")
     engine = Engine(scenario, stage, mode, keep_events=keep_events)
+    each = progress is not None and engine.mode == "per_rank"
+    if each:
+        engine.progress, engine.collectives = progress, count_collectives(scenario, stage)
     contexts = engine.run()
+    if progress is not None and not each:
+        progress(engine.moved, engine.moved)
     if not all(math.isfinite(ctx.state.end_s) for ctx in contexts):
         raise InputError("the step time overflows a float: check the scenario's bandwidths, "
                          "FLOP/s and sizes for values off by many orders of magnitude")

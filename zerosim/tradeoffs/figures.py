@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from zerosim.errors import InputError
+from zerosim.files import check_writable, write_bytes, write_text
 
 KINDS = ("memory", "tradeoff", "timeline", "calibration")
 PNG_HELP = ("PNG export needs kaleido >= 1 and a Chrome or Chromium: pip install 'zerosim[png]' "
@@ -41,27 +42,29 @@ def build_figure(kind: str, paths: list[str], stage: int | None = None):
 
 
 def output_suffix(out: str) -> str:
-    """".html" or ".png", checked before any file is read (PNG: that it can be written)."""
+    """".html" or ".png", checked before any file is read (PNG: that it can be made), with the
+    place it goes (files.check_writable)."""
     suffix = Path(out).suffix.lower()
     if suffix not in (".html", ".png"):
         raise InputError(f"-o {out}: write .html or .png, not {suffix or 'no extension'!r}")
     if suffix == ".png" and not kaleido_ready():
         raise InputError(f"cannot write {Path(out)}: {PNG_HELP}")
+    check_writable(Path(out), "-o")
     return suffix
 
 
 def write_figure(fig, out: str) -> None:
-    """HTML self-contained (works offline), or PNG through kaleido."""
+    """HTML self-contained (works offline), or PNG through kaleido; made in memory, then written
+    whole or not at all (files.write_bytes), never in place."""
     path = Path(out)
+    if path.suffix.lower() == ".html":
+        write_text(path, fig.to_html(include_plotlyjs=True, full_html=True), "-o")  # offline
+        return
     try:
-        if path.suffix.lower() == ".html":
-            fig.write_html(path, include_plotlyjs=True, full_html=True)  # embedded: opens offline
-        else:
-            fig.write_image(path, width=1200, height=700)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        data = fig.to_image(format="png", width=1200, height=700)
     except RuntimeError as exc:  # plotly's: kaleido found no Chrome
         raise InputError(f"cannot write {path}: {' '.join(str(exc).split())} ({PNG_HELP})") from None
+    write_bytes(path, data, "-o")
 
 
 def kaleido_ready() -> bool:

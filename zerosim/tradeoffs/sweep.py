@@ -16,6 +16,8 @@ import math
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES, STAGES
 from zerosim.errors import InputError
-from zerosim.files import write_text
+from zerosim.files import check_writable, write_text
 from zerosim.memory import fits, stage_memory
 from zerosim.model import total_params
 from zerosim.scenario.load import load_scenario, parse_override
@@ -31,6 +33,7 @@ from zerosim.sim.engine import simulate
 
 FORMAT_VERSION = 1
 MAX_POINTS = 1_000_000  # a million points is already gigabytes of rows
+ORPHAN_POLL_S = 0.5  # how soon a worker notices its parent is gone
 MEMORY_COLUMNS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes",
                   "activations_bytes", "buffers_bytes", "host_bytes", "peak_bytes")
 INPUT_TABLES = ("model", "cluster", "training", "variation")
@@ -174,9 +177,32 @@ def _run_point(job: tuple) -> list[dict] | str:
         return f"point {point.index} ({point.describe()}): {exc}"
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the parent, which cancels what is queued and says so once."""
+def _init_worker(parent_pid: int) -> None:
+    """Workers leave Ctrl-C to the parent, which cancels what is queued and says so once; die on
+    SIGTERM (not by the parent's handler a fork copies: a worker would catch it and go on); and
+    die with the parent: killed with no chance to stop them (SIGKILL, a crash), it would leave
+    them blocked forever on a queue it no longer feeds. A thread watching the parent's pid, not
+    Linux's PR_SET_PDEATHSIG: it works on every platform and start method, and does not hinge on
+    which of the parent's threads forked the worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(ORPHAN_POLL_S)
+    os._exit(1)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Drop the queued points and stop the running ones now (a point can take minutes), as
+    Python 3.14's ProcessPoolExecutor.terminate_workers does."""
+    workers = list((pool._processes or {}).values())  # shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+        worker.join()
 
 
 def default_jobs() -> int:
@@ -214,11 +240,13 @@ def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[st
         return rows
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
-                               initializer=_ignore_interrupts)
+                               initializer=_init_worker, initargs=(os.getpid(),))
     try:
         collect(pool.map(_run_point, work, chunksize=max(1, total // (jobs * 32))))
-    finally:  # on a bad point or Ctrl-C, drop the queued points instead of running them all
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:  # a bad point, Ctrl-C, SIGTERM (cli): no more work, no orphans
+        _stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
     return rows
 
 
@@ -255,18 +283,18 @@ def to_json(rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
 
 
 def output_format(path: str) -> str:
-    """'csv' or 'json', from the name; checked before a sweep starts, with the folder."""
+    """'csv' or 'json', from the name; checked before a sweep starts, with the place it goes
+    (files.check_writable)."""
     suffix = Path(path).suffix.lower()
     if suffix not in (".csv", ".json"):
         raise InputError(f"--out {path}: the file name must end in .csv or .json")
-    if not Path(path).resolve().parent.is_dir():
-        raise InputError(f"--out {path}: cannot write there: no folder {Path(path).parent}")
+    check_writable(Path(path), "--out")
     return suffix[1:]
 
 
 def write_results(path: str, rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
                   overrides: Sequence[str], deepspeed: str | None = None) -> None:
     """CSV (the rows: every resolved input is a column) or JSON (rows plus how they were made)."""
-    text = (to_csv(rows) if output_format(path) == "csv"
+    text = (to_csv(rows) if Path(path).suffix.lower() == ".csv"
             else to_json(rows, scenario_path, varies, overrides, deepspeed))
     write_text(Path(path), text, "sweep results")
