@@ -154,3 +154,18 @@ def test_plan_says_what_it_leaves_out(monkeypatch):
     per_rank = plan(paper(8), 32 * GiB, mode="per_rank")
     assert {c["world_size"] for c in per_rank["configurations"]} <= {4, 6, 8, 16}
     assert any(n.startswith("64 GPUs not ranked") and "16 ranks" in n for n in per_rank["notes"])
+
+
+def test_plan_reports_progress_per_gpu_count_once_it_runs_long(monkeypatch):
+    """Past simulate's delay, plan says on stderr how many GPU counts of how many it has ranked
+    (jitter makes each one take seconds); stdout is the same with and without it."""
+    from zerosim.cli import simulation
+
+    quiet = run_zerosim("plan", ZERO_PAPER, "--json")
+    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 0.0)
+    shown = run_zerosim("plan", ZERO_PAPER, "--json")
+    sizes = {c["world_size"] for c in shown.json["configurations"]}
+    assert quiet.stderr == "" and shown.stdout == quiet.stdout
+    lines = shown.stderr.splitlines()
+    assert lines and all(line.startswith("zerosim plan: [") for line in lines)
+    assert f"] {len(sizes)}/{len(sizes)} GPU counts" in lines[-1]

@@ -4,6 +4,7 @@ its group. Each time no worker survives it, the queued points are dropped, and n
 temporary) is left. The bounds below (generous) are on a hang, not on speed: a surviving worker
 is blocked forever."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -138,4 +139,26 @@ def test_ctrl_c_cancels_the_queued_points(sweep, tmp_path, target):
     assert "Traceback" not in "\n".join(sweep.lines)
     assert done_points(sweep.lines) < SEEDS
     assert sweep.survivors(workers) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_to_a_long_simulate_ends_it_cleanly(tmp_path):
+    """Every command unwinds on SIGTERM (cli.common.dispatch): a jittered simulate, stopped once
+    its progress shows, exits 143 with one line and leaves no trace file or temporary."""
+    argv = [sys.executable, "-m", "zerosim", "simulate", str(SCENARIOS / "zero_paper_7b5_64gpu.toml"),
+            "--set", "variation.jitter_pct=5",  # 64 ranks one by one: seconds per stage
+            "--trace", str(tmp_path / "step.json")]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        first = proc.stderr.readline()  # the first progress line: past start-up, mid-work
+        assert first.startswith("zerosim simulate: "), first
+        os.kill(proc.pid, signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=HANG_S) == 128 + signal.SIGTERM
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert rest.splitlines()[-1] == "zerosim: terminated" and "Traceback" not in rest
     assert list(tmp_path.iterdir()) == []

@@ -3,37 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import threading
 import time
 
 from zerosim.cli.common import Command, add_mode, gib, load, positive_int
 from zerosim.contract import EXIT_OK, STAGES
-
-
-class Terminated(SystemExit):
-    """SIGTERM, raised where the sweep waits, so that its workers are stopped as for Ctrl-C
-    instead of left behind; the exit code is the shell's for a SIGTERM, 128 + 15."""
-
-
-def _terminate(signum: int, frame) -> None:
-    raise Terminated(128 + signum)
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds():
-    """SIGTERM raises Terminated for the duration (the main thread only may set handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -45,19 +20,13 @@ def run_sweep(args: argparse.Namespace) -> int:
     total = sweep.count_points(varies)
     progress = None if args.quiet else ProgressBar("zerosim sweep:")
     start_s = time.perf_counter()
-    try:
-        with _sigterm_unwinds():
-            try:
-                rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
-                                       jobs=args.jobs, mode=args.mode, progress=progress)
-            finally:
-                if progress is not None:
-                    progress.close()
-            sweep.write_results(args.out, rows, args.scenario, varies, args.overrides,
-                                args.deepspeed)
-    except Terminated:
-        print("zerosim: terminated", file=sys.stderr)
-        raise
+    try:  # SIGTERM unwinds from here as Ctrl-C does, stopping the workers (cli.common.dispatch)
+        rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
+                               jobs=args.jobs, mode=args.mode, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    sweep.write_results(args.out, rows, args.scenario, varies, args.overrides, args.deepspeed)
     if not args.quiet:
         print(f"zerosim sweep: {total} points, {len(rows)} rows in "
               f"{time.perf_counter() - start_s:.1f} s -> {args.out}", file=sys.stderr)
@@ -65,12 +34,20 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    from zerosim.cli.progress import ProgressBar
+    from zerosim.cli.simulation import PROGRESS_AFTER_S
     from zerosim.tradeoffs.plan import format_plan, plan
     from zerosim.units import GiB
 
+    start_s = time.perf_counter()
     scenario = load(args)
     budget_GiB = args.gpu_memory_GiB if args.gpu_memory_GiB is not None else scenario.cluster.hbm_GiB
-    result = plan(scenario, round(budget_GiB * GiB), mode=args.mode)
+    bar = ProgressBar("zerosim plan:", unit="GPU counts", delay_s=PROGRESS_AFTER_S,
+                      start_s=start_s)
+    try:
+        result = plan(scenario, round(budget_GiB * GiB), mode=args.mode, progress=bar)
+    finally:
+        bar.close()
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
     return EXIT_OK
 

@@ -124,7 +124,9 @@ def candidate_gpus(scenario: Scenario, fewest: list[int | None]) -> list[int]:
     return sorted(sizes)
 
 
-def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto") -> dict[str, Any]:
+def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
+         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """`progress(done, total)` after each GPU count simulated (jitter makes each take seconds)."""
     n = scenario.world_size
     stages = []
     for stage in STAGES:
@@ -138,13 +140,16 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto") -> dict[str,
                        else f"needs {overflow(row, budget_bytes)}"})
     configs, notes = [], []
     if scenario.training.seq_len is not None:  # a bare Ψ without a sequence has no step time
-        for gpus in candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages]):
+        sizes = candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages])
+        for done, gpus in enumerate(sizes, 1):
             world = with_world(scenario, gpus)
             fitting = [s for s in STAGES if stage_memory(world, s).peak_bytes <= budget_bytes]
             try:
                 configs.extend(rows_of(world, fitting, {}, mode))
             except InputError as exc:  # e.g. too many ranks to simulate one by one
                 notes.append(f"{gpus} GPUs not ranked: {exc}")
+            if progress is not None:
+                progress(done, len(sizes))
     named = (*scenario.variation.slow_ranks, *scenario.variation.degraded_links)
     if named and any(c["world_size"] <= max(named) for c in configs):
         notes.append("ranks that [variation] names beyond a smaller world's last rank are left "
