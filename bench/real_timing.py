@@ -128,7 +128,7 @@ def signal_figures() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, TMPDIR=tmp, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen([sys.executable, "-m", "zero_real.cli", "run", str(TINY),
-                                 "--stage", "1", "--nproc", "2", "--steps", "100000",
+                                 "--stage", "1", "--nproc", "2", "--steps", "10000",
                                  "--timeout-s", "10"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -27,7 +27,7 @@ LAYERS = (
     ("simulation", ("zerosim.sim",)),
     ("reports", ("zerosim.report",)),
     ("calibration and trade-offs", ("zerosim.calibration", "zerosim.tradeoffs")),
-    ("real runs: parts", ("zero_real.runconfig", "zero_real.preflight", "zero_real.model",
+    ("real runs: parts", ("zero_real.runconfig", "zero_real.flags", "zero_real.preflight", "zero_real.model",
                           "zero_real.flat", "zero_real.measure", "zero_real.optim",
                           "zero_real.collectives", "zero_real.watch",
                           "zero_real.calibrate_progress", "zero_real.report")),

@@ -11,22 +11,20 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 import shlex
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from zero_real import preflight
-from zero_real.calibrate_progress import ProgressPrinter
-from zero_real.runconfig import CalibrationWorld
+from zero_real import flags, preflight
+from zero_real.calibrate_progress import shown
+from zero_real.runconfig import CalibrationWorld, portable_path
 from zerosim.contract import (COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, PROFILE_FORMAT,
                               PROFILE_VERSION, STAGES)
 from zerosim.errors import InputError
 from zerosim.files import write_text
-from zerosim.units import GiB, KiB, MiB
+from zerosim.units import KiB, MiB
 
 COLLECTIVE_BUFFERS = 3  # per rank at the largest size: the buffer, the ring's scratch, gloo's copy
 
@@ -41,27 +39,13 @@ def _modes(text: str) -> list[str]:
     return modes
 
 
-def _micro_batches(text: str | None, default: int) -> list[int]:
-    if text is None:
-        return sorted({1, default, 2 * default})
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise InputError(f"--micro-batches {text}: give positive integers separated by commas, "
-                         f"e.g. 1,2,4")
-    return sorted(set(values))
-
-
 def _sizes(args, nproc: int) -> list[int]:
-    """Powers of two in bytes from --min-size-KiB to --max-size-MiB (nccl-tests' -b/-e/-f 2)."""
-    preflight.positive("--min-size-KiB", args.min_size_KiB)
-    preflight.positive("--max-size-MiB", args.max_size_MiB)
+    """Powers of two in bytes from --min-size-KiB to --max-size-MiB (nccl-tests' -b/-e/-f 2);
+    each flag is in range already (flags.py)."""
     lo, hi = args.min_size_KiB * KiB, args.max_size_MiB * MiB
     if lo > hi:
-        raise InputError(f"--min-size-KiB {args.min_size_KiB:g} = {lo:g} bytes exceeds "
-                         f"--max-size-MiB {args.max_size_MiB:g} = {hi:g} bytes")
+        raise InputError(f"--min-size-KiB {flags.shown(args.min_size_KiB)} = {lo:g} bytes exceeds "
+                         f"--max-size-MiB {flags.shown(args.max_size_MiB)} = {hi:g} bytes")
     size, sizes = 1 << max(0, math.ceil(math.log2(lo))), []
     while size <= hi:
         sizes.append(size)
@@ -69,22 +53,19 @@ def _sizes(args, nproc: int) -> list[int]:
     if not sizes:
         raise InputError(f"no power of two bytes lies between {lo:g} and {hi:g} bytes")
     if nproc > 1 and sizes[0] < 4 * nproc:
-        raise InputError(f"--min-size-KiB {args.min_size_KiB:g}: the smallest buffer, {sizes[0]} "
-                         f"bytes, must hold one fp32 element per rank: >= 4 x {nproc} = "
-                         f"{4 * nproc} bytes")
+        raise InputError(f"--min-size-KiB {flags.shown(args.min_size_KiB)}: the smallest buffer, "
+                         f"{sizes[0]} bytes, must hold one fp32 element per rank: >= 4 x {nproc} "
+                         f"= {4 * nproc} bytes")
     return sizes
 
 
 def prepare(args) -> dict:
-    """Check everything before the first process starts; the settings of every world."""
+    """Check everything before the first process starts, the largest world first (what fits
+    this box bounds --nproc before a world is built); the settings of every world."""
     preflight.require_torch()
     from zerosim.model import total_params
     from zerosim.scenario.load import load_scenario
 
-    preflight.at_least("--nproc", args.nproc, 1)
-    preflight.positive("--timeout-s", args.timeout_s)
-    preflight.positive("--seconds-per-size", args.seconds_per_size)
-    preflight.positive("--run-timeout-s", args.run_timeout_s)
     modes, sizes = _modes(args.collectives), _sizes(args, args.nproc)
     preflight.check_out(args.out)
     preflight.check_devices(args.backend, args.nproc)
@@ -97,7 +78,16 @@ def prepare(args) -> dict:
 
     scenario = load(args.nproc)
     preflight.check_scenario(scenario, args.scenario)
-    micro_batches = _micro_batches(args.micro_batches, scenario.training.micro_batch)
+    micro_batches = args.micro_batches or sorted({1, scenario.training.micro_batch,
+                                                  2 * scenario.training.micro_batch})
+    if args.backend == "gloo":  # ranks share this box's memory: refuse what cannot fit
+        preflight.check_memory(load(args.nproc, "training.zero_stage=0",
+                                    f"training.micro_batch={micro_batches[-1]}"),
+                               0, args.nproc, args.nproc)
+        if args.nproc > 1:
+            preflight.check_fits(args.nproc, COLLECTIVE_BUFFERS * sizes[-1],
+                                 f"for {COLLECTIVE_BUFFERS} buffers of --max-size-MiB "
+                                 f"{flags.shown(args.max_size_MiB)}")
     psi, elements = total_params(scenario.model), [KiB]
     while elements[-1] * 4 <= max(2**22, psi):
         elements.append(elements[-1] * 4)
@@ -111,21 +101,7 @@ def prepare(args) -> dict:
             memory_scenarios={(s, b): load(n, f"training.zero_stage={s}",
                                            f"training.micro_batch={b}")
                               for s in STAGES for b in micro_batches})
-    if args.backend == "gloo":  # ranks share this box's memory: refuse what cannot fit
-        largest = worlds[max(worlds)].memory_scenarios[(0, micro_batches[-1])]
-        preflight.check_memory(largest, 0, args.nproc, args.nproc)
-        _check_collective_memory(args, sizes[-1])
     return {"scenario": scenario, "worlds": worlds, "modes": modes}
-
-
-def _check_collective_memory(args, largest_bytes: int) -> None:
-    available, need = preflight.mem_available(), args.nproc * COLLECTIVE_BUFFERS * largest_bytes
-    if args.nproc > 1 and available is not None and need > preflight.MEMORY_FRACTION * available:
-        raise InputError(
-            f"not enough memory for --max-size-MiB {args.max_size_MiB:g}: {args.nproc} "
-            f"process(es) x {COLLECTIVE_BUFFERS} buffers x {largest_bytes / MiB:g} MiB = "
-            f"{need / GiB:.2f} GiB > {preflight.MEMORY_FRACTION:.0%} of MemAvailable "
-            f"{available / GiB:.2f} GiB")
 
 
 def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str) -> dict:
@@ -164,7 +140,7 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
         "provenance": {"host": socket.gethostname(), "hardware": first["hardware"],
                        "backend": args.backend, "device": first["device"],
                        "torch_version": torch.__version__, "date": date,
-                       "scenario": args.scenario, "overrides": args.overrides,
+                       "scenario": portable_path(args.scenario), "overrides": args.overrides,
                        "nproc": args.nproc, "collectives": the_plan["modes"], "command": command},
         "scenario": {"model": dataclasses.asdict(scenario.model),
                      "training": {"precision": t.precision, "optimizer": t.optimizer,
@@ -192,18 +168,21 @@ def write_json(path: str, data: dict) -> None:
 
 
 def reproduce(args) -> str:
-    """The command, every setting spelled out (defaults included), to redo this calibration."""
-    argv = ["zero-real", "calibrate", args.scenario, "--nproc", str(args.nproc),
+    """The command, every setting spelled out (defaults included), to redo this calibration;
+    its paths as typed (portable_path)."""
+    argv = ["zero-real", "calibrate", portable_path(args.scenario), "--nproc", str(args.nproc),
             "--backend", args.backend, "--collectives", args.collectives,
-            "--min-size-KiB", f"{args.min_size_KiB:g}", "--max-size-MiB", f"{args.max_size_MiB:g}"]
+            "--min-size-KiB", flags.shown(args.min_size_KiB),
+            "--max-size-MiB", flags.shown(args.max_size_MiB)]
     if args.micro_batches is not None:
-        argv += ["--micro-batches", args.micro_batches]
+        argv += ["--micro-batches", ",".join(map(str, args.micro_batches))]
     for override in args.overrides:
         argv += ["--set", override]
-    argv += ["--seconds-per-size", f"{args.seconds_per_size:g}", "--timeout-s", f"{args.timeout_s:g}"]
+    argv += ["--seconds-per-size", flags.shown(args.seconds_per_size),
+             "--timeout-s", flags.shown(args.timeout_s)]
     if args.run_timeout_s is not None:
-        argv += ["--run-timeout-s", f"{args.run_timeout_s:g}"]
-    return shlex.join([*argv, "--out", args.out])
+        argv += ["--run-timeout-s", flags.shown(args.run_timeout_s)]
+    return shlex.join([*argv, "--out", portable_path(args.out)])
 
 
 def calibrate(args) -> int:
@@ -213,15 +192,12 @@ def calibrate(args) -> int:
     from zero_real.launch import RankFailed, Stopped, signals_stop_the_run, spawn
 
     start, results, n = time.monotonic(), {}, None
-    fd, progress_path = tempfile.mkstemp(prefix="zerosim_calibrate_", suffix=".progress")
-    os.close(fd)
     try:
         with signals_stop_the_run():
             for n, world in the_plan["worlds"].items():
-                Path(progress_path).write_text("", encoding="utf-8")
-                with ProgressPrinter(progress_path, f"calibrate n={n}", sys.stderr):
+                with shown(f"calibrate n={n}", sys.stderr, f"starting {n} process(es)") as path:
                     results[n] = spawn(measure_world, n,
-                                       dataclasses.replace(world, progress_path=progress_path),
+                                       dataclasses.replace(world, progress_path=path),
                                        args.run_timeout_s)
     except RankFailed as exc:
         print(f"zero-real: error: calibrate n={n}: {exc}", file=sys.stderr)
@@ -229,8 +205,6 @@ def calibrate(args) -> int:
     except Stopped as exc:
         print(f"zero-real: {exc.name}: every rank stopped", file=sys.stderr)
         return 128 + exc.signum
-    finally:
-        Path(progress_path).unlink(missing_ok=True)
     raw = assemble(args, the_plan, results, reproduce(args))
     write_json(args.out, fit(the_plan["scenario"], raw, args.out))
     counts = ", ".join(f"{len(v)} {k}" for k, v in raw["measurements"].items())

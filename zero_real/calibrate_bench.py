@@ -149,7 +149,7 @@ def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Prog
                              "busbw_GBps": algbw * busbw_factor(op, n)})
                 recorder.events.clear()
                 del buf, run
-                progress.tick()
+                progress.tick(f"{impl} {op} {size_bytes} B")
     return rows
 
 
@@ -215,7 +215,7 @@ def compute(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[d
                          **{f"{name}_s": statistics.median(times)
                             for name, times in zip(PASSES, passes)},
                          "iterations": len(passes[0])})
-            progress.tick()
+            progress.tick(f"{unit} micro-batch {b}")
     return rows
 
 
@@ -232,7 +232,7 @@ def optimizer(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list
         del step  # its buffers, before the next size's
         rows.append({"processes": n, "precision": precision, "elements": elements,
                      "time_s": statistics.median(times), "iterations": len(times)})
-        progress.tick()
+        progress.tick(f"{elements} elements")
     return rows
 
 
@@ -274,5 +274,5 @@ def memory(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress)
                      "ledger_phases": {point: sum(by_category.values())
                                        for point, by_category in result["ledger_phases"].items()}})
         del result
-        progress.tick()
+        progress.tick(f"stage {stage} micro-batch {b}")
     return rows

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from zero_real import __version__, preflight
-from zero_real.runconfig import BACKENDS, DEFAULT_TIMEOUT_S, RunConfig
+from zero_real import __version__, flags, preflight
+from zero_real.runconfig import BACKENDS, DEFAULT_TIMEOUT_S, RunConfig, portable_path
 from zerosim.cli import Parser
 from zerosim.cli.common import dispatch
 from zerosim.contract import COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, STAGES
@@ -34,18 +34,9 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def _check_run_args(args: argparse.Namespace, torchrun: bool) -> None:
-    if args.stage not in STAGES:
-        raise InputError(f"--stage {args.stage} is not a ZeRO stage; allowed: "
-                         f"{', '.join(map(str, STAGES))}")
-    preflight.at_least("--nproc", args.nproc, 1)
-    preflight.at_least("--steps", args.steps, 1)
-    preflight.at_least("--timed-steps", args.timed_steps, 0)
-    preflight.positive("--timeout-s", args.timeout_s)
-    preflight.positive("--run-timeout-s", args.run_timeout_s)
-    if args.out:
-        preflight.check_out(args.out)
+    """What the flags' types cannot see alone (each value is in range already: flags.py)."""
+    preflight.check_out(args.out)
     if args.fake_world_size is not None:
-        preflight.at_least("--fake-world-size", args.fake_world_size, 1)
         if torchrun:
             raise InputError("--fake-world-size runs one local process, not under torchrun")
         if args.nproc != 1 or args.collectives != "native":
@@ -88,7 +79,8 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
     if args.backend == "gloo" and not (args.fake_world_size and torch.cuda.is_available()):
         preflight.check_memory(scenario, args.stage, 1 if args.fake_world_size else local, world)
     cfg = RunConfig(
-        scenario=scenario, scenario_path=args.scenario, overrides=tuple(args.overrides),
+        scenario=scenario, scenario_path=portable_path(args.scenario),
+        overrides=tuple(args.overrides),
         stage=args.stage, nproc=args.nproc,
         backend="fake" if args.fake_world_size else args.backend,
         collectives=args.collectives, steps=args.steps, timed_steps=args.timed_steps,
@@ -97,16 +89,30 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
     return cfg, torchrun is not None
 
 
+def _launch(cfg: RunConfig, under_torchrun: bool):
+    """The run, its steps shown on stderr as they go (a local run; under torchrun every process
+    is a rank and prints nothing)."""
+    import dataclasses
+
+    from zero_real.calibrate_progress import shown
+    from zero_real.train import run, run_under_torchrun
+
+    if under_torchrun:
+        return run_under_torchrun(cfg)
+    procs = 1 if cfg.fake_world_size else cfg.nproc
+    with shown("run", sys.stderr, f"starting {procs} process(es)") as progress_path:
+        return run(dataclasses.replace(cfg, progress_path=progress_path))
+
+
 def run_run(args: argparse.Namespace) -> int:
     cfg, under_torchrun = prepare_run(args)
     from zero_real.launch import RankFailed, Stopped, signals_stop_the_run
     from zero_real.report import summary
-    from zero_real.train import run, run_under_torchrun
     from zerosim.files import write_text
 
     try:
         with signals_stop_the_run():
-            result = run_under_torchrun(cfg) if under_torchrun else run(cfg)
+            result = _launch(cfg, under_torchrun)
     except RankFailed as exc:
         print(f"zero-real: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -115,7 +121,7 @@ def run_run(args: argparse.Namespace) -> int:
         return 128 + exc.signum
     if result is None:
         return EXIT_OK  # torchrun ranks other than 0
-    if args.out:
+    if args.out is not None:
         write_text(Path(args.out), json.dumps(result, indent=1), "--out")
     print(summary(result, args.out))
     return EXIT_OK
@@ -129,64 +135,66 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("scenario", help="scenario TOML, e.g. scenarios/tiny_gpt_4rank_cpu.toml")
-    run.add_argument("--stage", type=int, required=True, help="0 = DDP, 1, 2, 3 = ZeRO stages")
-    run.add_argument("--nproc", type=int, help="local processes (ranks); default 1, or "
+    run.add_argument("--stage", type=flags.whole(min(STAGES), max(STAGES)), required=True,
+                     help="0 = DDP, 1, 2, 3 = ZeRO stages")
+    run.add_argument("--nproc", type=flags.nproc, help="local processes (ranks); default 1, or "
                      "torchrun's WORLD_SIZE under torchrun")
     run.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0])
     run.add_argument("--collectives", choices=COLLECTIVE_IMPLS, default=COLLECTIVE_IMPLS[0],
                      help="torch.distributed's collectives, or a ring built from send/recv")
-    run.add_argument("--steps", type=int, default=3,
+    run.add_argument("--steps", type=flags.steps, default=3,
                      help="steps measured for memory (under the CPU memory profiler)")
-    run.add_argument("--timed-steps", type=int, default=0, metavar="K",
+    run.add_argument("--timed-steps", type=flags.timed_steps, default=0, metavar="K",
                      help="K more steps with memory profiling off, for timings without its "
                           "overhead (what `zerosim validate` compares step times with)")
     run.add_argument("--out", metavar="FILE.json", help="write the measurement JSON here")
     run.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="TABLE.KEY=VALUE", help="override one scenario key (repeatable)")
-    run.add_argument("--fake-world-size", type=int, metavar="W",
+    run.add_argument("--fake-world-size", type=flags.nproc, metavar="W",
                      help="one rank against a fake process group of W ranks: memory at W-way "
                           "sharding without W processes (losses are not meaningful)")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--lr", type=float, default=1e-3)
-    run.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+    run.add_argument("--seed", type=flags.seed, default=0)
+    run.add_argument("--lr", type=flags.lr, default=1e-3, help="Adam's learning rate (0, 1]")
+    run.add_argument("--timeout-s", type=flags.timeout_s, default=DEFAULT_TIMEOUT_S,
                      help=f"limit on init and on each collective, seconds (default "
                           f"{DEFAULT_TIMEOUT_S:g}): a rank that stops making progress is named "
                           f"within this plus a few seconds")
-    run.add_argument("--run-timeout-s", type=float, metavar="S",
+    run.add_argument("--run-timeout-s", type=flags.timeout_s, metavar="S",
                      help="limit on the whole run, seconds (default: none)")
 
 
 def _calibrate_arguments(cal: argparse.ArgumentParser) -> None:
     cal.add_argument("scenario", help="scenario TOML whose model is measured")
-    cal.add_argument("--nproc", type=int, required=True, metavar="N",
+    cal.add_argument("--nproc", type=flags.nproc, required=True, metavar="N",
                      help="measure worlds of 2..N local processes (N = 1: compute, optimizer and "
                           "memory only)")
     cal.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0])
     cal.add_argument("--collectives", default=",".join(COLLECTIVE_IMPLS), metavar="MODES",
                      help=f"comma-separated: {', '.join(COLLECTIVE_IMPLS)} (default all)")
-    cal.add_argument("--min-size-KiB", dest="min_size_KiB", type=float, default=1.0,
+    cal.add_argument("--min-size-KiB", dest="min_size_KiB", type=flags.size_KiB, default=1.0,
                      help="smallest collective buffer, KiB (default 1)")
-    cal.add_argument("--max-size-MiB", dest="max_size_MiB", type=float, default=256.0,
+    cal.add_argument("--max-size-MiB", dest="max_size_MiB", type=flags.size_MiB, default=256.0,
                      help="largest collective buffer, MiB (default 256); sizes double from the "
                           "smallest")
-    cal.add_argument("--seconds-per-size", dest="seconds_per_size", type=float, default=0.3,
-                     metavar="S", help="timed iterations per collective size last about S "
-                                       "seconds (5 to 500 iterations; default 0.3)")
-    cal.add_argument("--micro-batches", metavar="B,B,...",
+    cal.add_argument("--seconds-per-size", dest="seconds_per_size", type=flags.seconds_per_size,
+                     default=0.3, metavar="S", help="timed iterations per collective size last "
+                     "about S seconds (5 to 500 iterations; default 0.3)")
+    cal.add_argument("--micro-batches", type=flags.micro_batches, metavar="B,B,...",
                      help="micro-batches for compute and memory (default: 1, the scenario's, "
                           "twice it)")
     cal.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="TABLE.KEY=VALUE", help="override one scenario key (repeatable)")
-    cal.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+    cal.add_argument("--timeout-s", type=flags.timeout_s, default=DEFAULT_TIMEOUT_S,
                      help=f"limit on init and on each collective, seconds (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
-    cal.add_argument("--run-timeout-s", type=float, metavar="S",
+    cal.add_argument("--run-timeout-s", type=flags.timeout_s, metavar="S",
                      help="limit on each world of n processes, seconds (default: none)")
     cal.add_argument("--out", required=True, metavar="FILE.json", help="write the profile here")
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="zero-real", description="DDP and ZeRO-1/2/3 for real on torch.distributed.")
+    parser = Parser(prog="zero-real",
+                     description="DDP and ZeRO-1/2/3 for real on torch.distributed.")
     parser.add_argument("--version", action="version", version=f"zero-real {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=Parser)

@@ -5,6 +5,7 @@ heartbeat file."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ class RankSetup:
     """With backend "fake": the world the one rank pretends to be part of."""
     progress_file: str | None = None
     """This rank's heartbeat (watch.Heartbeat); set by launch for each rank."""
+    progress_path: str | None = None
+    """Where rank 0 appends its progress lines for the launcher to show (calibrate_progress)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +50,7 @@ class RunConfig(RankSetup):
     seed: int = 0
     lr: float = 1e-3
     scenario_path: str = ""
+    """The scenario file as the command line named it (portable_path)."""
     overrides: tuple[str, ...] = ()
     run_timeout_s: float | None = None
     """Limit on the whole run; None: no limit."""
@@ -70,5 +74,17 @@ class CalibrationWorld(RankSetup):
     lr: float = 1e-3
     memory_scenarios: dict[tuple[int, int], Any] = field(default_factory=dict)
     """(stage, micro-batch) -> the scenario its memory run trains."""
-    progress_path: str | None = None
-    """Where rank 0 appends its progress lines (calibrate_progress.Progress)."""
+
+
+def portable_path(path: str) -> str:
+    """A path for provenance (measurement files, profiles), which travel to other machines: a
+    relative path as it was typed; an absolute one inside the working directory relative to it,
+    so that no file records this machine's folders (a home directory) for a path the user could
+    have typed shorter. An absolute path elsewhere stays as given: there was nothing shorter."""
+    if not os.path.isabs(path):
+        return path
+    try:
+        relative = os.path.relpath(path)
+    except (ValueError, OSError):  # another drive (Windows); no working directory
+        return path
+    return path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative

@@ -45,6 +45,7 @@ def share_cores(device: torch.device, nproc: int) -> None:
 def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     """Build the stage, run cfg.steps steps measuring memory and cfg.timed_steps more without
     the profiler, return this rank's measurements."""
+    from zero_real.calibrate_progress import Progress
     from zero_real.collectives import Collectives
     from zero_real.measure import Recorder
     from zero_real.model import build_model, random_batch
@@ -65,6 +66,8 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     t = scenario.training
     losses = []
     under_profiler = recorder.profiling
+    progress = Progress(cfg.progress_path, rank)
+    progress.begin("steps", cfg.steps + cfg.timed_steps)
     # Memory is measured over the first `steps` steps; `timed_steps` more run with memory
     # profiling off, so their timings carry no profiler overhead.
     for step in range(cfg.steps + cfg.timed_steps):
@@ -74,6 +77,7 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
         idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg.seed, step)
         heartbeat.step = recorder.step = step
         losses.append(engine.step(idx.to(device), targets.to(device), step))
+        progress.tick()
     params = None
     if cfg.return_params:
         params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}

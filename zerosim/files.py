@@ -54,6 +54,8 @@ def check_writable(path: Path, what: str) -> None:
         if not target.parent.is_dir():
             raise InputError(f"cannot write {what} {path}: {target.parent} is a file, not a folder")
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except InputError:  # an InputError is a ValueError: not to be wrapped in another
+        raise
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}") \
             from None

@@ -1,8 +1,12 @@
 """`zero-real calibrate`: one real calibration of the tiny model on 2 processes (and one on 1),
-what its profile must say, what it refuses, and what a failing rank or a failed write leaves."""
+what its profile and its progress must say, what it refuses, and what a failing rank or a failed
+write leaves. No measured time is compared here (a loaded machine would break it):
+bench/real_timing.py prints how time grows with size. Flags out of range: test_flags.py;
+outputs: test_outputs.py."""
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,13 +14,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.conftest import SCENARIOS, CliResult, assert_one_line_error, run_main  # noqa: E402
-from zerosim.contract import busbw_factor  # noqa: E402
+from zerosim.contract import COLLECTIVE_IMPLS, COLLECTIVE_OPS, STAGES, UNIT_KINDS  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
-# Sizes where time depends on size on a 2-core CI box: below ~256 KiB gloo is latency-bound
-# (~0.5 ms native, a ~4 ms floor per send/recv step of the ring), so 64 KiB vs 1 KiB is noise.
 SIZES_KIB = [256 * 2**k for k in range(7)]  # 256 KiB .. 16 MiB
 RUN_LIMIT = ("--run-timeout-s", 120)  # a hang fails the test instead of CI
+# nccl-tests' PERFORMANCE.md at n = 2: all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n
+BUSBW_FACTOR_2 = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5}
 
 
 def calibrate(*argv) -> CliResult:
@@ -28,19 +32,44 @@ def calibrate(*argv) -> CliResult:
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
-    out = tmp_path_factory.mktemp("calibrate") / "two.json"
-    result = calibrate(TINY, "--nproc", 2, "--min-size-KiB", 256, "--max-size-MiB", 16,
-                       "--micro-batches", "1,2", "--out", out, *RUN_LIMIT)
+    """A calibration run from a folder holding the scenario, paths typed relative to it, every
+    progress line shown (no interval between lines)."""
+    from zero_real import calibrate_progress
+
+    folder = tmp_path_factory.mktemp("calibrate")
+    shutil.copy(TINY, folder / "tiny.toml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(calibrate_progress, "EVERY_S", 0.0)
+        result = calibrate("tiny.toml", "--nproc", 2, "--min-size-KiB", 256, "--max-size-MiB",
+                           16, "--micro-batches", "1,2", "--out", "two.json", *RUN_LIMIT)
     assert result.code == 0, result.stderr
-    return result, json.loads(out.read_text()), out
+    return result, json.loads((folder / "two.json").read_text()), folder / "two.json"
 
 
-def test_progress_per_section_and_a_one_line_summary(two):
+def _expected_progress() -> list[str]:
+    """Every item of the n = 2 world, in the order calibrate_bench measures them."""
+    sections = {
+        "collectives": [f"{impl} {op} {kib * 1024} B" for impl in COLLECTIVE_IMPLS
+                        for op in COLLECTIVE_OPS for kib in SIZES_KIB],
+        "compute": [f"{unit} micro-batch {b}" for b in (1, 2) for unit in UNIT_KINDS],
+        "optimizer": [f"{4**k} elements" for k in range(5, 12)],
+        "memory": [f"stage {s} micro-batch {b}" for s in STAGES for b in (1, 2)]}
+    lines = ["starting 2 process(es)"]
+    for section, items in sections.items():
+        n = len(items)
+        lines += [f"{section} 0/{n}", *(f"{section} {k}/{n} ({item})"
+                                        for k, item in enumerate(items[:-1], 1)),
+                  f"{section} {n}/{n}"]
+    return [f"calibrate n=2: {line}" for line in lines]
+
+
+def test_progress_every_item_and_a_one_line_summary(two):
     result, _, out = two
-    assert result.stdout.count("\n") == 1 and f"wrote {out}" in result.stdout
-    sections = [line.split(" in ")[0] for line in result.stderr.splitlines()]
-    assert sections == ["calibrate n=2: collectives 42/42", "calibrate n=2: compute 6/6",
-                        "calibrate n=2: optimizer 7/7", "calibrate n=2: memory 8/8"]
+    assert result.stdout.count("\n") == 1 and "wrote two.json" in result.stdout
+    lines = result.stderr.splitlines()
+    assert [line.rsplit(" in ", 1)[0] for line in lines] == _expected_progress()
+    assert all(line.endswith(" s") for line in lines if "/" in line and " in " in line)
 
 
 def test_provenance_and_scenario(two):
@@ -50,13 +79,17 @@ def test_provenance_and_scenario(two):
     assert p["torch_version"] == torch.__version__ and p["date"].endswith("+00:00")
     assert (p["backend"], p["device"], p["nproc"], p["collectives"]) == ("gloo", "cpu", 2,
                                                                          ["native", "ring"])
-    assert p["scenario"] == str(TINY) and "--micro-batches 1,2" in p["command"]
+    assert p["scenario"] == "tiny.toml"  # as typed, relative to where it ran
+    assert p["command"] == (
+        "zero-real calibrate tiny.toml --nproc 2 --backend gloo --collectives native,ring "
+        "--min-size-KiB 256 --max-size-MiB 16 --micro-batches 1,2 --seconds-per-size 0.02 "
+        "--timeout-s 30 --run-timeout-s 120 --out two.json")
     assert profile["scenario"]["model"]["hidden"] == 64
     assert profile["scenario"]["training"] == {"precision": "fp32", "optimizer": "adam",
                                                "seq_len": 32, "micro_batch": 2}
 
 
-def test_every_collective_once_and_time_grows_with_size(two):
+def test_every_collective_once_with_its_bandwidths(two):
     rows = two[1]["measurements"]["collectives"]
     keys = [(r["impl"], r["op"], r["ranks"], r["size_bytes"]) for r in rows]
     assert sorted(keys) == sorted((impl, op, 2, kib * 2**10) for impl in ("native", "ring")
@@ -66,16 +99,7 @@ def test_every_collective_once_and_time_grows_with_size(two):
         assert r["time_s"] > 0 and 5 <= r["iterations"] <= 500
         assert r["median_s"] > 0  # kept beside the mean the fit uses
         assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
-        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * busbw_factor(r["op"], 2))
-    # On a shared 2-core box a small collective's time is bimodal (the peer's gloo thread awake
-    # or not: 0.4 or ~4 ms at 256 KiB, seen on both sides of this refactor), so the small end is
-    # the fastest of the three smallest sizes, each a median over its iterations.
-    time_s = {k[:2] + k[3:]: r["median_s"] for k, r in zip(keys, rows)}
-    for impl, op, _ in time_s:
-        small = min(time_s[impl, op, kib * 2**10] for kib in SIZES_KIB[:3])
-        large = time_s[impl, op, 16 * 2**20]
-        # 16-64x the bytes: far slower natively; the ring's per-step floor leaves less of a gap.
-        assert large > (2 if impl == "native" else 1.2) * small, (impl, op, small, large)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * BUSBW_FACTOR_2[r["op"]])
 
 
 def test_compute_per_unit_and_micro_batch(two):
@@ -86,17 +110,13 @@ def test_compute_per_unit_and_micro_batch(two):
         assert r["processes"] == 2 and r["seq_len"] == 32 and r["iterations"] >= 5
         assert 0 < r["forward_s"] <= r["forward_s_max_rank"]
         assert 0 < r["backward_s"] <= r["backward_s_max_rank"]
-        assert r["backward_s"] > 0.3 * r["forward_s"], r  # backward does about twice the work
-        # At least 0.05 s of timed iterations (seen here through the median: roughly).
-        assert r["iterations"] * (r["forward_s"] + r["backward_s"]) > 0.025, r
 
 
 def test_optimizer_elements_and_times(two):
     rows = two[1]["measurements"]["optimizer"]
     assert [r["elements"] for r in rows] == [4**k for k in range(5, 12)]  # 2**10 .. 2**22
     assert all(r["precision"] == "fp32" and r["processes"] == 2 for r in rows)
-    assert rows[-1]["time_s"] > 10 * rows[0]["time_s"]  # 4096x the elements
-    assert all(r["iterations"] >= 5 and r["iterations"] * r["time_s"] > 0.025 for r in rows)
+    assert all(r["iterations"] >= 5 and r["time_s"] > 0 for r in rows)
 
 
 def test_memory_of_each_stage_against_its_ledger(two):
@@ -159,18 +179,18 @@ def test_one_process_measures_no_collectives(tmp_path):
 
 @pytest.mark.parametrize("argv, fragment", [
     (["missing.toml", "--nproc", "2"], "missing.toml"),
-    ([TINY, "--nproc", "0"], "--nproc 0"),
+    ([TINY, "--nproc", "0"], "--nproc: '0'"),
     ([TINY, "--nproc", "2", "--collectives", "native,tree"], "tree"),
     ([TINY, "--nproc", "2", "--collectives", ","], "--collectives"),
     ([TINY, "--nproc", "2", "--min-size-KiB", "2048", "--max-size-MiB", "1"], "exceeds"),
-    ([TINY, "--nproc", "2", "--max-size-MiB", "0"], "--max-size-MiB 0"),
-    ([TINY, "--nproc", "2", "--min-size-KiB", "-1"], "--min-size-KiB -1"),
-    ([TINY, "--nproc", "2", "--min-size-KiB", "nan"], "--min-size-KiB nan"),
+    ([TINY, "--nproc", "2", "--max-size-MiB", "0"], "--max-size-MiB: '0'"),
+    ([TINY, "--nproc", "2", "--min-size-KiB", "-1"], "--min-size-KiB: '-1'"),
+    ([TINY, "--nproc", "2", "--min-size-KiB", "nan"], "--min-size-KiB: 'nan'"),
     ([TINY, "--nproc", "4", "--min-size-KiB", "0.001"], "4 x 4 = 16 bytes"),
     ([TINY, "--nproc", "2", "--min-size-KiB", "3", "--max-size-MiB", "0.0034"], "no power of two"),
-    ([TINY, "--nproc", "2", "--micro-batches", "1,x"], "--micro-batches 1,x"),
-    ([TINY, "--nproc", "2", "--micro-batches", "0,2"], "--micro-batches 0,2"),
-    ([TINY, "--nproc", "2", "--timeout-s", "0"], "--timeout-s 0"),
+    ([TINY, "--nproc", "2", "--micro-batches", "1,x"], "--micro-batches: '1,x'"),
+    ([TINY, "--nproc", "2", "--micro-batches", "0,2"], "--micro-batches: '0,2'"),
+    ([TINY, "--nproc", "2", "--timeout-s", "0"], "--timeout-s: '0'"),
     ([TINY, "--nproc", "2", "--set", "training.optimizer=sgd"], "training.optimizer"),
     ([TINY, "--nproc", "2", "--set", "model.hidden=65"], "model"),
     ([TINY], "--nproc"),
@@ -182,20 +202,11 @@ def test_bad_input_is_one_line_exit_2(argv, fragment, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_out_in_a_missing_folder_is_bad_input(tmp_path):
-    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--out", tmp_path / "no" / "p.json"),
-                          "does not exist")
-
-
-def test_out_a_directory_is_bad_input(tmp_path):
-    assert_one_line_error(calibrate(TINY, "--nproc", 2, "--out", tmp_path), "is a directory")
-
-
 @pytest.mark.skipif(not Path("/proc/meminfo").exists(), reason="the check reads /proc/meminfo")
 def test_what_does_not_fit_this_box_is_refused(tmp_path):
     out = ("--out", tmp_path / "p.json")
     assert_one_line_error(calibrate(TINY, "--nproc", 2, "--max-size-MiB", 2**20, *out),
-                          "not enough memory for --max-size-MiB")
+                          "not enough memory: 2 process(es)", "buffers of --max-size-MiB 1048576")
     huge = ["--set", "model.hidden=16384", "--set", "model.ffn=65536", "--set", "model.layers=100"]
     assert_one_line_error(calibrate(TINY, "--nproc", 2, *huge, *out),  # run's own check
                           "not enough memory: 2 process(es)")
@@ -220,6 +231,7 @@ def test_a_failing_rank_is_exit_1_naming_it(tmp_path, monkeypatch):
     result = calibrate(TINY, "--nproc", 3, "--out", out)
     assert result.code == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [
+        "calibrate n=2: starting 2 process(es)",
         "zero-real: error: calibrate n=2: rank 1 died (exit code 17): no error message; "
         "all ranks stopped"]
     assert out.read_text() == "the user's earlier profile"
@@ -242,23 +254,3 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
         os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o644  # readable like any file the user writes
 
-
-def test_progress_on_a_terminal_is_one_line_rewritten(tmp_path):
-    import io
-
-    from zero_real.calibrate_progress import Progress, ProgressPrinter
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    path, stream = tmp_path / "progress", Terminal()
-    path.write_text("")
-    with ProgressPrinter(str(path), "calibrate n=3", stream):
-        progress = Progress(str(path), rank=0)
-        progress.begin("optimizer", 2)
-        progress.tick()
-        progress.tick()
-        Progress(str(path), rank=1).begin("memory", 8)  # only rank 0 reports
-    assert stream.getvalue() == ("\rcalibrate n=3: optimizer 0/2\rcalibrate n=3: optimizer 1/2"
-                                 "\rcalibrate n=3: optimizer 2/2\n")

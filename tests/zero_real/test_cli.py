@@ -1,7 +1,8 @@
-"""`zero-real run`: the README command, its JSON, bad input, and a rank dying mid-run."""
+"""`zero-real run`: the README command, its JSON and progress, bad input, and a rank dying
+mid-run. Flags out of range: test_flags.py; outputs: test_outputs.py."""
 
 import json
-import time
+import shutil
 
 import pytest
 
@@ -21,13 +22,19 @@ def run_zero_real(*argv) -> CliResult:
     return run_main(cli.main, *argv)
 
 
-def test_run_stage3_two_ranks_writes_measurement(tmp_path):
-    out = tmp_path / "m.json"
-    result = run_zero_real("run", TINY, "--stage", 3, "--nproc", 2, "--steps", 2,
-                           "--collectives", "ring", "--out", out)
+def test_run_stage3_two_ranks_writes_measurement(tmp_path, monkeypatch):
+    shutil.copy(TINY, tmp_path / "tiny.toml")
+    monkeypatch.chdir(tmp_path)  # paths as typed, relative to here
+    result = run_zero_real("run", "tiny.toml", "--stage", 3, "--nproc", 2, "--steps", 2,
+                           "--collectives", "ring", "--out", "m.json")
     assert result.code == 0, result.stderr
     assert "ZeRO-3 (stage 3) on 2 ranks" in result.stdout
-    m = json.loads(out.read_text())
+    progress = result.stderr.splitlines()
+    assert progress[0] == "run: starting 2 process(es)"
+    assert progress[-1].startswith("run: steps 2/2 in ") and progress[-1].endswith(" s")
+    assert all(line.startswith("run: steps ") for line in progress[1:])
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["scenario"] == "tiny.toml"
     for key in ("scenario", "stage", "world_size", "backend", "collectives", "torch_version",
                 "hardware", "losses", "ranks", "events"):
         assert key in m, key
@@ -68,9 +75,9 @@ def test_timed_steps_run_without_the_profiler_after_the_memory_steps(tmp_path):
 
 @pytest.mark.parametrize("argv, fragment", [
     (["run", "missing.toml", "--stage", "1"], "missing.toml"),
-    (["run", TINY, "--stage", "1", "--timed-steps", "-1"], "--timed-steps -1"),
-    (["run", TINY, "--stage", "5"], "--stage 5"),
-    (["run", TINY, "--stage", "1", "--nproc", "0"], "--nproc 0"),
+    (["run", TINY, "--stage", "1", "--timed-steps", "-1"], "--timed-steps: '-1'"),
+    (["run", TINY, "--stage", "5"], "--stage: '5'"),
+    (["run", TINY, "--stage", "1", "--nproc", "0"], "--nproc: '0'"),
     (["run", TINY, "--stage", "1", "--collectives", "tree"], "tree"),
     (["run", TINY, "--stage", "1", "--set", "training.precison=bf16"], "precison"),
     (["run", TINY, "--stage", "1", "--fake-world-size", "8", "--nproc", "2"], "--fake-world-size"),
@@ -93,10 +100,11 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _run_with_fault(fault, *, stage: int, collectives: str, timeout_s: float, match: str,
-                    within_s: float):
+def _run_with_fault(fault, *, stage: int, collectives: str, timeout_s: float, match: str):
     """Three ranks of the tiny model, one of them faulty (tests/zero_real/helpers.py): the launch
-    fails within `within_s`, naming what `match` says, and leaves no rank behind."""
+    fails naming what `match` says, and leaves no rank behind. The run's own limit (60 s) is the
+    hang guard: a fault it did not name fails the match with "did not finish". How soon a fault
+    is named is a figure of bench/real_timing.py, not an assertion here."""
     from zero_real.launch import RankFailed, spawn
     from zero_real.runconfig import RunConfig
     from zerosim.scenario.load import load_scenario
@@ -104,16 +112,14 @@ def _run_with_fault(fault, *, stage: int, collectives: str, timeout_s: float, ma
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
     cfg = RunConfig(scenario=scenario, stage=stage, collectives=collectives, backend="gloo",
                     steps=3, timeout_s=timeout_s, nproc=3, profile_memory=False)
-    start = time.monotonic()
     with pytest.raises(RankFailed, match=match) as info:
         spawn(fault, 3, cfg, timeout_s=60)
-    assert time.monotonic() - start < within_s
     assert all(_gone(pid) for pid in info.value.pids)
 
 
 def test_a_rank_dying_mid_run_stops_every_rank():
     _run_with_fault(partial(train_dying, die_rank=1, die_step=1), stage=2, collectives="ring",
-                    timeout_s=20, match="rank 1 died", within_s=60)
+                    timeout_s=20, match="rank 1 died")
 
 
 def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
@@ -121,7 +127,7 @@ def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
     The launcher names rank 1, not the peer that timed out first, and leaves nothing behind."""
     _run_with_fault(partial(train_hanging, hang_rank=1, hang_step=1), stage=1,
                     collectives="native", timeout_s=5,
-                    match="rank 1 stopped making progress at step 1", within_s=30)
+                    match="rank 1 stopped making progress at step 1")
 
 
 @pytest.mark.parametrize("override, fragment", [
@@ -140,16 +146,6 @@ def test_rope_with_odd_head_dimension_is_refused():
     result = run_zero_real("run", TINY, "--stage", "1", "--set", "model.position=rope",
                            "--set", "model.hidden=60", "--set", "model.heads=4")
     assert_one_line_error(result, "model.position = rope", "60 / 4 = 15")
-
-
-def test_out_in_a_missing_directory_is_refused_before_the_run(tmp_path):
-    result = run_zero_real("run", TINY, "--stage", "1", "--out", tmp_path / "nope" / "m.json")
-    assert_one_line_error(result, "--out", "does not exist")
-
-
-def test_run_timeout_must_be_positive():
-    assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--run-timeout-s", "0"),
-                          "--run-timeout-s 0")
 
 
 def test_a_model_too_big_for_this_box_is_refused_before_launching():

@@ -15,6 +15,9 @@ pytest.importorskip("torch")
 from tests.conftest import SCENARIOS  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+# Hang guards, not timings: a rank that outlives its launcher fails the test after this long.
+# How soon ranks go in practice is what bench/real_timing.py prints.
+GONE_GUARD_S = 60
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
 
@@ -57,7 +60,7 @@ def _launch_long_run(tmp_path):
     once both ranks are past step 0, with the launcher and every process below it."""
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "zero_real.cli", "run", str(TINY), "--stage",
-                             "1", "--nproc", "2", "--steps", "100000", "--timeout-s", "10"],
+                             "1", "--nproc", "2", "--steps", "10000", "--timeout-s", "10"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def running() -> bool:
@@ -79,13 +82,16 @@ def test_sigterm_stops_every_rank_and_removes_the_workdir(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=15)
     assert proc.returncode == 128 + signal.SIGTERM, err
-    assert err.splitlines() == ["zero-real: SIGTERM: every rank stopped"], err
-    assert _wait_for(lambda: all(_gone(pid) for pid in children), 5)
-    assert not list(tmp_path.glob("zero_real_*"))
+    *progress, last = err.splitlines()
+    assert last == "zero-real: SIGTERM: every rank stopped", err
+    assert progress[0] == "run: starting 2 process(es)"
+    assert all(line.startswith("run: steps ") for line in progress[1:]), err
+    assert _wait_for(lambda: all(_gone(pid) for pid in children), GONE_GUARD_S)
+    assert not list(tmp_path.glob("zero_real*"))  # the workdir, and the progress file
 
 
 def test_ranks_die_with_a_sigkilled_launcher(tmp_path):
     proc, children = _launch_long_run(tmp_path)
     proc.kill()
     proc.communicate(timeout=10)
-    assert _wait_for(lambda: all(_gone(pid) for pid in children), 5)
+    assert _wait_for(lambda: all(_gone(pid) for pid in children), GONE_GUARD_S)

@@ -1,4 +1,5 @@
-"""The ledger against zerosim's analytic memory, and the measured memory against the ledger."""
+"""The ledger against zerosim's analytic memory, and the measured memory against the ledger:
+to the byte, every allocation the ledger does not own named with its owner."""
 
 import pytest
 
@@ -12,7 +13,30 @@ from zerosim.scenario.load import load_scenario  # noqa: E402
 from zerosim.memory import stage_memory  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
-PHASE_TOLERANCE = 0.10
+UNATTRIBUTED_BYTES = 4
+"""One fp32 scalar more than unowned_bytes names is live at some stages and ranks and not at
+others (seen on 2 ranks at stage 0, and at stage 3 on rank 0 only); nothing else is allowed."""
+
+
+def unowned_bytes(scenario, point: str) -> int:
+    """What the allocator holds at `point` beyond the ledger, each part with its owner (found by
+    listing the profiler's live allocations at each mark; the same at every stage, 2 ranks fp32
+    and bf16, 1 rank of a fake world of 64 with hidden 512):
+    - after forward: the loss, its detached copy and the loss-scale gradient, 3 fp32 scalars
+      (the batch and the head's input are saved activations, which the ledger counts);
+    - after backward and after the step: the batch (idx and targets, int64, held by the
+      training loop), the head's detached input and its gradient (the step's local x_in, alive
+      until the step returns, at the activation dtype), the loss and its copy (2 fp32)."""
+    from zero_real.stages import DTYPES
+
+    t = scenario.training
+    tokens = t.micro_batch * t.seq_len
+    if point == "after_init":
+        return 0
+    if point == "after_forward":
+        return 3 * 4
+    act_bytes = torch.empty((), dtype=DTYPES[t.precision]).element_size()
+    return 2 * tokens * 8 + 2 * tokens * scenario.model.hidden * act_bytes + 2 * 4
 
 
 def run_stages(scenario, world, backend="gloo", steps=2):
@@ -29,8 +53,7 @@ def run_stages(scenario, world, backend="gloo", steps=2):
             for r in results]
 
 
-def check_ledger_and_measurement(scenario, per_rank, points=("after_init", "after_forward",
-                                                              "after_backward", "after_step")):
+def check_ledger_and_measurement(scenario, per_rank):
     states = {}
     for rank, by_stage in enumerate(per_rank):
         for stage, result in by_stage.items():
@@ -40,11 +63,11 @@ def check_ledger_and_measurement(scenario, per_rank, points=("after_init", "afte
             # the ledger what it allocated; padding is the allocation beyond Ψ (or Ψ/N).
             assert ledger["model_states"] - ledger["padding_bytes"] <= analytic.model_states_bytes + 1e-6
             assert analytic.model_states_bytes <= ledger["model_states"], (stage, ledger, analytic)
-            for point in points:
-                measured = result["phases"][point]
-                expected = sum(result["ledger_phases"][point].values())
-                assert abs(measured - expected) <= PHASE_TOLERANCE * expected, \
-                    (rank, stage, point, measured, expected)
+            for point, measured in result["phases"].items():
+                ledger_bytes = sum(result["ledger_phases"][point].values())
+                beyond = measured - ledger_bytes - unowned_bytes(scenario, point)
+                assert 0 <= beyond <= UNATTRIBUTED_BYTES, (rank, stage, point, measured,
+                                                           ledger_bytes, beyond)
             states[stage] = ledger["model_states"]
         assert states[3] < states[2] < states[1] < states[0], states
 
@@ -83,10 +106,7 @@ def test_ledger_matches_zerosim_and_measured_memory_matches_ledger():
 def test_mixed_precision_ledger_counts_master_copy():
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=2", "training.precision=bf16"])
     per_rank = run_stages(scenario, 2, steps=1)
-    # Only the model states are compared with the allocator here: with bf16 gradients gloo's
-    # all-reduce keeps a copy of the last bucket alive past backward (~64 KiB, 10% of this tiny
-    # model), which the ledger does not own.
-    check_ledger_and_measurement(scenario, per_rank, points=("after_init",))
+    check_ledger_and_measurement(scenario, per_rank)
     ledger = per_rank[0][1]["ledger"]
     assert ledger["master"] == 4 * -(-118_528 // 2)  # fp32 copy of the shard: K = 12, not 8
     assert ledger["params"] == 2 * 118_528
@@ -94,13 +114,11 @@ def test_mixed_precision_ledger_counts_master_copy():
 
 def test_fake_world_size_64_matches_zerosim_at_64():
     """One process, fake process group of 64: one rank's memory at 64-way sharding. Wider than
-    the tiny model, so that a 64th of its states dwarfs the ~33 KB the allocator holds besides."""
+    the tiny model, so that a 64th of its states dwarfs what the allocator holds besides."""
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=64", "model.hidden=512",
                                     "model.ffn=2048", "model.heads=8"])
     per_rank = run_stages(scenario, 64, backend="fake", steps=1)
     assert len(per_rank) == 1
-    # Allocator vs ledger after init and forward only: after backward, stage 3 under the fake
-    # group holds ~230 KB the ledger does not own (not yet explained; see the issue note).
-    check_ledger_and_measurement(scenario, per_rank, points=("after_init", "after_forward"))
+    check_ledger_and_measurement(scenario, per_rank)
     psi = 4 * (256 * 512 + 32 * 512) + 2 * 4 * (4 * 512 * 512 + 2 * 512 * 2048)  # weights, roughly
     assert per_rank[0][3]["ledger"]["params"] < psi / 32  # sharded 64 ways, not 1

@@ -68,3 +68,10 @@ def test_a_place_no_file_can_go_is_refused_and_left_as_it_was(tmp_path, make, fr
     check_writable(tmp_path / "r.csv", "--out")  # a new file in a folder: fine, nothing made
     check_writable(tmp_path / "plain.txt", "--out")  # an old file: replaced at the end
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain.txt"]
+
+
+def test_check_writable_names_the_problem_once(tmp_path):
+    """Its own refusal (an InputError, hence a ValueError) is not wrapped in a second one."""
+    with pytest.raises(InputError) as caught:
+        check_writable(tmp_path, "--out")
+    assert str(caught.value) == f"cannot write --out {tmp_path}: it is a folder"

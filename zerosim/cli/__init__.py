@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from zerosim import __version__
 from zerosim.cli import calibration, simulation, tradeoffs
@@ -31,6 +31,14 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         message = " ".join(message.split())  # a line break inside a user's flag stays on one line
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _get_values(self, action, arg_strings):
+        """`--flag=--` is refused: argparse strips the "--" from the value and stores an empty
+        list, which reached the commands as a list (zero-real's --nproc=-- was a TypeError deep
+        in calibrate)."""
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:
