@@ -1,6 +1,10 @@
+import ast
 import contextlib
 import io
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,3 +61,50 @@ def write(tmp_path):
         path.write_text(text, encoding="utf-8")
         return path
     return _write
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """The folder of an example's files: memory (tmpfs) where there is one. Every output is
+    synced to disk before it replaces the old one (files.write_bytes), which a loaded disk makes
+    seconds per file, and plot writes 4 MB."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(dir=shm, prefix="zerosim-fuzz-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- the fuzz budget: tests/fuzzing.py counts the inputs, tests/test_fuzz_budget.py checks them --
+
+FUZZ_BUDGET_TEST = "tests/test_fuzz_budget.py"
+FUZZ_RAN: set[tuple[str, str]] = set()
+"""(file, test function) of every fuzz test that ran to its end in this session (passed, or
+failed as an xfail expects)."""
+
+
+def fuzz_tests() -> set[tuple[str, str]]:
+    """Every fuzz test of the suite, read from the sources: (file relative to the repository,
+    function name) of each test function that calls generated(). Read with `ast`, so a test
+    that a -k or a path left uncollected still counts."""
+    found = set()
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and any(
+                    isinstance(call, ast.Call) and getattr(call.func, "id", None) == "generated"
+                    for call in ast.walk(node)):
+                found.add((path.relative_to(ROOT).as_posix(), node.name))
+    return found
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The budget test runs last, after every fuzz test has counted its inputs."""
+    items.sort(key=lambda item: item.nodeid.startswith(FUZZ_BUDGET_TEST + "::"))
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when == "call" and (report.passed or hasattr(report, "wasxfail")):
+        file, _, name = report.nodeid.partition("::")
+        FUZZ_RAN.add((file, name.partition("[")[0]))

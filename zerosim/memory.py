@@ -22,14 +22,21 @@ from dataclasses import asdict, dataclass
 
 from zerosim.contract import MEMORY_POINTS, STAGES
 from zerosim.model import activations, max_gather_window, total_params
+from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
+from zerosim.scenario.profile_schema import MEMORY_TERMS
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
+
 # Optimizer moments kept per parameter, each fp32: Adam's m and v (Kingma & Ba), SGD's momentum.
 MOMENTS = {"adam": 2, "adamw": 2, "sgd_momentum": 1, "sgd": 0}
 # Gradient buckets alive at once in stage 2: one filling during backward, one being reduced.
 STAGE2_LIVE_BUCKETS = 2
 # Layer gradients alive at once in stage 3: one being produced, one being reduce-scattered.
 STAGE3_LIVE_LAYER_GRADS = 2
+# Times a step sends each gathered parameter element, at most, per rank: ZeRO-3 gathers it for
+# forward and again for backward and reduce-scatters its gradient; an all-reduce sends
+# 2 (N-1)/N of it, and stages 1-2 gather it once more after the step.
+MAX_SENDS_PER_ELEMENT = 3
 
 
 def optimizer_bytes_per_param(t: TrainingConfig) -> int:
@@ -120,7 +127,33 @@ def fits(scenario: Scenario, peak_bytes: int) -> bool:
 
 def memory_table(scenario: Scenario) -> list[StageMemory]:
     """All four stages for one scenario (the scenario's own zero_stage does not restrict it)."""
+    check_scale(scenario)
     return [stage_memory(scenario, stage) for stage in STAGES]
+
+
+def check_scale(scenario: Scenario) -> Scenario:
+    """The scenario, if every number zerosim reports of it stays at most 2**53 (exact in JSON and
+    as a float): Ψ, every stage's bytes with what its calibration profile adds, and the bytes a
+    rank sends per step. Inputs are capped one by one (scenario.checks); this caps what they make
+    together. Searches over hypothetical models (plan) call stage_memory without it."""
+    m, t = scenario.model, scenario.training
+    psi = total_params(m)
+    gathered = psi + (m.vocab * m.hidden if not m.is_bare and m.tied_embeddings else 0)
+    bytes_per_element = BYTES_PER_ELEMENT[t.precision]
+    within_cap("the bytes a rank sends per step", MAX_SENDS_PER_ELEMENT * gathered *
+               bytes_per_element, f"up to {MAX_SENDS_PER_ELEMENT} x {gathered:,} gathered "
+               f"elements x {bytes_per_element} bytes")
+    tokens = t.micro_batch * (t.seq_len or 0)
+    for stage in STAGES:
+        row = stage_memory(scenario, stage)
+        extra = (scenario.profile.memory_terms(scenario.world_size, stage, tokens)
+                 if scenario.profile is not None and not m.is_bare else None) or {}
+        added = sum(abs(extra.get(term, 0)) for term in MEMORY_TERMS)
+        for key, value in row.as_dict().items():
+            extra_bytes = added if key == "peak_bytes" else 0
+            within_cap(f"stage {stage} {key}", value + extra_bytes,
+                       f"{value:.4g} + {extra_bytes:.4g} measured (profile)" if extra_bytes else "")
+    return scenario
 
 
 def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerosim.contract import BLOCK, EMBEDDING, HEAD
+from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import ModelConfig, TrainingConfig
 from zerosim.units import FP32_BYTES
 
@@ -49,9 +50,14 @@ def param_counts(m: ModelConfig) -> ParamCounts:
     else:
         mlp = 3 * h * f + bias * (2 * f + h)  # gate, up and down projections
     position = m.max_seq_len * h if m.position == "learned" else 0
-    return ParamCounts(embedding=v * h + position, per_layer=attention + mlp + 2 * norm,
-                       layers=m.layers, final_norm=norm,
-                       lm_head=0 if m.tied_embeddings else v * h)
+    counts = ParamCounts(embedding=v * h + position, per_layer=attention + mlp + 2 * norm,
+                         layers=m.layers, final_norm=norm,
+                         lm_head=0 if m.tied_embeddings else v * h)
+    # Every count below (units, gathers, bytes per element) is at most this one.
+    within_cap("the parameter count Ψ", counts.total,
+               f"embedding {counts.embedding:.4g} + {counts.layers} layers x "
+               f"{counts.per_layer:.4g} + norm {counts.final_norm:.4g} + head {counts.lm_head:.4g}")
+    return counts
 
 
 def total_params(m: ModelConfig) -> int:

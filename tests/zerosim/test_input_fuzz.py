@@ -1,22 +1,27 @@
 """Property-based junk: whatever a user writes into a scenario, a --set, a Hugging Face config or a
-DeepSpeed config, zerosim answers (exit 0, valid JSON) or refuses in one line with exit 2."""
+DeepSpeed config, zerosim answers (exit 0, valid JSON) or refuses in one line with exit 2.
+The other commands and readers are fuzzed in test_fuzz_commands.py; every test here counts its
+inputs towards the fuzz budget (tests/fuzzing.py)."""
 
 import json
-import subprocess
-import sys
+from dataclasses import fields
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
+from zerosim.contract import COLLECTIVE_IMPLS
+from zerosim.scenario import config
 from zerosim.scenario.config import TABLES
 from zerosim.scenario.load import allowed_keys
+from zerosim.scenario.presets import GPU_PRESETS
 
 from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
+from tests.fuzzing import fuzz, generated
 
 LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 TABLE_KEYS = {t: allowed_keys(t) for t in TABLES}
 ALL_KEYS = [f"{t}.{k}" for t, keys in TABLE_KEYS.items() for k in keys]
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                         HealthCheck.function_scoped_fixture])
+FUZZ = fuzz(150)
 
 # JSON-able junk: what a hand-edited config file may hold.
 JSON_JUNK = st.recursive(
@@ -28,17 +33,37 @@ JSON_JUNK = st.recursive(
     max_leaves=5)
 
 
+def within_cap(data) -> bool:
+    """Every integer in a JSON document at most 2**53 (exact as a float)."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif type(item) is int and abs(item) > 2**53:
+            return False
+    return True
+
+
+
 def check(result) -> None:
     if result.code == 0:
         data = result.json
         assert len(data["stages"]) == 4
         assert all(s["peak_bytes"] >= 0 for s in data["stages"])
+        assert within_cap(data)
     else:
         assert_one_line_error(result)
 
 
 TOML_JUNK = st.one_of(
     st.integers(-10**20, 10**20).map(str),
+    st.integers(2**53 - 2, 2**60).map(str),
+    st.integers(1, 6000).map(lambda depth: "[" * depth + "]" * depth),
+    st.integers(1, 3000).map(lambda depth: "{a = " * depth + "1" + "}" * depth),
+    st.text(st.characters(min_codepoint=0xDC80, max_codepoint=0xDCFF), min_size=1, max_size=3),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from(["true", "false", "nan", "inf", "-inf", "[1, 2]", "{a = 1}", "''", "'x'",
                      "1e400", "0", "-0.0", "1979-05-27", "bf16", "rope", "cpu", "\"\\u0000\"",
@@ -47,10 +72,45 @@ TOML_JUNK = st.one_of(
 )
 
 
+# What a user would write for a key (TOML text): most of it is accepted, so the fuzz reaches the
+# engine and the reports, not only the checks.
+CHOICES = {"model.mlp": config.MLPS, "model.norm": config.NORMS,
+           "model.position": config.POSITIONS, "training.precision": config.PRECISIONS,
+           "training.optimizer": config.OPTIMIZERS,
+           "training.activation_checkpointing": config.CHECKPOINTING,
+           "training.optimizer_offload": config.OFFLOAD,
+           "training.gradient_reduction": config.GRADIENT_REDUCTIONS,
+           "cluster.gpu": tuple(GPU_PRESETS), "cluster.collective_impl": COLLECTIVE_IMPLS,
+           "cluster.collective_algorithm": config.ALGORITHMS,
+           "cluster.profile": (str(ROOT / "profiles" / "cpu_gloo_tiny.json"), ""),
+           "model.hf_config": (str(SCENARIOS / "hf_configs" / "llama-2-7b-hf.json"),)}
+PLAUSIBLE = {"bool": st.sampled_from(["true", "false"]),
+             "int": st.sampled_from([0, 1, 2, 3, 4, 8, 64, 2048, 2**40]).map(str),
+             "float": st.sampled_from(["0.5", "1.0", "2", "25", "80", "1e3", "0.01", "1e9"]),
+             "tuple": st.sampled_from(["[]", "[0]", "[1, 3]", "[2]"]),
+             "str": st.text("ab z-", max_size=8).map(json.dumps)}
+
+
+def plausible(key: str):
+    """A value of the key's type (one of its allowed words for a string that names a choice)."""
+    if key in CHOICES:
+        return st.sampled_from(CHOICES[key]).map(json.dumps)
+    table, name = key.split(".")
+    kind = {f.name: str(f.type).split(" | ")[0] for f in fields(TABLES[table])}[name]
+    return PLAUSIBLE["tuple" if kind.startswith("tuple") else kind]
+
+
+def values(key: str):
+    """Junk or a plausible value, half and half."""
+    return st.one_of(TOML_JUNK, plausible(key))
+
+
 @FUZZ
-@given(key=st.sampled_from(ALL_KEYS), value=TOML_JUNK,
+@given(key=st.sampled_from(ALL_KEYS), data=st.data(),
        scenario=st.sampled_from([ZERO_PAPER, LLAMA, SCENARIOS / "tiny_gpt_4rank_cpu.toml"]))
-def test_junk_set_values(key, value, scenario):
+def test_junk_set_values(key, data, scenario):
+    generated("test_junk_set_values")
+    value = data.draw(values(key))
     check(run_zerosim("memory", scenario, "--json", "--set", f"{key}={value}"))
 
 
@@ -59,6 +119,7 @@ def test_junk_set_values(key, value, scenario):
                                   st.sampled_from(ALL_KEYS), TOML_JUNK), max_size=6))
 def test_junk_inside_well_formed_scenario_files(tmp_path, entries):
     """Valid TOML tables holding known and unknown keys with junk values."""
+    generated("test_junk_inside_well_formed_scenario_files")
     tables = {"model": {"params": "7.5e9"}}
     for table, unknown, known, value in entries:
         key = known.split(".")[1] if known.startswith(table + ".") else unknown
@@ -67,7 +128,7 @@ def test_junk_inside_well_formed_scenario_files(tmp_path, entries):
     text = "\n".join(f"[{t}]\n" + "\n".join(f"{k} = {v}" for k, v in kv.items())
                      for t, kv in tables.items())
     path = tmp_path / "s.toml"
-    path.write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")  # raw non-UTF-8 bytes
     result = run_zerosim("memory", path, "--json")
     assert result.code in (0, 2)
     check(result)
@@ -76,6 +137,7 @@ def test_junk_inside_well_formed_scenario_files(tmp_path, entries):
 @FUZZ
 @given(text=st.text(max_size=200))
 def test_junk_scenario_files(tmp_path, text):
+    generated("test_junk_scenario_files")
     path = tmp_path / "s.toml"
     path.write_text(text, encoding="utf-8")
     check(run_zerosim("memory", path, "--json"))
@@ -97,6 +159,7 @@ HF_BASES = [
 @FUZZ
 @given(base=st.sampled_from(HF_BASES), data=st.data())
 def test_junk_inside_hf_configs(tmp_path, base, data):
+    generated("test_junk_inside_hf_configs")
     config = dict(base)
     key = data.draw(st.sampled_from(sorted(config) + ["head_dim", "num_key_value_heads"]))
     config[key] = data.draw(JSON_JUNK)
@@ -123,6 +186,7 @@ def _paths(tree, prefix=()):
 @FUZZ
 @given(path=st.sampled_from(list(_paths(DS_BASE))), junk=JSON_JUNK)
 def test_junk_inside_deepspeed_configs(tmp_path, path, junk):
+    generated("test_junk_inside_deepspeed_configs")
     config = json.loads(json.dumps(DS_BASE))
     node = config
     for key in path[:-1]:
@@ -133,17 +197,14 @@ def test_junk_inside_deepspeed_configs(tmp_path, path, junk):
     check(run_zerosim("memory", LLAMA, "--json", "--deepspeed", ds))
 
 
-def test_unprintable_model_name_from_a_json_file_is_escaped_not_a_crash(tmp_path):
-    """A lone surrogate in _name_or_path is valid JSON but not UTF-8: a real process must still
-    print its table (an in-process run cannot see stdout's encoding)."""
+def test_model_name_from_a_json_file_that_is_not_utf8_is_refused(tmp_path):
+    """A lone surrogate in _name_or_path is valid JSON but not UTF-8: no report or CSV sweep could
+    write it, so the scenario is refused when it is read, as a --set name would be."""
     config = dict(HF_BASES[0], _name_or_path="\ud800bad")
     (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
     scenario = tmp_path / "s.toml"
     scenario.write_text('[model]\nhf_config = "config.json"\n[training]\nseq_len = 32\n')
-    result = subprocess.run([sys.executable, "-m", "zerosim", "memory", str(scenario)],
-                            capture_output=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(b"\\ud800bad")
+    assert_one_line_error(run_zerosim("memory", scenario), "model.name = '\\ud800bad' is not UTF-8")
 
 
 def test_nul_byte_in_a_path_is_one_line():
@@ -151,12 +212,12 @@ def test_nul_byte_in_a_path_is_one_line():
     assert_one_line_error(result, "embedded null byte")
 
 
-@settings(max_examples=40, deadline=None)
+@fuzz(40)
 @given(key=st.sampled_from([k for k in ALL_KEYS if not k.startswith("model.")]), value=TOML_JUNK)
 def test_junk_set_values_simulate(key, value):
     """The engine takes the same junk: a result with finite times, or one line."""
-    result = run_zerosim("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--json", "--set",
-                         f"{key}={value}")
+    generated("test_junk_set_values_simulate")
+    result = run_zerosim("simulate", TINY, "--json", "--set", f"{key}={value}")
     if result.code == 0:
         rows = result.json
         assert [r["stage"] for r in rows] == [0, 1, 2, 3]

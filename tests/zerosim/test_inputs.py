@@ -1,5 +1,8 @@
 """Bad input: one line on stderr naming the problem, exit code 2, never a traceback."""
 
+import json
+from pathlib import Path
+
 import pytest
 from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 
@@ -90,3 +93,230 @@ def test_learned_positions_bound_the_sequence():
 def test_shape_missing_keys(write):
     path = write("s.toml", "[model]\nlayers = 2\nhidden = 64\n")
     assert_one_line_error(run_zerosim("memory", path), "missing model.heads, model.vocab")
+
+
+# ---- limits: nesting, size, text that is not UTF-8, numbers beyond 2**53 ------------------------
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+DEEP = "[" * 5000 + "]" * 5000  # deep enough to exhaust Python's recursion limit in any parser
+DEEP_JSON = '{"a": ' * 5000 + "1" + "}" * 5000
+
+
+@pytest.mark.parametrize("text", [f"name = {DEEP}", "name." * 5000 + "z = 1",
+                                  f"name = {'{a = ' * 3000}1{'}' * 3000}"])
+def test_deeply_nested_scenario_file_is_one_line(write, text):
+    """Arrays, inline tables, and dotted keys (which nest without recursing while parsed, and
+    then break whatever walks them)."""
+    path = write("s.toml", f"[model]\nparams = 1e9\n{text}\n")
+    assert_one_line_error(run_zerosim("memory", path), str(path), "nested more than 32 levels")
+
+
+def test_nesting_up_to_the_limit_is_read(write):
+    path = write("s.toml", "[model]\nparams = 1e9\nname = " + "[" * 30 + "]" * 30 + "\n")
+    assert_one_line_error(run_zerosim("memory", path), "model.name must be a string")
+
+
+def test_deeply_nested_set_and_vary_values_are_one_line(tmp_path):
+    assert_one_line_error(run_zerosim("memory", TINY, "--set", f"model.name={DEEP}"),
+                          "--set model.name: nested more than 32 levels")
+    out = tmp_path / "o.csv"
+    assert_one_line_error(run_zerosim("sweep", TINY, "--vary", f"model.name={DEEP},x", "--out",
+                                      out, "--quiet", "--jobs", "1"),
+                          "--set model.name: nested more than 32 levels")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (DEEP_JSON, "nested more than 32 levels"), ("[" * 5000, "nested more than 32 levels"),
+    ('{"x": ' + "1" * 5000 + "}", "invalid JSON: Exceeds the limit (4300 digits)"),
+])
+@pytest.mark.parametrize("reader", ["hf_config", "deepspeed", "profile"])
+def test_deep_or_huge_json_in_companion_files_is_one_line(tmp_path, reader, text, fragment):
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    argv = {"hf_config": ["--set", f'model.hf_config="{path}"'],
+            "deepspeed": ["--deepspeed", path],
+            "profile": ["--set", f'cluster.profile="{path}"']}[reader]
+    assert_one_line_error(run_zerosim("memory", TINY, *argv), str(path), fragment)
+
+
+def test_a_toml_integer_of_thousands_of_digits_is_one_line(write):
+    path = write("s.toml", "[model]\nparams = " + "1" * 5000 + "\n")
+    assert_one_line_error(run_zerosim("memory", path), "Exceeds the limit (4300 digits)")
+
+
+@pytest.mark.parametrize("value", ["1979-05-27", "[07:32:00]", "1979-05-27T07:32:00Z"])
+def test_a_toml_date_given_on_the_command_line_is_one_line(tmp_path, value):
+    """No key takes one, and a sweep's checks turn values into JSON, which cannot hold one."""
+    fragment = "is a TOML date or time, which no key takes"
+    assert_one_line_error(run_zerosim("memory", TINY, "--set", f"model.name={value}"), fragment)
+    assert_one_line_error(run_zerosim("sweep", TINY, "--vary", f"model.name={value},x", "--out",
+                                      tmp_path / "o.json", "--quiet"), fragment)
+
+
+NOT_UTF8 = "tiny \udcff\udcfe"  # bytes 0xff 0xfe on a command line, as Python hands them over
+
+
+def test_a_name_that_is_not_utf8_is_refused_at_load():
+    assert_one_line_error(run_zerosim("memory", TINY, "--set", f"model.name={NOT_UTF8}"),
+                          "model.name = 'tiny \\udcff\\udcfe' is not UTF-8 text")
+
+
+def test_a_csv_sweep_of_a_name_that_is_not_utf8_is_one_line_and_no_file(tmp_path):
+    out = tmp_path / "o.csv"
+    result = run_zerosim("sweep", TINY, "--set", f"model.name={NOT_UTF8}", "--vary",
+                         "cluster.nodes=1,2", "--out", out, "--quiet", "--jobs", "1")
+    assert_one_line_error(result, "is not UTF-8 text")
+    assert not out.exists()
+
+
+BEYOND_2_53 = [
+    (["model.hidden=9007199254740992", "model.heads=1"],  # the issue's params = 3.5e34
+     ["the parameter count Ψ = embedding", "= 6.49e+32 is beyond what zerosim models"]),
+    (["cluster.nodes=9007199254740992"],
+     ["the world size = cluster.nodes (9007199254740992) * cluster.gpus_per_node (4)"]),
+    (["cluster.hbm_GiB=1e10"], ["GPU memory in bytes = 1e+10 GiB * 2**30"]),
+    (["training.reduce_bucket_MiB=1e12"], ["training.reduce_bucket_MiB in bytes"]),
+    (["training.micro_batch=1e15"],
+     ["tokens per step = micro_batch 1000000000000000 x seq_len 32 x 4 ranks"]),
+]
+
+
+@pytest.mark.parametrize("command, overrides, fragments", [
+    (command, overrides, fragments) for overrides, fragments in BEYOND_2_53
+    for command in ("memory", "simulate", "plan", "sweep", "collective")
+    if command != "collective" or not overrides[0].startswith("model.")])  # a collective: no model
+def test_inputs_whose_product_passes_2_53_are_one_line(tmp_path, command, overrides, fragments):
+    """Each input is capped at 2**53; so is what they make together, for every command that
+    reports it."""
+    argv = [command, TINY, *(x for o in overrides for x in ("--set", o))]
+    argv += {"collective": ["--op", "all_reduce", "--size-bytes", "1e6"],
+             "sweep": ["--vary", "training.zero_stage=0", "--out", tmp_path / "o.json",
+                       "--quiet"]}.get(command, [])
+    assert_one_line_error(run_zerosim(*argv), *fragments, "2**53")
+
+
+# Bytes beyond 2**53 from inputs within it: 16 bytes a parameter of 4e15 (6.4e16 bytes), the
+# activations of 2**40 sequences a rank (4.3e17 bytes).
+BYTES_BEYOND = {"plan": [ZERO_PAPER, "--set", "model.params=4e15", "--json"],
+                "simulate": [TINY, "--set", "training.micro_batch=1099511627776", "--json"],
+                "sweep": [TINY, "--set", "training.micro_batch=1099511627776", "--vary",
+                          "training.zero_stage=0", "--quiet", "--out"]}
+
+
+def test_memory_refuses_bytes_beyond_2_53():
+    assert_one_line_error(run_zerosim("memory", *BYTES_BEYOND["plan"]),
+                          "the bytes a rank sends per step = up to 3 x 4,000,000,000,000,000 "
+                          "gathered elements x 2 bytes = 2.4e+16 is beyond")
+    assert_one_line_error(run_zerosim("memory", *BYTES_BEYOND["simulate"]),
+                          "stage 0 activations_bytes = 4.346e+17 is beyond")
+    assert run_zerosim("memory", ZERO_PAPER, "--set", "model.params=1e14", "--json").code == 0
+
+
+@pytest.mark.xfail(strict=True, reason="outside this room: cli/common.load and sweep._run_point "
+                   "must call zerosim.memory.check_scale on the scenario they load")
+@pytest.mark.parametrize("command", sorted(BYTES_BEYOND))
+def test_every_command_refuses_bytes_beyond_2_53(tmp_path, command):
+    """Today `zerosim plan ZERO_PAPER --set model.params=4e15 --json` prints peak_bytes 6.4e16,
+    `zerosim simulate TINY --set training.micro_batch=1099511627776 --json` peak_bytes 4.3e17,
+    and a sweep of it writes them, all with exit 0."""
+    argv = [command, *BYTES_BEYOND[command], *([tmp_path / "o.json"] if command == "sweep" else [])]
+    assert_one_line_error(run_zerosim(*argv), "is beyond what zerosim models")
+
+
+@pytest.mark.xfail(strict=True, reason="outside this room: cli/common.load prints a DeepSpeed "
+                   "config's note before memory_table's check_scale refuses the scenario")
+def test_a_deepspeed_config_beyond_2_53_is_one_line_without_its_note(tmp_path):
+    """Found by the fuzz: a ds_config with train_micro_batch_size_per_gpu = 434273 on Llama-2-7B
+    (activations of 6e16 bytes) prints the note of what it took, then the error: two lines."""
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 434273}))
+    assert_one_line_error(run_zerosim("memory", LLAMA, "--deepspeed", ds),
+                          "is beyond what zerosim models")
+
+
+def test_collective_on_2_40_nodes_moves_walks_not_steps(monkeypatch):
+    """A ring of 2**40 nodes: each walk is one delay and one transfer per link (the engine's
+    phase granularity), not 2**40 simpy events, and the time is the closed form: with α = 1 s,
+    B = 1 byte/s, g = 4 GPUs a node, m = 2**40 nodes, n = g m, S = n bytes, a hierarchical
+    all-reduce is 2 (g-1) (α + S/(g B)) inside the nodes plus 2 (m-1) (α + S/(n B)) between."""
+    import simpy
+
+    events = []
+    step = simpy.Environment.step
+
+    def counted(env):
+        events.append(1)
+        assert len(events) < 10_000, "one simpy event per ring step"
+        step(env)
+    monkeypatch.setattr(simpy.Environment, "step", counted)
+    g, m = 4, 2**40
+    n = g * m
+    result = run_zerosim("collective", TINY, "--op", "all_reduce", "--size-bytes", str(n),
+                         "--json", "--set", f"cluster.nodes={m}",
+                         *(x for o in ["cluster.intra_node_latency_us=1e6",
+                                       "cluster.intra_node_bandwidth_GBps=1e-9",
+                                       "cluster.inter_node_latency_us=1e6",
+                                       "cluster.inter_node_bandwidth_GBps=1e-9"]
+                           for x in ("--set", o)))
+    assert result.code == 0, result.stderr
+    assert result.json["time_s"] == 2 * (g - 1) * (1 + n / g) + 2 * (m - 1) * (1 + 1)
+    assert result.json["ranks"] == n and len(events) < 100
+
+
+# ---- the calibration profile: its schema, checked once and completely when it is read ----------
+
+PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "cpu_gloo_tiny.json"
+SEGMENT = ["fit", "collectives", "native", "all_reduce", "2", "segments"]
+
+
+def _profile_with(tmp_path, path, value=None, drop=False):
+    data = json.loads(PROFILE.read_text())
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if drop:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize("path, value, drop, fragment", [
+    ([*SEGMENT, 1, "min_bytes"], None, True,
+     "fit.collectives.native.all_reduce.2.segments[1]: no 'min_bytes'"),
+    ([*SEGMENT, 0, "last_bytes"], "big", False,
+     "fit.collectives.native.all_reduce.2.segments[0].last_bytes: must be a finite number, "
+     "got 'big'"),
+    ([*SEGMENT, 0, "min_bytes"], 1e9, False, "min_bytes 1e+09, last_bytes 8192.0"),
+    ([*SEGMENT, 0, "alpha_s"], 1e300, False, "segments[0].alpha_s: 1e+300 is beyond 2**53"),
+    ([*SEGMENT, 0, "points"], 0, False, "segments[0].points: must be a whole number >= 1"),
+    ([*SEGMENT, 0, "residuals_pct", 0], None, False, "residuals_pct[0]: must be a finite number"),
+    ([*SEGMENT, 0, "alpah_s"], 1.0, False, "unknown key 'alpah_s'"),
+    (["fit", "compute", "2", "blok"], {}, False, "fit.compute.2: key 'blok' is not a unit kind"),
+    (["fit", "compute", "2", "block", "forward", "per"], "flops", False,
+     "fit.compute.2.block.forward.per: must be one of flop, token, got 'flops'"),
+    (["fit", "step", "2", "impl"], 3, False, "fit.step.2.impl: must be one of native, ring"),
+    (["fit", "step", "2", "other_s", "7"], 0.1, False, "fit.step.2.other_s: key '7' is not a stage"),
+    (["fit", "step", "2", "collective_scale"], None, True, "fit.step.2: no 'collective_scale'"),
+    (["fit", "memory", "2", "0", "residue", "per_token"], "1", False,
+     "fit.memory.2.0.residue.per_token: must be a finite number"),
+    (["fit", "optimizer", "2", "segments"], [], False, "fit.optimizer.2.segments: must be a "
+                                                      "non-empty array"),
+    (["fit", "colectives"], {}, False, "fit: unknown key 'colectives'"),
+    (["provenance"], [], False, "provenance: must be an object, got an array"),
+])
+def test_every_field_of_a_profile_is_checked_when_it_is_read(tmp_path, path, value, drop,
+                                                             fragment):
+    """One line naming the file and the JSON path of the field, whatever the command, before
+    anything is simulated."""
+    profile = _profile_with(tmp_path, path, value, drop)
+    for command in ("memory", "simulate"):
+        assert_one_line_error(run_zerosim(command, TINY, "--set", f'cluster.profile="{profile}"'),
+                              f"profile {profile}: malformed", fragment)
+
+
+def test_the_committed_profile_passes_its_schema():
+    assert run_zerosim("simulate", TINY, "--set", f'cluster.profile="{PROFILE}"').code == 0

@@ -107,3 +107,17 @@ def test_activation_variants_remove_what_they_should():
 def test_bare_psi_has_no_activations():
     act = activations(ModelConfig(params=10**9), TrainingConfig(micro_batch=8, seq_len=4096))
     assert act.peak_bytes == 0
+
+
+def test_parameter_count_is_capped_at_2_53_exactly():
+    """Every count derived from Ψ (units, gathers, bytes per element) is at most Ψ's magnitude:
+    the largest shape at 2**53 parameters is counted, one layer more is refused, naming the sum."""
+    from zerosim.errors import InputError
+
+    shape = dict(GPT2, layers=1)
+    one = param_counts(ModelConfig(**shape))
+    layers = (2**53 - one.total) // one.per_layer + 1  # the most whole layers within 2**53
+    assert param_counts(ModelConfig(**dict(shape, layers=layers))).total <= 2**53
+    with pytest.raises(InputError, match=rf"the parameter count Ψ = embedding .* \+ {layers + 1} "
+                                         rf"layers x .* is beyond what zerosim models"):
+        param_counts(ModelConfig(**dict(shape, layers=layers + 1)))

@@ -3,6 +3,7 @@
 config.py (a dataclass per TOML table) and variation.py; presets.py (GPU systems) and
 hardware.py (their numbers in SI units, converted once); load.py (TOML, `--set`, precedence) and
 the companion files it reads: hf.py (Hugging Face config.json), deepspeed.py (ds_config.json),
-profile.py (a calibration profile: read-only lookups); checks.py (value checks). Nothing here
-simulates; everything above builds on it.
+profile.py (a calibration profile: read-only lookups) and profile_schema.py (its every field,
+checked once when it is read); parse.py (TOML and JSON within limits of nesting and size);
+checks.py (value checks, the 2**53 cap). Nothing here simulates; everything above builds on it.
 """

@@ -25,6 +25,15 @@ def is_finite_number(value) -> bool:
     return isinstance(value, int) or math.isfinite(value)
 
 
+def within_cap(what: str, value, arithmetic: str = "") -> None:
+    """A quantity derived from several inputs (a product, a sum) that zerosim reports or computes
+    with: at most 2**53 too, so that every number it prints is exact in JSON and as a float."""
+    if value > MAX_VALUE:
+        shown = f"{arithmetic} = " if arithmetic else ""
+        raise InputError(f"{what} = {shown}{value:.4g} is beyond what zerosim models "
+                         f"(at most 2**53 = {MAX_VALUE})")
+
+
 def positive(key: str, value, *, allow_zero: bool = False) -> None:
     if not is_finite_number(value):
         raise InputError(f"{key} = {value} must be a finite number")
@@ -33,3 +42,15 @@ def positive(key: str, value, *, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise InputError(f"{key} = {value} must be {bound}")
+
+
+def utf8_text(key: str, value: str) -> str:
+    """The string, if UTF-8 can hold it. A byte the command line could not decode reaches Python
+    as a lone surrogate ('\\udcff'), which no report or CSV file can write: refused here, once."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{key} = {ascii(value)[:80]} is not UTF-8 text (character "
+                         f"{exc.start} is {ascii(value[exc.start])}, a byte that is not UTF-8?)") \
+            from None
+    return value

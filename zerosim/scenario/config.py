@@ -12,7 +12,7 @@ from typing import Any
 
 from zerosim.contract import ALL_REDUCE, COLLECTIVE_IMPLS, REDUCE_SCATTER, STAGES
 from zerosim.errors import InputError
-from zerosim.scenario.checks import one_of as _one_of, positive as _positive
+from zerosim.scenario.checks import one_of as _one_of, positive as _positive, within_cap
 from zerosim.scenario.hardware import Hardware
 from zerosim.scenario.presets import DEFAULT_GPU, GPU_PRESETS
 from zerosim.scenario.variation import VariationConfig
@@ -174,10 +174,13 @@ class ClusterConfig:
                     f"({self.nodes}) * cluster.gpus_per_node ({self.gpus_per_node}) = "
                     f"{self.nodes * self.gpus_per_node} GPUs")
             _positive(f"cluster.{key}", getattr(self, key))  # the upper bound
+        within_cap("the world size", self.world_size, f"cluster.nodes ({self.nodes}) * "
+                   f"cluster.gpus_per_node ({self.gpus_per_node})")
         for f in fields(self):
             if f.type == "float":
                 _positive(f"cluster.{f.name}", getattr(self, f.name),
                           allow_zero=f.name.endswith("latency_us"))
+        within_cap("GPU memory in bytes", self.hbm_GiB * 2**30, f"{self.hbm_GiB:g} GiB * 2**30")
         if self.compute_efficiency > 1:
             raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
                              f"of peak and must be <= 1")
@@ -245,6 +248,7 @@ class TrainingConfig:
             if mib_to_bytes(value) < 1:
                 raise InputError(f"training.{key} = {value} is less than one byte "
                                  f"({value} * 2**20 = {value * 2**20:.3g} bytes)")
+            within_cap(f"training.{key} in bytes", value * 2**20, f"{value:g} * 2**20")
         _positive("training.prefetch_layers", self.prefetch_layers, allow_zero=True)
         _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
 
@@ -270,6 +274,9 @@ class Scenario:
                     raise InputError(
                         f"variation.{key} names rank {rank}, but ranks are 0..{self.world_size - 1} "
                         f"({self.cluster.nodes} nodes x {self.cluster.gpus_per_node} GPUs)")
+        if t.seq_len is not None:
+            within_cap("tokens per step", t.micro_batch * t.seq_len * self.world_size,
+                       f"micro_batch {t.micro_batch} x seq_len {t.seq_len} x {self.world_size} ranks")
         if m.is_bare:
             return  # no shape: the sequence does not enter the memory of model states
         if t.seq_len is None:

@@ -9,20 +9,15 @@ and the allowed ones.
 from __future__ import annotations
 
 import difflib
-import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
-
 from zerosim.errors import InputError
 from zerosim.files import read_text
-from zerosim.scenario.checks import is_finite_number
+from zerosim.scenario.checks import is_finite_number, utf8_text
 from zerosim.scenario.config import TABLES, ClusterConfig, ModelConfig, Scenario, TrainingConfig
+from zerosim.scenario.parse import TOMLDecodeError, has_date, parse_toml
 from zerosim.scenario.presets import DEFAULT_GPU, GPU_PRESETS
 from zerosim.scenario.variation import VariationConfig
 from zerosim.units import BYTES_PER_ELEMENT
@@ -56,7 +51,7 @@ def _coerce(key: str, value: Any, base: str) -> Any:
         raise InputError(f"{key} must be true or false, got {_describe(value)}")
     if base == "str":
         if isinstance(value, str):
-            return value
+            return utf8_text(key, value)
         raise InputError(f"{key} must be a string, got {_describe(value)}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "an integer" if base == "int" else "a number"
@@ -88,8 +83,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     text = read_text(path, "scenario file")
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return parse_toml(text, str(path))
+    except TOMLDecodeError as exc:
         raise InputError(f"{path}: TOML syntax error: {exc}") from None
 
 
@@ -123,10 +118,13 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if not rhs:
         raise InputError(f"--set {text!r}: no value after '='")
     try:
-        parsed = tomllib.loads(f"value = {rhs}")
+        parsed = parse_toml(f"value = {rhs}", f"--set {table}.{key}")
         value = parsed["value"] if list(parsed) == ["value"] else rhs
-    except tomllib.TOMLDecodeError:
+    except TOMLDecodeError:
         value = rhs  # a bare word such as bf16 or path/to/config.json
+    if has_date(value):
+        raise InputError(f"--set {text!r}: {rhs} is a TOML date or time, which no key takes "
+                         f"(quote it for text: '{rhs}')")
     return table, key, value
 
 

@@ -18,27 +18,24 @@ A profile is one JSON object:
                                workspace (bytes = fixed + per_token * tokens), and the
                                optimizer's temporaries per element
 
-Everything here is read-only lookups; the fitting lives in zerosim.calibration.fit. It sits in
+Everything here is read-only lookups, on a file whose every field profile_schema.py checked when
+it was read; the fitting lives in zerosim.calibration.fit. It sits in
 the scenario layer because a profile is a file the scenario names, read with the scenario, like a
 Hugging Face or DeepSpeed config.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zerosim.contract import (COLLECTIVE_OPS, PASSES, PROFILE_FORMAT, PROFILE_VERSION,
-                              busbw_factor as _busbw_factor, ring_steps as _ring_steps)
+from zerosim.contract import (PROFILE_FORMAT, PROFILE_VERSION, busbw_factor as _busbw_factor,
+                              ring_steps as _ring_steps)
 from zerosim.errors import InputError
-from zerosim.files import read_json_object
+from zerosim.scenario.parse import read_json_object
+from zerosim.scenario.profile_schema import MEMORY_TERMS, check_fit, check_profile
 from zerosim.units import GB
-
-# What a profile measured beyond the analytic memory model, per stage. Broadcast and reduce are not
-# calibrated (COLLECTIVE_OPS are): they keep the preset's links.
-MEMORY_TERMS = ("activations", "residue", "workspace")
 
 
 def segment_line(segments: list[dict[str, Any]], size: float) -> tuple[float, float]:
@@ -186,80 +183,6 @@ class Profile:
         return out
 
 
-def _check_number(where: str, value: Any, path: Path, signed: bool = False) -> None:
-    """A finite number, >= 0 unless `signed` (times, sizes and rates cannot be negative)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"profile {path}: {where} must be a finite number, got {value!r}")
-    if not signed and value < 0:
-        raise InputError(f"profile {path}: {where} = {value!r} must be >= 0")
-
-
-def _check_count(where: str, key: Any, path: Path, least: int) -> None:
-    if not isinstance(key, str) or not key.isdigit() or str(int(key)) != key or int(key) < least:
-        raise InputError(f"profile {path}: {where} key {key!r} must be a whole number >= {least} "
-                         f"written plainly (\"2\")")
-
-
-def _check_segments(where: str, entry: Any, path: Path) -> None:
-    """α-β segments: alpha_s + s_per_byte * size for sizes up to max_bytes ("bytes" are
-    elements for the optimizer)."""
-    if not entry["segments"]:
-        raise KeyError(f"{where}.segments")
-    for i, seg in enumerate(entry["segments"]):
-        for key in ("alpha_s", "s_per_byte", "max_bytes"):
-            _check_number(f"{where}.segments[{i}].{key}", seg[key], path)
-
-
-def check_fit(fit: Any, path: Path) -> None:
-    """Every number the simulator will read is present and finite (one line naming the first
-    that is not)."""
-    if not isinstance(fit, dict):
-        raise InputError(f"profile {path}: 'fit' must be an object")
-    try:
-        for impl, ops in fit.get("collectives", {}).items():
-            for op, by_ranks in ops.items():
-                if op not in COLLECTIVE_OPS:
-                    raise InputError(f"profile {path}: fit.collectives.{impl}.{op}: zerosim prices "
-                                     f"only {', '.join(COLLECTIVE_OPS)} from a profile")
-                for n, entry in by_ranks.items():
-                    _check_count(f"fit.collectives.{impl}.{op}", n, path, 2)
-                    _check_segments(f"fit.collectives.{impl}.{op}.{n}", entry, path)
-        for n, units in fit.get("compute", {}).items():
-            _check_count("fit.compute", n, path, 1)
-            for unit, phases in units.items():
-                for phase in PASSES:
-                    line = phases[phase]
-                    for key in ("overhead_s", "slope"):
-                        _check_number(f"fit.compute.{n}.{unit}.{phase}.{key}", line[key], path)
-                    if line["per"] not in ("flop", "token"):
-                        raise KeyError(f"{unit}.{phase}.per")
-        for n, entry in fit.get("optimizer", {}).items():
-            _check_count("fit.optimizer", n, path, 1)
-            _check_segments(f"fit.optimizer.{n}", entry, path)
-        for n, entry in fit.get("step", {}).items():
-            _check_count("fit.step", n, path, 1)
-            for group in ("compute_scale", "other_s"):
-                for key, value in entry[group].items():
-                    _check_number(f"fit.step.{n}.{group}.{key}", value, path)
-            for stage, ops in entry["collective_scale"].items():
-                for op, value in ops.items():
-                    _check_number(f"fit.step.{n}.collective_scale.{stage}.{op}", value, path)
-        for n, stages in fit.get("memory", {}).items():
-            _check_count("fit.memory", n, path, 1)
-            for stage, terms in stages.items():
-                for term in MEMORY_TERMS:  # bytes beyond the analytic model: may be negative
-                    for key in ("fixed", "per_token"):
-                        _check_number(f"fit.memory.{n}.{stage}.{term}.{key}", terms[term][key],
-                                      path, signed=True)
-                _check_number(f"fit.memory.{n}.{stage}.optimizer_per_element",
-                              terms.get("optimizer_per_element", 0.0), path)
-    except InputError:
-        raise
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise InputError(f"profile {path}: malformed 'fit' section ({type(exc).__name__}: "
-                         f"{exc}); re-run zero-real calibrate") from None
-
-
 def load_profile(path: str | Path) -> Profile:
     path = Path(path)
     data = read_json_object(path, "profile")
@@ -272,5 +195,8 @@ def load_profile(path: str | Path) -> Profile:
     if "fit" not in data:
         raise InputError(f"profile {path}: no 'fit' section (raw measurements only); fit it "
                          f"with zero-real calibrate")
-    check_fit(data["fit"], path)
+    check_profile(data, path)
     return Profile(str(path), data)
+
+
+__all__ = ["MEMORY_TERMS", "Profile", "check_fit", "load_profile", "segment_line"]
