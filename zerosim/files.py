@@ -14,24 +14,64 @@ from typing import Any
 from zerosim.errors import InputError
 
 
+MAX_NESTING = 32
+"""Tables, arrays and objects deeper than this are refused: the parsers recurse once per level
+(5000 nested arrays end in RecursionError), and the real inputs nest a few levels (a profile's
+fit: seven)."""
+MAX_TEXT_CHARS = 16 * 2**20
+"""The longest input zerosim reads (the committed profile is 0.2 MB, a measurement ~0.4 MB, a
+scenario a few KB); reading stops there, so /dev/urandom or a stray disk image ends at once."""
+
+
 def read_text(path: Path, what: str) -> str:
-    """The file's UTF-8 text; `what` names it in errors ("scenario file", "hf_config", ...)."""
+    """The file's UTF-8 text, at most MAX_TEXT_CHARS; `what` names it in errors ("scenario
+    file", "hf_config", ...)."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:
+            text = file.read(MAX_TEXT_CHARS + 1)
     except FileNotFoundError:
         raise InputError(f"{what} not found: {path}") from None
     except IsADirectoryError:
         raise InputError(f"{what} is a directory, not a file: {path}") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InputError(f"cannot read {what} {path}: {exc}") from None
+    check_length(text, f"{what} {path}")
+    return text
+
+
+def check_length(text: str, origin: str) -> None:
+    if len(text) > MAX_TEXT_CHARS:
+        raise InputError(f"{origin}: longer than the {MAX_TEXT_CHARS:,} characters zerosim reads")
+
+
+def check_nesting(value: Any, origin: str) -> None:
+    """Tables, arrays and objects at most MAX_NESTING deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_NESTING:
+                raise InputError(f"{origin}: nested more than {MAX_NESTING} levels deep")
+            stack.extend((child, depth + 1)
+                         for child in (item.values() if isinstance(item, dict) else item))
+
+
+def parse_json(text: str, origin: str) -> Any:
+    """JSON within the limits above; anything unusable is one InputError naming `origin`."""
+    check_length(text, origin)
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise InputError(f"{origin}: nested more than {MAX_NESTING} levels deep") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
+        raise InputError(f"{origin}: invalid JSON: {exc}") from None
+    check_nesting(data, origin)
+    return data
 
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
-    """A JSON file that must hold an object."""
-    try:
-        data = json.loads(read_text(path, what))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} {path}: invalid JSON: {exc}") from None
+    """A JSON file that must hold an object; `what` names it in errors ("profile", ...)."""
+    data = parse_json(read_text(path, what), f"{what} {path}")
     if not isinstance(data, dict):
         raise InputError(f"{what} {path}: expected a JSON object, got {type(data).__name__}")
     return data

@@ -2,8 +2,10 @@
 names, and into what cannot be replaced (a device) as it is; check_writable refuses, before any
 work, a place no file can be written. (A full disk: test_full_disk.py.)"""
 
+import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,32 @@ def test_check_writable_names_the_problem_once(tmp_path):
     with pytest.raises(InputError) as caught:
         check_writable(tmp_path, "--out")
     assert str(caught.value) == f"cannot write --out {tmp_path}: it is a folder"
+
+
+def test_reading_stops_at_the_limit(tmp_path):
+    """/dev/urandom as a scenario hung reading; a file past MAX_TEXT_CHARS is one line."""
+    from zerosim.files import MAX_TEXT_CHARS, read_text
+
+    if os.path.exists("/dev/urandom"):
+        with pytest.raises(InputError, match="cannot read scenario file /dev/urandom"):
+            read_text(Path("/dev/urandom"), "scenario file")
+    big = tmp_path / "big.toml"
+    big.write_text("#" * (MAX_TEXT_CHARS + 1))
+    with pytest.raises(InputError, match="longer than the 16,777,216 characters"):
+        read_text(big, "scenario file")
+    big.write_text("#" * MAX_TEXT_CHARS)
+    assert len(read_text(big, "scenario file")) == MAX_TEXT_CHARS
+
+
+def test_deep_json_is_one_line(tmp_path):
+    from zerosim.files import MAX_NESTING, read_json_object
+
+    for depth, fine in ((MAX_NESTING, True), (MAX_NESTING + 1, False), (5000, False)):
+        path = tmp_path / "m.json"
+        text = '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+        path.write_text(text)
+        if fine:  # an object holding depth - 1 nested arrays: depth levels in all
+            assert read_json_object(path, "measurement") == json.loads(text)
+        else:
+            with pytest.raises(InputError, match=f"nested more than {MAX_NESTING} levels"):
+                read_json_object(path, "measurement")

@@ -213,19 +213,15 @@ def test_memory_refuses_bytes_beyond_2_53():
     assert run_zerosim("memory", ZERO_PAPER, "--set", "model.params=1e14", "--json").code == 0
 
 
-@pytest.mark.xfail(strict=True, reason="outside this room: cli/common.load and sweep._run_point "
-                   "must call zerosim.memory.check_scale on the scenario they load")
 @pytest.mark.parametrize("command", sorted(BYTES_BEYOND))
 def test_every_command_refuses_bytes_beyond_2_53(tmp_path, command):
-    """Today `zerosim plan ZERO_PAPER --set model.params=4e15 --json` prints peak_bytes 6.4e16,
-    `zerosim simulate TINY --set training.micro_batch=1099511627776 --json` peak_bytes 4.3e17,
-    and a sweep of it writes them, all with exit 0."""
+    """Found by the fuzz: `zerosim plan ZERO_PAPER --set model.params=4e15 --json` printed
+    peak_bytes 6.4e16, `zerosim simulate TINY --set training.micro_batch=1099511627776 --json`
+    peak_bytes 4.3e17, and a sweep of it wrote them, all with exit 0."""
     argv = [command, *BYTES_BEYOND[command], *([tmp_path / "o.json"] if command == "sweep" else [])]
     assert_one_line_error(run_zerosim(*argv), "is beyond what zerosim models")
 
 
-@pytest.mark.xfail(strict=True, reason="outside this room: cli/common.load prints a DeepSpeed "
-                   "config's note before memory_table's check_scale refuses the scenario")
 def test_a_deepspeed_config_beyond_2_53_is_one_line_without_its_note(tmp_path):
     """Found by the fuzz: a ds_config with train_micro_batch_size_per_gpu = 434273 on Llama-2-7B
     (activations of 6e16 bytes) prints the note of what it took, then the error: two lines."""

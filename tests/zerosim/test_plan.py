@@ -134,9 +134,13 @@ def test_plan_command(tmp_path):
     assert data["gpu_memory_bytes"] == 80 * GiB
     assert data["stages"][0]["max_params_model_states"] == 80 * GiB // 16
     assert_one_line_error(run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", "-1"),
-                          "--gpu-memory-GiB", "positive")
+                          "--gpu-memory-GiB", "in (0, 2**23]")
     assert_one_line_error(run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", "nan"),
                           "--gpu-memory-GiB")
+    # 2**23 GiB is 2**53 bytes, the most a JSON number holds exactly (it printed 1e21 before)
+    assert run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", str(2**23), "--json").code == 0
+    assert_one_line_error(run_zerosim("plan", ZERO_PAPER, "--gpu-memory-GiB", "1e12"),
+                          "--gpu-memory-GiB", "in (0, 2**23]")
 
 
 def test_plan_says_what_it_leaves_out(monkeypatch):
@@ -159,10 +163,10 @@ def test_plan_says_what_it_leaves_out(monkeypatch):
 def test_plan_reports_progress_per_gpu_count_once_it_runs_long(monkeypatch):
     """Past simulate's delay, plan says on stderr how many GPU counts of how many it has ranked
     (jitter makes each one take seconds); stdout is the same with and without it."""
-    from zerosim.cli import simulation
+    from zerosim.cli import progress
 
     quiet = run_zerosim("plan", ZERO_PAPER, "--json")
-    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 0.0)
     shown = run_zerosim("plan", ZERO_PAPER, "--json")
     sizes = {c["world_size"] for c in shown.json["configurations"]}
     assert quiet.stderr == "" and shown.stdout == quiet.stdout

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from zerosim.cli import simulation
+from zerosim.cli import progress
 from zerosim.cli.progress import ProgressBar
 from zerosim.contract import STAGE_NAMES
 from zerosim.tradeoffs.sweep import parse_vary, points
@@ -149,6 +149,13 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, argv, f
     assert list(tmp_path.iterdir()) == []  # no results file, no temporary left behind
 
 
+def test_a_late_bad_point_of_a_short_sweep_is_one_line_without_quiet(tmp_path):
+    """Progress starts only past its delay, so a short sweep that fails says one line."""
+    result = run_zerosim("sweep", ZERO_PAPER, "--vary", "cluster.nodes=1,2,4,0",
+                         "--out", tmp_path / "r.csv")
+    assert_one_line_error(result, "point 3", "cluster.nodes=0")
+
+
 class Stream(io.StringIO):
     def __init__(self, tty: bool):
         super().__init__()
@@ -206,9 +213,9 @@ def test_simulate_shows_its_progress_per_stage_and_per_collective_under_jitter(t
     they complete, up to the number each rank runs (the trace's, an independent count)."""
     argv = ("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--set", "variation.jitter_pct=5",
             "--set", "cluster.nodes=2", "--trace", tmp_path / "t.json")
-    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 1e9)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 1e9)
     quiet = run_zerosim(*argv)
-    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 0.0)
     result = run_zerosim(*argv)
     assert result.code == quiet.code == 0 and quiet.stderr == ""
     assert result.stdout == quiet.stdout  # progress goes to stderr only
@@ -226,7 +233,7 @@ def test_simulate_shows_its_progress_per_stage_and_per_collective_under_jitter(t
 
 
 def test_simulate_without_jitter_says_each_stage_once(monkeypatch):
-    monkeypatch.setattr(simulation, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 0.0)
     result = run_zerosim("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--stage", "2")
     assert result.code == 0
     assert [line.split(" [")[0] for line in result.stderr.splitlines()] == [

@@ -90,11 +90,14 @@ def dispatch(prog: str, args: argparse.Namespace) -> int:
 
 
 def load(args: argparse.Namespace):
-    """The scenario the arguments name; what a DeepSpeed config contributed goes to stderr."""
+    """The scenario the arguments name, refused if what it makes passes 2**53 (memory.check_scale);
+    what a DeepSpeed config contributed goes to stderr, once the scenario is accepted."""
+    from zerosim.memory import check_scale
     from zerosim.scenario.load import load_scenario
 
     notes: list[str] = []
-    scenario = load_scenario(args.scenario, args.overrides, args.deepspeed, notes=notes)
+    scenario = check_scale(load_scenario(args.scenario, args.overrides, args.deepspeed,
+                                         notes=notes))
     for note in notes:
         print(f"zerosim: note: {note}", file=sys.stderr)
     return scenario
@@ -145,6 +148,6 @@ def gib(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
-    if not 0 < value < 2**40:  # also NaN and infinity
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of GiB")
+    if not 0 < value <= 2**23:  # also NaN and infinity; 2**23 GiB = 2**53 bytes, exact in JSON
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of GiB in (0, 2**23]")
     return value

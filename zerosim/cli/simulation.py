@@ -24,13 +24,9 @@ def run_memory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-PROGRESS_AFTER_S = 2.0
-"""simulate is most often done in well under a second; past this, it shows its progress on
-stderr (jitter at 512 ranks takes minutes)."""
-
-
 def run_simulate(args: argparse.Namespace) -> int:
     from zerosim import report
+    from zerosim.cli import progress
     from zerosim.cli.progress import ProgressBar
     from zerosim.files import check_writable, write_text
     from zerosim.sim.engine import simulate
@@ -45,7 +41,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     results = []
     for i, s in enumerate(stages, 1):
         bar = ProgressBar(f"zerosim simulate: {STAGE_NAMES[s]} ({i} of {len(stages)})",
-                          unit="collectives", delay_s=PROGRESS_AFTER_S, start_s=start_s)
+                          unit="collectives", delay_s=progress.PROGRESS_AFTER_S, start_s=start_s)
         try:
             results.append(simulate(scenario, s, mode=args.mode, keep_events=keep, progress=bar))
         finally:

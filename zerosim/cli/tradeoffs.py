@@ -12,14 +12,15 @@ from zerosim.contract import EXIT_OK, STAGES
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from zerosim.cli.progress import ProgressBar
+    from zerosim.cli.progress import PROGRESS_AFTER_S, ProgressBar
     from zerosim.tradeoffs import sweep
 
     sweep.output_format(args.out)  # a wrong name or place fails before any work
     varies = [sweep.parse_vary(text) for text in args.vary]
     total = sweep.count_points(varies)
-    progress = None if args.quiet else ProgressBar("zerosim sweep:")
     start_s = time.perf_counter()
+    progress = None if args.quiet else ProgressBar("zerosim sweep:", delay_s=PROGRESS_AFTER_S,
+                                                   start_s=start_s)
     try:  # SIGTERM unwinds from here as Ctrl-C does, stopping the workers (cli.common.dispatch)
         rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
                                jobs=args.jobs, mode=args.mode, progress=progress)
@@ -34,8 +35,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from zerosim.cli.progress import ProgressBar
-    from zerosim.cli.simulation import PROGRESS_AFTER_S
+    from zerosim.cli.progress import PROGRESS_AFTER_S, ProgressBar
     from zerosim.tradeoffs.plan import format_plan, plan
     from zerosim.units import GiB
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zerosim.errors import InputError
-from zerosim.scenario.parse import read_json_object
+from zerosim.files import read_json_object
 from zerosim.scenario.checks import MAX_VALUE, is_finite_number
 from zerosim.units import BYTES_PER_ELEMENT, MiB
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from zerosim.scenario.checks import is_finite_number
 from zerosim.errors import InputError
-from zerosim.scenario.parse import read_json_object
+from zerosim.files import read_json_object
 
 
 class _Config:

@@ -33,7 +33,7 @@ from typing import Any
 from zerosim.contract import (PROFILE_FORMAT, PROFILE_VERSION, busbw_factor as _busbw_factor,
                               ring_steps as _ring_steps)
 from zerosim.errors import InputError
-from zerosim.scenario.parse import read_json_object
+from zerosim.files import read_json_object
 from zerosim.scenario.profile_schema import MEMORY_TERMS, check_fit, check_profile
 from zerosim.units import GB
 

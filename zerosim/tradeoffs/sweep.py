@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES, STAGES
 from zerosim.errors import InputError
 from zerosim.files import check_writable, write_text
-from zerosim.memory import fits, stage_memory
+from zerosim.memory import check_scale, fits, stage_memory
 from zerosim.model import total_params
 from zerosim.scenario.load import load_scenario, parse_override
 from zerosim.sim.engine import simulate
@@ -170,7 +170,7 @@ def _run_point(job: tuple) -> list[dict] | str:
     """Worker: a point's rows, or the one-line reason it cannot be simulated."""
     scenario_path, deepspeed, point, varies, mode = job
     try:
-        scenario = load_scenario(scenario_path, point.overrides, deepspeed)
+        scenario = check_scale(load_scenario(scenario_path, point.overrides, deepspeed))
         first = {"point": point.index, **{v.key: x for v, x in zip(varies, point.values)}}
         return rows_of(scenario, point.stages or (scenario.training.zero_stage,), first, mode)
     except InputError as exc:
