@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.zero_real.helpers: the faults the tests inject
 
-from zerosim.contract import PASSES
+from tests.procs import descendants, gone  # noqa: E402
+from zerosim.contract import PASSES  # noqa: E402
 
 TINY = ROOT / "scenarios" / "tiny_gpt_4rank_cpu.toml"
 SMALL_KIB, LARGE_MIB = 256, 16
@@ -65,29 +66,6 @@ def calibrate_figures() -> None:
           f"(x{opt[-1]['time_s'] / opt[0]['time_s']:.1f})")
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-
-
-def _gone(pid: int) -> bool:
-    stat = _stat(pid)
-    return stat is None or stat[0] in ("Z", "X")
-
-
-def _descendants(root: int) -> set[int]:
-    parents = {int(e): int(s[1]) for e in os.listdir("/proc")
-               if e.isdigit() and (s := _stat(int(e))) is not None}
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
-
-
 def _until(predicate, limit_s: float) -> float | None:
     """Seconds until predicate() holds, polled every 10 ms; None past limit_s."""
     start = time.perf_counter()
@@ -119,7 +97,7 @@ def fault_figures() -> None:
             continue
         except RankFailed as failed:
             named_s, pids = time.perf_counter() - start, failed.pids
-        gone_s = _until(lambda: all(_gone(pid) for pid in pids), 60)
+        gone_s = _until(lambda: all(gone(pid) for pid in pids), 60)
         print(f"{label}: failure named after {named_s:.1f} s, every rank gone "
               f"{'after 60 s: NOT' if gone_s is None else f'{gone_s:.2f} s'} later")
 
@@ -142,12 +120,12 @@ def signal_figures() -> None:
             proc.wait()
             print("zero-real run: ranks never got past step 0 in 120 s")
             return
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         start = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         exit_s = time.perf_counter() - start
-        gone_s = _until(lambda: all(_gone(pid) for pid in children), 60)
+        gone_s = _until(lambda: all(gone(pid) for pid in children), 60)
     print(f"zero-real run, 2 ranks: past step 0 after {started_s:.1f} s; SIGTERM: launcher exit "
           f"{proc.returncode} after {exit_s:.2f} s, its {len(children)} processes gone "
           f"{'after 60 s: NOT' if gone_s is None else f'{gone_s:.2f} s'} later")

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 from functools import partial  # noqa: E402
 
 from tests.conftest import SCENARIOS, CliResult, assert_one_line_error, run_main  # noqa: E402
+from tests.procs import gone  # noqa: E402
 from tests.zero_real.helpers import train_dying, train_hanging  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
@@ -91,15 +92,6 @@ def test_nccl_without_gpus_is_bad_input():
     assert_one_line_error(run_zero_real("run", TINY, "--stage", "0", "--backend", "nccl"), "nccl")
 
 
-def _gone(pid: int) -> bool:
-    """No such process, or a zombie (exited, not yet reaped by whoever inherited it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
 def _run_with_fault(fault, *, stage: int, collectives: str, timeout_s: float, match: str):
     """Three ranks of the tiny model, one of them faulty (tests/zero_real/helpers.py): the launch
     fails naming what `match` says, and leaves no rank behind. The run's own limit (60 s) is the
@@ -114,7 +106,7 @@ def _run_with_fault(fault, *, stage: int, collectives: str, timeout_s: float, ma
                     steps=3, timeout_s=timeout_s, nproc=3, profile_memory=False)
     with pytest.raises(RankFailed, match=match) as info:
         spawn(fault, 3, cfg, timeout_s=60)
-    assert all(_gone(pid) for pid in info.value.pids)
+    assert all(gone(pid) for pid in info.value.pids)
 
 
 def test_a_rank_dying_mid_run_stops_every_rank():

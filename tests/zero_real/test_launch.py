@@ -13,37 +13,13 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.conftest import SCENARIOS  # noqa: E402
+from tests.procs import descendants, gone  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 # Hang guards, not timings: a rank that outlives its launcher fails the test after this long.
 # How soon ranks go in practice is what bench/real_timing.py prints.
 GONE_GUARD_S = 60
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-
-
-def _gone(pid: int) -> bool:
-    stat = _stat(pid)
-    return stat is None or stat[0] in ("Z", "X")
-
-
-def _descendants(root: int) -> set[int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
-            parents[int(entry)] = int(stat[1])
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
 
 
 def _wait_for(predicate, timeout_s: float) -> bool:
@@ -73,7 +49,7 @@ def _launch_long_run(tmp_path):
         proc.kill()
         proc.communicate(timeout=10)
         raise
-    return proc, _descendants(proc.pid)
+    return proc, descendants(proc.pid)
 
 
 def test_sigterm_stops_every_rank_and_removes_the_workdir(tmp_path):
@@ -86,7 +62,7 @@ def test_sigterm_stops_every_rank_and_removes_the_workdir(tmp_path):
     assert last == "zero-real: SIGTERM: every rank stopped", err
     assert progress[0] == "run: starting 2 process(es)"
     assert all(line.startswith("run: steps ") for line in progress[1:]), err
-    assert _wait_for(lambda: all(_gone(pid) for pid in children), GONE_GUARD_S)
+    assert _wait_for(lambda: all(gone(pid) for pid in children), GONE_GUARD_S)
     assert not list(tmp_path.glob("zero_real*"))  # the workdir, and the progress file
 
 
@@ -94,4 +70,4 @@ def test_ranks_die_with_a_sigkilled_launcher(tmp_path):
     proc, children = _launch_long_run(tmp_path)
     proc.kill()
     proc.communicate(timeout=10)
-    assert _wait_for(lambda: all(_gone(pid) for pid in children), GONE_GUARD_S)
+    assert _wait_for(lambda: all(gone(pid) for pid in children), GONE_GUARD_S)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, SCENARIOS
+from tests.procs import descendants, gone
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds workers in /proc")
 
@@ -32,25 +33,13 @@ def cmdline(pid: int) -> bytes | None:
 
 def alive(pid: int, command: bytes) -> bool:
     """Running (not a zombie nobody reaped) and still the worker we saw (not a reused pid)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in "ZX" and cmdline(pid) == command
+    return not gone(pid) and cmdline(pid) == command
 
 
 def workers_of(pid: int) -> list[int]:
-    """Children of `pid` running what it runs (forked pool workers; not its resource tracker)."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int(Path(entry, "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid and cmdline(int(entry.name)) == cmdline(pid):
-                children.append(int(entry.name))
-    return children
+    """Processes below `pid` running what it runs (forked pool workers; not its resource
+    tracker)."""
+    return sorted(p for p in descendants(pid) if cmdline(p) == cmdline(pid))
 
 
 class Sweep:

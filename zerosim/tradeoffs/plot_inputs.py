@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zerosim.errors import InputError
-from zerosim.files import read_text
+from zerosim.files import parse_json, read_text
 
 SWEEP_FORMAT = 1  # the "zerosim_sweep" value this reader understands
 _TEXT_COLUMNS = {"stage_name"}  # of those the figures need; every other one must be a number
@@ -36,15 +36,17 @@ _WHAT = (("zerosim sweep --out", ("zerosim_sweep",), ("memory", "tradeoff"),
 
 
 def _read_json(path: Path, what: str, text: str | None = None) -> Any:
+    """The file's JSON, within files.parse_json's limits of size and nesting, like every JSON
+    file zerosim reads; a sweep CSV given where JSON belongs is named as what it is."""
     text = read_text(path, what) if text is None else text
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return parse_json(text, f"{what} {path}")
+    except InputError:
         header = text.partition("\n")[0]
         if not header.lstrip().startswith(("{", "[")) and "world_size," in header:  # a sweep CSV
             raise InputError(f"{path} is a zerosim sweep CSV, not a {what} (use --kind memory or "
                              f"tradeoff)") from None
-        raise InputError(f"{what} {path}: invalid JSON: {exc}") from None
+        raise
 
 
 def _expect(data: Any, path: Path, kind: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -189,10 +191,7 @@ def read_trace(path: str | Path) -> dict[str, Any]:
             raise InputError(f"{path}: {key} must be a list of objects with "
                              f"{', '.join(fields)}")
     for i, e in enumerate(data["stepEvents"]):
-        numbers = all(_is_number(e[k]) for k in ("rank", "start_s", "end_s"))
-        if not _is_stage(e["stage"]) or not numbers or e["end_s"] < e["start_s"]:
-            raise InputError(f"{path}: stepEvents[{i}] needs a stage 0-3 and numbers rank, "
-                             f"start_s <= end_s")
+        _check_event(path, i, e)
     for i, s in enumerate(data["memorySamples"]):
         by_category = s["bytes_by_category"]
         if not _is_stage(s["stage"]) or not _is_number(s["t_s"]) or not isinstance(
@@ -202,6 +201,30 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     if not data["stepEvents"]:
         raise InputError(f"{path}: the trace holds no step events")
     return data
+
+
+def _check_event(path: Path, i: int, e: dict[str, Any]) -> None:
+    """What timeline_figure reads of a step event (contract.SimulatedEvent): numbers for the bar,
+    and the text and bytes that name it (a list where text belongs is unhashable; text where the
+    bytes belong breaks their format)."""
+    numbers = all(_is_number(e[k]) for k in ("rank", "start_s", "end_s"))
+    if not _is_stage(e["stage"]) or not numbers or e["end_s"] < e["start_s"]:
+        raise InputError(f"{path}: stepEvents[{i}] needs a stage 0-3 and numbers rank, "
+                         f"start_s <= end_s")
+    for key in ("name", "phase", "queue", "op"):
+        if not isinstance(e[key], str) and not (key == "op" and e[key] is None):
+            raise InputError(f"{path}: stepEvents[{i}].{key} is {_shown(e[key])}, not a string"
+                             f"{' or null' * (key == 'op')}")
+    size = e["bytes"]
+    if not (_is_number(size) and size >= 0) and not (size is None and not e["op"]):
+        raise InputError(f"{path}: stepEvents[{i}].bytes is {_shown(size)}, not a number >= 0 "
+                         f"(null only without an op)")
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as an error shows it: on one line, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_number(value: Any) -> bool:
@@ -224,25 +247,36 @@ def read_reports(paths: list[str | Path]) -> list[dict[str, Any]]:
     reports = []
     for path in map(Path, paths):
         report = _expect(_read_json(path, "validate report"), path, "calibration", ("metrics",))
-        metrics = report["metrics"]
-        if not isinstance(metrics, list) or not all(
-                isinstance(m, dict) and isinstance(m.get("name"), str) and
-                all(m.get(k) is None or _is_number(m.get(k)) for k in ("measured", "simulated"))
-                for m in metrics):
-            raise InputError(f"{path}: 'metrics' must be a list of {{name, measured, simulated}} "
-                             f"with numbers or null")
-        if not _is_stage(report.get("stage")):
-            raise InputError(f"{path}: stage {report.get('stage')!r} is not a ZeRO stage (0-3)")
-        categories = report.get("categories", {})  # validate's verdict per category
-        if not isinstance(categories, dict) or not all(
-                isinstance(c, dict) and all(c.get(k) is None or _is_number(c[k])
-                                            for k in ("tolerance_pct", "max_abs_error_pct"))
-                for c in categories.values()):
-            raise InputError(f"{path}: 'categories' must map each category to "
-                             f"{{tolerance_pct, max_abs_error_pct}} with numbers or null")
-        for tolerance in [report.get("tolerance_pct"),
-                          *(c.get("tolerance_pct") for c in categories.values())]:
-            if tolerance is not None and not (_is_number(tolerance) and tolerance > 0):
-                raise InputError(f"{path}: tolerance_pct {tolerance!r} is not a positive number")
+        _check_report(path, report)
         reports.append({**report, "source": str(path)})
     return reports
+
+
+def _check_report(path: Path, report: dict[str, Any]) -> None:
+    """Each field calibration_figure reads: a metric's name, measured and simulated (each
+    present, null where there is none), the stage, and the percentages in its legend and band."""
+    metrics = report["metrics"]
+    wanted = "a list of {name, measured, simulated} with numbers or null"
+    if not isinstance(metrics, list):
+        raise InputError(f"{path}: 'metrics' must be {wanted}")
+    for i, m in enumerate(metrics):
+        if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not all(
+                k in m and (m[k] is None or _is_number(m[k])) for k in ("measured", "simulated")):
+            raise InputError(f"{path}: 'metrics' must be {wanted} (metrics[{i}] is {_shown(m)})")
+    if not _is_stage(report.get("stage")):
+        raise InputError(f"{path}: stage {report.get('stage')!r} is not a ZeRO stage (0-3)")
+    mean = report.get("mean_abs_error_pct")  # the legend of a report from before categories
+    if mean is not None and not _is_number(mean):
+        raise InputError(f"{path}: mean_abs_error_pct is {_shown(mean)}, not a finite number "
+                         f"or null")
+    categories = report.get("categories", {})  # validate's verdict per category
+    if not isinstance(categories, dict) or not all(
+            isinstance(c, dict) and all(c.get(k) is None or _is_number(c[k])
+                                        for k in ("tolerance_pct", "max_abs_error_pct"))
+            for c in categories.values()):
+        raise InputError(f"{path}: 'categories' must map each category to "
+                         f"{{tolerance_pct, max_abs_error_pct}} with numbers or null")
+    for tolerance in [report.get("tolerance_pct"),
+                      *(c.get("tolerance_pct") for c in categories.values())]:
+        if tolerance is not None and not (_is_number(tolerance) and tolerance > 0):
+            raise InputError(f"{path}: tolerance_pct {tolerance!r} is not a positive number")
