@@ -10,7 +10,7 @@ from zerosim.sim.collectives.ring import Group, StepRecord, ring_phases, run_pha
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.network import Cluster, Link
 
-from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
+from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 ONE_SECOND = ["cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=1e-9",
@@ -198,3 +198,19 @@ def test_stragglers_and_jitter_do_not_touch_a_collective():
     varied = simulate_collective(scenario(gpus=8, extra=["variation.slow_ranks=[3]",
                                                          "variation.jitter_pct=10"]), "all_reduce", 80)
     assert varied == uniform and varied["ranks_simulated"] == 1
+
+
+def test_collective_shows_its_ring_steps_once_it_runs_long(monkeypatch):
+    """Past the progress delay, `collective` counts ring steps on stderr: 2(n-1) for a ring
+    all_reduce on n ranks (nccl-tests' count of steps), and stdout stays the same."""
+    from zerosim.cli import progress
+
+    argv = ("collective", ZERO_PAPER, "--op", "all_reduce", "--size-bytes", "1e6", "--ranks", "16",
+            "--set", "cluster.collective_algorithm=ring", "--mode", "per_rank", "--json")
+    quiet = run_zerosim(*argv)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 0.0)
+    shown = run_zerosim(*argv)
+    assert quiet.code == shown.code == 0 and quiet.stderr == "" and shown.stdout == quiet.stdout
+    lines = shown.stderr.splitlines()
+    assert lines and all(line.startswith("zerosim collective: all_reduce [") for line in lines)
+    assert "] 30/30 ring steps" in lines[-1]

@@ -57,10 +57,18 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def run_collective(args: argparse.Namespace) -> int:
     from zerosim import report
+    from zerosim.cli import progress
     from zerosim.sim.collective_bench import simulate_collective
 
+    start_s = time.perf_counter()
     scenario = load(args)
-    result = simulate_collective(scenario, args.op, args.size_bytes, args.ranks, mode=args.mode)
+    bar = progress.ProgressBar(f"zerosim collective: {args.op}", unit="ring steps",
+                               delay_s=progress.PROGRESS_AFTER_S, start_s=start_s)
+    try:
+        result = simulate_collective(scenario, args.op, args.size_bytes, args.ranks,
+                                     mode=args.mode, progress=bar)
+    finally:
+        bar.close()
     print(json.dumps(result, indent=2) if args.json else report.format_collective(result))
     return EXIT_OK
 

@@ -10,6 +10,8 @@ the link bandwidth.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import simpy
 
 from zerosim.contract import OPS, busbw_factor
@@ -59,9 +61,11 @@ def _links(scenario, group: Group, algorithm: str, mode: str) -> list[int]:
 
 
 def simulate_collective(scenario, op: str, size_bytes: float, ranks: int | None = None,
-                        log: list | None = None, mode: str = "auto") -> dict:
+                        log: list | None = None, mode: str = "auto",
+                        progress: Callable[[int, int], None] | None = None) -> dict:
     """One collective over the first `ranks` ranks, chunk by chunk ("step" granularity, which
-    `log` needs), or walk by walk past MAX_STEPS_ONE_BY_ONE steps."""
+    `log` needs), or walk by walk past MAX_STEPS_ONE_BY_ONE steps; `progress(done, total)` in
+    ring steps (512 ranks one by one take seconds)."""
     n = _group_size(scenario, ranks)
     if op not in OPS:
         raise InputError(f"--op {op!r} is not one of {', '.join(OPS)}")
@@ -74,7 +78,8 @@ def simulate_collective(scenario, op: str, size_bytes: float, ranks: int | None 
     cluster = Cluster(env, scenario, links)
     steps = sum(phase.steps for phase in phases)
     granularity = "step" if log is not None or steps <= MAX_STEPS_ONE_BY_ONE else "phase"
-    env.process(run_phases(env, cluster, group, phases, links, granularity=granularity, log=log))
+    env.process(run_phases(env, cluster, group, phases, links, granularity=granularity, log=log,
+                           progress=progress))
     env.run()
     time_s = env.now
     if not 0 < time_s < float("inf"):

@@ -24,7 +24,7 @@ They differ only when collectives share a link, where "phase" shares bandwidth a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import simpy
 
@@ -111,9 +111,12 @@ def _send(env: simpy.Environment, link, size_bytes: float, latency_s: float) -> 
 
 def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: list[Phase],
                ranks: list[int], granularity: str = "phase",
-               log: list[StepRecord] | None = None) -> Iterator:
+               log: list[StepRecord] | None = None,
+               progress: Callable[[int, int], None] | None = None) -> Iterator:
     """Process: every phase in order on the links of `ranks` (all of the group's ranks, or the
-    representatives of a uniform one); returns when the slowest link finishes the last phase."""
+    representatives of a uniform one); returns when the slowest link finishes the last phase.
+    `progress(done, total)` counts ring steps (after each one at "step" granularity)."""
+    done, total = 0, sum(phase.steps for phase in phases)
     for phase in phases:
         if phase.steps == 0:
             continue
@@ -128,11 +131,16 @@ def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: l
                                                 phase.steps * phase.latency(cluster.link(r, tier))))
                               for r, tier in links])
         else:
-            yield from _steps(env, cluster, phase, links, log)
+            yield from _steps(env, cluster, phase, links, log, progress, done, total)
+        done += phase.steps
+        if progress is not None:
+            progress(done, total)
 
 
-def _steps(env, cluster, phase, links, log) -> Iterator:
+def _steps(env, cluster, phase, links, log, progress, done, total) -> Iterator:
     for step in range(phase.steps):
+        if progress is not None and step:
+            progress(done + step, total)
         start_s = env.now
         sends = [env.process(_send(env, cluster.link(r, tier), phase.chunk_bytes * phase.link_scale,
                                    phase.latency(cluster.link(r, tier)))) for r, tier in links]
