@@ -5,8 +5,11 @@ writing results whole or not at all (write_text, write_bytes)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -82,13 +85,13 @@ def check_writable(path: Path, what: str) -> None:
     new file (tried with a temporary, removed at once). write_bytes still reports what can only
     fail at the end (a full disk)."""
     try:
+        if _stream(path) is not None or _not_a_file(path):  # written as it is, not replaced
+            if not os.access(path, os.W_OK):
+                raise InputError(f"cannot write {what} {path}: permission denied")
+            return
         target = Path(os.path.realpath(path))
         if target.is_dir():
             raise InputError(f"cannot write {what} {path}: it is a folder")
-        if target.exists() and not target.is_file():  # a device or a pipe: written as it is
-            if not os.access(target, os.W_OK):
-                raise InputError(f"cannot write {what} {path}: permission denied")
-            return
         if not target.parent.exists():
             raise InputError(f"cannot write {what} {path}: no folder {target.parent}")
         if not target.parent.is_dir():
@@ -113,17 +116,25 @@ def write_bytes(path: Path, data: bytes, what: str) -> None:
     """Write a whole file or nothing: a temporary file beside it, synced to disk (a full disk
     shows here, not after the rename) and renamed over it at the end. Any failure removes the
     temporary and becomes one InputError line naming `what` and the path. A link is followed (the
-    file it names is replaced, the link stays); what is not a regular file (a pipe, /dev/stdout)
-    cannot be replaced and is written to as it is."""
+    file it names is replaced, the link stays). This process's own stdout or stderr (/dev/stdout,
+    /dev/fd/1, even when it is a file) is written through its stream, in order with what the
+    command prints; what else is not a regular file (a pipe, `>(cat)`, a device) cannot be
+    replaced and is written to as it is."""
     def failed(exc: BaseException) -> InputError:
         return InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}")
 
     try:
-        target = Path(os.path.realpath(path))
-        if target.exists() and not target.is_file() and not target.is_dir():
-            with open(target, "wb") as out:
+        stream = _stream(path)
+        if stream is not None:
+            stream.flush()
+            stream.buffer.write(data)
+            stream.buffer.flush()
+            return
+        if _not_a_file(path):
+            with open(path, "wb") as out:
                 out.write(data)
             return
+        target = Path(os.path.realpath(path))
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise failed(exc) from None
@@ -141,3 +152,24 @@ def write_bytes(path: Path, data: bytes, what: str) -> None:
         if isinstance(exc, OSError):
             raise failed(exc) from None
         raise
+
+
+def _stream(path: Path):
+    """sys.stdout or sys.stderr when `path` names the very file or pipe it writes to."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if os.path.samestat(os.stat(path), os.fstat(stream.fileno())):
+                return stream
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            continue  # no such path, or a stream with no file (captured by a test)
+    return None
+
+
+def _not_a_file(path: Path) -> bool:
+    """An existing pipe, device or socket (stat follows the links of /dev/fd/N to it: its
+    realpath, `pipe:[N]`, is no path at all)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)

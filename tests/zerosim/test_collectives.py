@@ -214,3 +214,10 @@ def test_collective_shows_its_ring_steps_once_it_runs_long(monkeypatch):
     lines = shown.stderr.splitlines()
     assert lines and all(line.startswith("zerosim collective: all_reduce [") for line in lines)
     assert "] 30/30 ring steps" in lines[-1]
+
+
+def test_size_bytes_past_2_53_is_refused_not_rounded():
+    """9007199254740993 through a float was 2**53 and accepted; read as an integer it is over."""
+    argv = ("collective", ZERO_PAPER, "--op", "all_gather", "--json", "--size-bytes")
+    assert run_zerosim(*argv, str(2**53)).json["size_bytes"] == 2**53
+    assert_one_line_error(run_zerosim(*argv, str(2**53 + 1)), "--size-bytes", "1..2**53")

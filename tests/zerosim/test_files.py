@@ -106,3 +106,30 @@ def test_deep_json_is_one_line(tmp_path):
         else:
             with pytest.raises(InputError, match=f"nested more than {MAX_NESTING} levels"):
                 read_json_object(path, "measurement")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="needs /dev/stdout")
+@pytest.mark.parametrize("stdout", ["a pipe", "a file"])
+def test_a_trace_to_dev_stdout_comes_before_the_table(tmp_path, stdout):
+    """`--trace /dev/stdout` writes through the command's own stdout, in order with the table:
+    into a pipe (its realpath, pipe:[N], is no path: that failed), or into a file the shell
+    redirected stdout to (replacing it by rename lost the table)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, SCENARIOS
+
+    argv = [sys.executable, "-m", "zerosim", "simulate", str(SCENARIOS / "tiny_gpt_4rank_cpu.toml"),
+            "--stage", "3", "--trace", "/dev/stdout"]
+    if stdout == "a pipe":
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        out = done.stdout
+    else:
+        with open(tmp_path / "out.txt", "w") as file:
+            done = subprocess.run(argv, cwd=ROOT, stdout=file, stderr=subprocess.PIPE, text=True,
+                                  timeout=120)
+        out = (tmp_path / "out.txt").read_text()
+    assert done.returncode == 0, done.stderr
+    trace, _, table = out.partition("\n")  # the trace is one line of JSON, then the table
+    assert json.loads(trace)["stepEvents"]
+    assert table.splitlines()[-1].startswith("3 ZeRO-3")

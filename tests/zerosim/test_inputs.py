@@ -122,7 +122,7 @@ def test_deeply_nested_set_and_vary_values_are_one_line(tmp_path):
     out = tmp_path / "o.csv"
     assert_one_line_error(run_zerosim("sweep", TINY, "--vary", f"model.name={DEEP},x", "--out",
                                       out, "--quiet", "--jobs", "1"),
-                          "--set model.name: nested more than 32 levels")
+                          "--vary model.name: nested more than 32 levels")  # the flag it came in
     assert not out.exists()
 
 

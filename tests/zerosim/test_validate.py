@@ -267,3 +267,30 @@ def test_validate_bad_input_is_one_line_exit_2(tmp_path, content, extra, fragmen
     if content is not None:
         path.write_text(content)
     assert_one_line_error(run_zerosim("validate", str(path), *extra), fragment)
+
+
+def test_one_run_given_twice_is_refused(tmp_path, profile_path):
+    """Twice the same file would pass for two runs that agree exactly (a spread it never had)."""
+    validate_files(tmp_path, profile_path, from_simulation(profile_path))
+    link = tmp_path / "again.json"
+    link.symlink_to(tmp_path / "m1.json")
+    for second in (tmp_path / "m1.json", link):
+        assert_one_line_error(run_zerosim("validate", tmp_path / "m1.json", second,
+                                          "--profile", profile_path),
+                              f"measurement {second} is the file {tmp_path / 'm1.json'} again")
+
+
+@pytest.mark.parametrize("break_it,fragment", [
+    (lambda m: [e.update(end_s=e["start_s"] - 1) for e in m["events"]], "runs from"),
+    (lambda m: [e.update(start_s=float("nan")) for e in m["events"]], "runs from nan"),
+    (lambda m: [s.update(t_s=-1e6) for s in m["memory_samples"] if s["point"] == "after_step"],
+     "before its first event starts"),
+])
+def test_times_that_cannot_have_been_measured_are_refused(tmp_path, profile_path, break_it,
+                                                          fragment):
+    """An event that ends before it starts, or a step that ends before its first event, is a
+    malformed file (exit 2), not a negative compute time to be judged (exit 1)."""
+    m = from_simulation(profile_path)
+    break_it(m)
+    assert_one_line_error(validate_files(tmp_path, profile_path, m), "malformed measurement",
+                          fragment)

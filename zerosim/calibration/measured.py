@@ -84,6 +84,9 @@ def per_step_figures(m: dict[str, Any]) -> dict[int, dict[str, float]]:
         if type(e["step"]) is not int or e["step"] not in steps:
             continue
         key = (e["rank"], e["step"])
+        if not e["start_s"] <= e["end_s"]:  # also NaN: a time that cannot have been measured
+            raise ValueError(f"an event of rank {short(key[0])} step {key[1]} runs from "
+                             f"{short(e['start_s'])} to {short(e['end_s'])} s")
         starts[key] = min(starts.get(key, e["start_s"]), e["start_s"])
         name = "compute_s" if e["stream"] == COMPUTE else f"comm_{e['op']}_s"
         per[key][name] += e["end_s"] - e["start_s"]
@@ -93,6 +96,9 @@ def per_step_figures(m: dict[str, Any]) -> dict[int, dict[str, float]]:
         if key not in ends:
             raise ValueError(f"rank {short(key[0])} step {key[1]} has events but no after_step "
                              f"sample")
+        if not starts[key] <= ends[key]:
+            raise ValueError(f"rank {short(key[0])} step {key[1]} ends (after_step at "
+                             f"{short(ends[key])} s) before its first event starts")
         per[key]["step_time_s"] = ends[key] - starts[key]
         per[key]["exposed_comm_s"] = per[key]["step_time_s"] - per[key]["compute_s"]
     names = sorted({name for values in per.values() for name in values})

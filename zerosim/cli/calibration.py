@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from zerosim.cli.common import Command, positive_float
@@ -19,6 +20,13 @@ def run_validate(args: argparse.Namespace) -> int:
     if args.tolerance_pct is not None:  # its old meaning, one mean of time and memory, hid errors
         raise InputError("--tolerance-pct is retired (it judged one mean of time and memory "
                          "errors): use --time-tolerance-pct and --memory-tolerance-pct")
+    seen: dict[str, str] = {}
+    for path in args.measurements:  # one run given twice would pass for two that agree
+        real = os.path.realpath(path)
+        if real in seen:
+            raise InputError(f"measurement {path} is the file {seen[real]} again: each run "
+                             f"counts once")
+        seen[real] = path
     runs = [read_json_object(Path(path), "measurement") for path in args.measurements]
     report = validate(runs, args.measurements, args.scenario, args.profile)
     within = judge(report, args.time_tolerance_pct, args.memory_tolerance_pct)

@@ -110,9 +110,11 @@ def stage(text: str) -> int:
 
 
 def size_bytes(text: str) -> int:
-    """A positive whole number of bytes; 1e9 and 1_000_000 are accepted."""
+    """A positive whole number of bytes; 1e9 and 1_000_000 are accepted. Digits are read as an
+    integer, not through a float, which would round 2**53 + 1 down into the range."""
+    digits = text.replace("_", "")
     try:
-        value = float(text.replace("_", ""))
+        value = int(digits) if digits.isdigit() and len(digits) < 30 else float(digits)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
     if not 1 <= value <= 2**53 or value != int(value):  # also NaN and infinity

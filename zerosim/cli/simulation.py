@@ -47,7 +47,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         finally:
             bar.close()
     if args.trace is not None:
-        write_text(Path(args.trace), json.dumps(chrome_trace(results)), "--trace")
+        write_text(Path(args.trace), json.dumps(chrome_trace(results)) + "\n", "--trace")
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:

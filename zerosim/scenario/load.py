@@ -105,25 +105,26 @@ def split_tables(raw: dict[str, Any], origin: str) -> dict[str, dict[str, Any]]:
     return tables
 
 
-def parse_override(text: str) -> tuple[str, str, Any]:
-    """'table.key=value' -> (table, key, value); value parsed as TOML, else taken as a string."""
+def parse_override(text: str, flag: str = "--set") -> tuple[str, str, Any]:
+    """'table.key=value' -> (table, key, value); value parsed as TOML, else taken as a string.
+    `flag` names where the text came from in errors (--set, or --vary for one of its values)."""
     lhs, sep, rhs = text.partition("=")
     table, dot, key = lhs.strip().partition(".")
     if not sep or not dot or not key or "." in key:
-        raise InputError(f"--set {text!r}: expected table.key=value, e.g. --set cluster.nodes=16")
+        raise InputError(f"{flag} {text!r}: expected table.key=value, e.g. {flag} cluster.nodes=16")
     if table not in TABLES:
-        raise InputError(f"--set {text!r}: unknown table {table!r} (allowed: {', '.join(TABLES)})")
-    check_keys(table, [key], f"--set {text!r}")
+        raise InputError(f"{flag} {text!r}: unknown table {table!r} (allowed: {', '.join(TABLES)})")
+    check_keys(table, [key], f"{flag} {text!r}")
     rhs = rhs.strip()
     if not rhs:
-        raise InputError(f"--set {text!r}: no value after '='")
+        raise InputError(f"{flag} {text!r}: no value after '='")
     try:
-        parsed = parse_toml(f"value = {rhs}", f"--set {table}.{key}")
+        parsed = parse_toml(f"value = {rhs}", f"{flag} {table}.{key}")
         value = parsed["value"] if list(parsed) == ["value"] else rhs
     except TOMLDecodeError:
         value = rhs  # a bare word such as bf16 or path/to/config.json
     if has_date(value):
-        raise InputError(f"--set {text!r}: {rhs} is a TOML date or time, which no key takes "
+        raise InputError(f"{flag} {text!r}: {rhs} is a TOML date or time, which no key takes "
                          f"(quote it for text: '{rhs}')")
     return table, key, value
 

@@ -76,7 +76,7 @@ def parse_vary(text: str) -> Vary:
     texts = _split_values(rhs)
     if any(not value for value in texts):
         raise InputError(f"--vary {text!r}: an empty value (two commas in a row, or a trailing one)")
-    parsed = [parse_override(f"{lhs.strip()}={value}") for value in texts]
+    parsed = [parse_override(f"{lhs.strip()}={value}", "--vary") for value in texts]
     table, key, _ = parsed[0]
     values = tuple(value for _, _, value in parsed)
     seen: dict[str, str] = {}
