@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES
+from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
 from zerosim.memory import StageMemory, fits, optimizer_bytes_per_param
 from zerosim.model import total_params
 from zerosim.scenario.config import Scenario
-from zerosim.units import GB, KB, MB, GiB, KiB, MiB
+from zerosim.units import FP32_BYTES, GB, KB, MB, US, GiB, KiB, MiB
 
 _COLUMNS = (("params", "params_bytes"), ("grads", "grads_bytes"), ("optimizer", "optimizer_bytes"),
             ("states", "model_states_bytes"), ("activations", "activations_bytes"),
@@ -115,6 +115,21 @@ def format_collective(result: dict[str, Any]) -> str:
     lines += [f"  {key:20} {result[key]:.6g}"
               for key in ("time_s", "algbw_GBps", "busbw_GBps", "bytes_sent_per_rank")]
     return "\n".join(lines)
+
+
+def format_collective_sweep(results: list[dict[str, Any]]) -> str:
+    """One op over sizes, in nccl-tests' columns (its out-of-place half; count and type as its
+    default -d float, 4-byte elements; redop "sum" for the ops that reduce), plus the algorithm
+    the simulator chose at each size."""
+    first = results[0]
+    header = ["size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+              "algorithm"]
+    body = [[f"{r['size_bytes']:,}", f"{r['size_bytes'] // FP32_BYTES:,}", "float",
+             "sum" if r["op"] in REDUCING_OPS else "none", f"{r['time_s'] / US:.2f}",
+             f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}", r["algorithm"]]
+            for r in results]
+    return "\n".join([f"{first['op']} on {first['ranks']} ranks, simulated"]
+                     + _columns(header, body))
 
 
 def _columns(header: list[str], body: list[list[str]]) -> list[str]:

@@ -221,3 +221,45 @@ def test_size_bytes_past_2_53_is_refused_not_rounded():
     argv = ("collective", ZERO_PAPER, "--op", "all_gather", "--json", "--size-bytes")
     assert run_zerosim(*argv, str(2**53)).json["size_bytes"] == 2**53
     assert_one_line_error(run_zerosim(*argv, str(2**53 + 1)), "--size-bytes", "1..2**53")
+
+
+def test_sweep_sizes_follow_nccl_tests_b_e_f():
+    """nccl-tests' -b 8 -e 8G -f 2: 8, 16, ... 8 GiB (K, M, G are powers of 1024 there)."""
+    from zerosim.cli.common import size_sweep
+
+    assert size_sweep("8:8G:2") == [8 * 2**k for k in range(31)]
+    assert size_sweep("1K:1M:4") == [2**10, 2**12, 2**14, 2**16, 2**18, 2**20]
+    assert size_sweep("1e3:1e4:3") == [1000, 3000, 9000]
+    assert size_sweep("1:9007199254740992:2")[-1] == 2**53
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("8:8G", "MIN:MAX:FACTOR"), ("8:4:2", "MIN is larger than MAX"), ("8:8G:1", "FACTOR"),
+    ("8:8G:x", "FACTOR"), ("8X:8G:2", "not a number of bytes"), ("8:9000000G:2", "1..2**53"),
+])
+def test_bad_sweeps_are_one_line(text, fragment):
+    assert_one_line_error(run_zerosim("collective", ZERO_PAPER, "--op", "all_reduce", "--sweep",
+                                      text), "--sweep", fragment)
+
+
+def test_sweep_table_rows_are_the_single_size_results():
+    """Each size's row is what `--size-bytes` of that size gives; count = bytes / 4 (float),
+    redop sum for the ops that reduce, none for all_gather."""
+    for op, redop in (("all_reduce", "sum"), ("all_gather", "none")):
+        swept = run_zerosim("collective", ZERO_PAPER, "--op", op, "--sweep", "1M:64M:8", "--json")
+        sizes = [2**20, 2**23, 2**26]
+        assert [r["size_bytes"] for r in swept.json] == sizes
+        for row, size in zip(swept.json, sizes):
+            alone = run_zerosim("collective", ZERO_PAPER, "--op", op, "--size-bytes", str(size),
+                                "--json").json
+            assert row == alone
+        table = run_zerosim("collective", ZERO_PAPER, "--op", op, "--sweep", "1M:64M:8").stdout
+        lines = table.splitlines()
+        assert lines[1].split()[:4] == ["size", "(B)", "count", "type"]
+        for line, row in zip(lines[2:], swept.json):
+            cells = line.split()
+            assert cells[:4] == [f"{row['size_bytes']:,}", f"{row['size_bytes'] // 4:,}", "float",
+                                 redop]
+            assert float(cells[4]) == pytest.approx(row["time_s"] * 1e6, abs=0.006)
+            assert float(cells[6]) == pytest.approx(row["busbw_GBps"], abs=0.006)
+            assert cells[7] == row["algorithm"]

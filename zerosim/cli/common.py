@@ -122,6 +122,33 @@ def size_bytes(text: str) -> int:
     return int(value)
 
 
+_BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30}
+"""nccl-tests' size suffixes for -b and -e: powers of 1024 (NVIDIA/nccl-tests src/common.cu,
+parsesize, at a0b82b2)."""
+
+
+def size_sweep(text: str) -> list[int]:
+    """'MIN:MAX:FACTOR' -> the sizes MIN, MIN x FACTOR, ... up to MAX, as nccl-tests' -b, -e and
+    -f; MIN and MAX take its K, M and G suffixes (8, 128M, 8G) or any form --size-bytes takes."""
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX:FACTOR, e.g. 8:8G:2")
+    bounds = []
+    for part in parts[:2]:
+        unit = _BINARY_SUFFIX.get(part[-1:].upper(), 1)
+        number = size_bytes(part[:-1] if unit > 1 else part)
+        bounds.append(size_bytes(str(number * unit)))
+    low, high = bounds
+    if not parts[2].isdigit() or int(parts[2]) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: FACTOR must be a whole number >= 2")
+    if low > high:
+        raise argparse.ArgumentTypeError(f"{text!r}: MIN is larger than MAX")
+    sizes = [low]
+    while sizes[-1] * int(parts[2]) <= high:
+        sizes.append(sizes[-1] * int(parts[2]))
+    return sizes  # at most 54: 1..2**53 by factors of 2
+
+
 def ranks(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of ranks")

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from zerosim.cli.common import Command, add_mode, load, ranks, size_bytes, stage
+from zerosim.cli.common import Command, add_mode, load, ranks, size_bytes, size_sweep, stage
 from zerosim.contract import EXIT_OK, OPS, STAGE_NAMES, STAGES
 
 
@@ -62,14 +62,23 @@ def run_collective(args: argparse.Namespace) -> int:
 
     start_s = time.perf_counter()
     scenario = load(args)
-    bar = progress.ProgressBar(f"zerosim collective: {args.op}", unit="ring steps",
-                               delay_s=progress.PROGRESS_AFTER_S, start_s=start_s)
-    try:
-        result = simulate_collective(scenario, args.op, args.size_bytes, args.ranks,
-                                     mode=args.mode, progress=bar)
-    finally:
-        bar.close()
-    print(json.dumps(result, indent=2) if args.json else report.format_collective(result))
+    sizes = args.sweep or [args.size_bytes]
+    results = []
+    for i, size in enumerate(sizes, 1):  # progress in ring steps of each size (one: the usual)
+        label = f" ({i} of {len(sizes)}: {size:,} B)" if args.sweep else ""
+        bar = progress.ProgressBar(f"zerosim collective: {args.op}{label}", unit="ring steps",
+                                   delay_s=progress.PROGRESS_AFTER_S, start_s=start_s)
+        try:
+            results.append(simulate_collective(scenario, args.op, size, args.ranks,
+                                               mode=args.mode, progress=bar))
+        finally:
+            bar.close()
+    if args.sweep:
+        print(json.dumps(results, indent=2) if args.json
+              else report.format_collective_sweep(results))
+    else:
+        print(json.dumps(results[0], indent=2) if args.json
+              else report.format_collective(results[0]))
     return EXIT_OK
 
 
@@ -89,8 +98,12 @@ def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _collective_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--op", required=True, choices=OPS)
-    parser.add_argument("--size-bytes", required=True, type=size_bytes, metavar="S",
-                        help="whole buffer in bytes (nccl-tests convention), e.g. 1e9")
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--size-bytes", type=size_bytes, metavar="S",
+                      help="whole buffer in bytes (nccl-tests convention), e.g. 1e9")
+    size.add_argument("--sweep", type=size_sweep, metavar="MIN:MAX:FACTOR",
+                      help="sizes MIN, MIN x FACTOR, ... up to MAX, as nccl-tests' -b/-e/-f "
+                           "(K, M, G = 1024, 1024^2, 1024^3), e.g. 8:8G:2; prints its table")
     parser.add_argument("--ranks", type=ranks, metavar="N",
                         help="the first N ranks of the cluster (default: all)")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
