@@ -26,15 +26,8 @@ from collections import defaultdict
 from typing import Any
 
 from zerosim.contract import COMPUTE, MEASUREMENT_REQUIRED, MEMORY_POINTS, STAGES
-from zerosim.errors import InputError
-
-_LIMIT = 2**53  # no measured figure is larger (bytes, seconds); NaN and junk fail the test too
-
-
-def short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
+from zerosim.errors import InputError, brief
+from zerosim.scenario.checks import MAX_VALUE  # no measured figure is larger (bytes, seconds)
 
 def check_measurement(m: dict[str, Any], path: str) -> None:
     """The keys validate reads, of the types it needs; the events and samples are read (and
@@ -43,7 +36,7 @@ def check_measurement(m: dict[str, Any], path: str) -> None:
     if missing:
         raise InputError(f"{path}: not a zero-real measurement (missing {', '.join(missing)})")
     if type(m["stage"]) is not int or m["stage"] not in STAGES:
-        raise InputError(f"{path}: stage {short(m['stage'])} is not a ZeRO stage (0-3)")
+        raise InputError(f"{path}: stage {brief(m['stage'])} is not a ZeRO stage (0-3)")
     overrides = m.get("overrides", [])
     if not isinstance(m["scenario"], str) or not isinstance(overrides, list) or \
             not all(isinstance(o, str) for o in overrides):
@@ -51,11 +44,11 @@ def check_measurement(m: dict[str, Any], path: str) -> None:
     for key, low in (("world_size", 1), ("steps", 0), ("timed_steps", 0), ("fake_world_size", 0)):
         value = m.get(key)
         if (value is not None or key in MEASUREMENT_REQUIRED) and not (
-                type(value) is int and low <= value <= _LIMIT):
-            raise InputError(f"{path}: '{key}' must be a whole number >= {low}, got {short(value)}")
+                type(value) is int and low <= value <= MAX_VALUE):
+            raise InputError(f"{path}: '{key}' must be a whole number >= {low}, got {brief(value)}")
     for key in ("events", "ranks", "memory_samples"):
         if not isinstance(m[key], list):
-            raise InputError(f"{path}: '{key}' must be a list, got {short(m[key])}")
+            raise InputError(f"{path}: '{key}' must be a list, got {brief(m[key])}")
     if not m["ranks"]:
         raise InputError(f"{path}: 'ranks' is empty: no rank's memory to compare")
     if not isinstance(m.get("zerosim_memory", {}), dict):
@@ -85,8 +78,8 @@ def per_step_figures(m: dict[str, Any]) -> dict[int, dict[str, float]]:
             continue
         key = (e["rank"], e["step"])
         if not e["start_s"] <= e["end_s"]:  # also NaN: a time that cannot have been measured
-            raise ValueError(f"an event of rank {short(key[0])} step {key[1]} runs from "
-                             f"{short(e['start_s'])} to {short(e['end_s'])} s")
+            raise ValueError(f"an event of rank {brief(key[0])} step {key[1]} runs from "
+                             f"{brief(e['start_s'])} to {brief(e['end_s'])} s")
         starts[key] = min(starts.get(key, e["start_s"]), e["start_s"])
         name = "compute_s" if e["stream"] == COMPUTE else f"comm_{e['op']}_s"
         per[key][name] += e["end_s"] - e["start_s"]
@@ -94,11 +87,11 @@ def per_step_figures(m: dict[str, Any]) -> dict[int, dict[str, float]]:
             per[key][f"calls_{e['op']}"] += 1
     for key in starts:
         if key not in ends:
-            raise ValueError(f"rank {short(key[0])} step {key[1]} has events but no after_step "
+            raise ValueError(f"rank {brief(key[0])} step {key[1]} has events but no after_step "
                              f"sample")
         if not starts[key] <= ends[key]:
-            raise ValueError(f"rank {short(key[0])} step {key[1]} ends (after_step at "
-                             f"{short(ends[key])} s) before its first event starts")
+            raise ValueError(f"rank {brief(key[0])} step {key[1]} ends (after_step at "
+                             f"{brief(ends[key])} s) before its first event starts")
         per[key]["step_time_s"] = ends[key] - starts[key]
         per[key]["exposed_comm_s"] = per[key]["step_time_s"] - per[key]["compute_s"]
     names = sorted({name for values in per.values() for name in values})
@@ -135,8 +128,8 @@ def run_samples(m: dict[str, Any], path: str) -> tuple[dict[str, list[float]], i
                          f"expected what zero-real run --out writes") from None
     for name, values in samples.items():
         for value in values:
-            if type(value) not in (int, float) or not -_LIMIT <= value <= _LIMIT:
-                raise InputError(f"{path}: malformed measurement: {name} is {short(value)}, "
+            if type(value) not in (int, float) or not -MAX_VALUE <= value <= MAX_VALUE:
+                raise InputError(f"{path}: malformed measurement: {name} is {brief(value)}, "
                                  f"not a number within ±2**53")
     return samples, len(steps)
 

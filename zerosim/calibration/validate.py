@@ -29,9 +29,9 @@ from collections import defaultdict
 from typing import Any
 
 from zerosim.calibration.measured import (check_measurement, measured_metrics, per_step_figures,
-                                          run_samples, short)
+                                          run_samples)
 from zerosim.contract import COLLECTIVE_IMPLS, COMM, MEMORY_POINTS
-from zerosim.errors import InputError
+from zerosim.errors import InputError, brief
 from zerosim.units import GB, KB, MB
 
 TIME, MEMORY = "time", "memory"
@@ -67,8 +67,8 @@ def _same_configuration(runs: list[dict[str, Any]], paths: list[str]) -> None:
         mine = _identity(m)
         for name in {**first, **mine}:
             if mine.get(name) != first.get(name):
-                raise InputError(f"{path}: {name} {short(mine.get(name))} differs from "
-                                 f"{paths[0]}'s {short(first.get(name))}: measurements validated "
+                raise InputError(f"{path}: {name} {brief(mine.get(name))} differs from "
+                                 f"{paths[0]}'s {brief(first.get(name))}: measurements validated "
                                  f"together must be runs of one configuration")
 
 
@@ -83,7 +83,7 @@ def _check_memory(m: dict[str, Any], path: str, scenario, scenario_path: str) ->
         if m["zerosim_memory"].get(name) != value:
             raise InputError(
                 f"{path}: measured another configuration than {scenario_path} with its "
-                f"overrides: zerosim's {name} was {short(m['zerosim_memory'].get(name))} at run "
+                f"overrides: zerosim's {name} was {brief(m['zerosim_memory'].get(name))} at run "
                 f"time, {value} now (another scenario, or it or zerosim's memory model changed "
                 f"since the run)")
     return []

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from zerosim.contract import COLLECTIVE_IMPLS, COLLECTIVE_OPS, OPS, PASSES, STAGES, UNIT_KINDS
-from zerosim.errors import InputError
+from zerosim.errors import InputError, brief
 from zerosim.scenario.checks import MAX_VALUE, is_finite_number
 
 # What a profile measured beyond the analytic memory model, per stage. Broadcast and reduce are not
@@ -60,7 +60,7 @@ class _Schema:
     def number(self, where: str, value: Any, signed: bool = False) -> float:
         """A finite number within 2**53, >= 0 unless `signed`."""
         if not is_finite_number(value):
-            raise self.fail(where, f"must be a finite number, got {_show(value)}")
+            raise self.fail(where, f"must be a finite number, got {brief(value)}")
         if abs(value) > MAX_VALUE:
             raise self.fail(where, f"{value!r} is beyond 2**53")
         if not signed and value < 0:
@@ -86,18 +86,13 @@ def _kind(value: Any) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _segments(s: _Schema, where: str, entry: dict[str, Any]) -> None:
     """α-β segments over increasing sizes: alpha_s + s_per_byte * size from min_bytes to
     last_bytes, the lookup bridging to the next segment above max_bytes ("bytes" are elements
     for the optimizer)."""
     segments = s.get(where, entry, "segments")
     if not isinstance(segments, list) or not segments:
-        raise s.fail(f"{where}.segments", f"must be a non-empty array, got {_show(segments)}")
+        raise s.fail(f"{where}.segments", f"must be a non-empty array, got {brief(segments)}")
     previous_last = 0.0
     for i, seg in enumerate(segments):
         at = f"{where}.segments[{i}]"
@@ -113,14 +108,14 @@ def _segments(s: _Schema, where: str, entry: dict[str, Any]) -> None:
                              f"({previous_last:g})")
         previous_last = top if last is None else last
         if "points" in seg and (type(seg["points"]) is not int or seg["points"] < 1):
-            raise s.fail(f"{at}.points", f"must be a whole number >= 1, got {_show(seg['points'])}")
+            raise s.fail(f"{at}.points", f"must be a whole number >= 1, got {brief(seg['points'])}")
         _residuals(s, at, seg)
 
 
 def _residuals(s: _Schema, where: str, entry: dict[str, Any]) -> None:
     values = entry.get("residuals_pct", [])
     if not isinstance(values, list):
-        raise s.fail(f"{where}.residuals_pct", f"must be an array, got {_show(values)}")
+        raise s.fail(f"{where}.residuals_pct", f"must be an array, got {brief(values)}")
     for i, value in enumerate(values):
         s.number(f"{where}.residuals_pct[{i}]", value, signed=True)
 
@@ -151,7 +146,7 @@ def _compute(s: _Schema, fit: dict[str, Any]) -> None:
                 line = s.object(at, s.get(f"fit.compute.{n}.{unit}", phases, phase), LINE_KEYS)
                 if s.get(at, line, "per") not in LINE_PER:
                     raise s.fail(f"{at}.per", f"must be one of {', '.join(LINE_PER)}, got "
-                                              f"{_show(line['per'])}")
+                                              f"{brief(line['per'])}")
                 for key in ("overhead_s", "slope"):
                     s.number(f"{at}.{key}", s.get(at, line, key))
                 _residuals(s, at, line)
@@ -164,7 +159,7 @@ def _step(s: _Schema, fit: dict[str, Any]) -> None:
         s.object(at, entry, STEP_KEYS)
         if entry.get("impl", COLLECTIVE_IMPLS[0]) not in COLLECTIVE_IMPLS:
             raise s.fail(f"{at}.impl", f"must be one of {', '.join(COLLECTIVE_IMPLS)}, got "
-                                       f"{_show(entry['impl'])}")
+                                       f"{brief(entry['impl'])}")
         for group in ("compute_scale", "other_s"):
             for stage, value in s.by_name(f"{at}.{group}", s.get(at, entry, group), stages,
                                           "a stage"):

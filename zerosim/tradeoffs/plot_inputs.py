@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from zerosim.errors import InputError
+from zerosim.errors import InputError, brief
 from zerosim.files import parse_json, read_text
 
 SWEEP_FORMAT = 1  # the "zerosim_sweep" value this reader understands
@@ -213,18 +213,12 @@ def _check_event(path: Path, i: int, e: dict[str, Any]) -> None:
                          f"start_s <= end_s")
     for key in ("name", "phase", "queue", "op"):
         if not isinstance(e[key], str) and not (key == "op" and e[key] is None):
-            raise InputError(f"{path}: stepEvents[{i}].{key} is {_shown(e[key])}, not a string"
-                             f"{' or null' * (key == 'op')}")
+            raise InputError(f"{path}: stepEvents[{i}].{key} is {brief(e[key], json.dumps)}, "
+                             f"not a string{' or null' * (key == 'op')}")
     size = e["bytes"]
     if not (_is_number(size) and size >= 0) and not (size is None and not e["op"]):
-        raise InputError(f"{path}: stepEvents[{i}].bytes is {_shown(size)}, not a number >= 0 "
-                         f"(null only without an op)")
-
-
-def _shown(value: Any) -> str:
-    """A JSON value as an error shows it: on one line, cut short."""
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+        raise InputError(f"{path}: stepEvents[{i}].bytes is {brief(size, json.dumps)}, not a "
+                         f"number >= 0 (null only without an op)")
 
 
 def _is_number(value: Any) -> bool:
@@ -262,13 +256,14 @@ def _check_report(path: Path, report: dict[str, Any]) -> None:
     for i, m in enumerate(metrics):
         if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not all(
                 k in m and (m[k] is None or _is_number(m[k])) for k in ("measured", "simulated")):
-            raise InputError(f"{path}: 'metrics' must be {wanted} (metrics[{i}] is {_shown(m)})")
+            raise InputError(f"{path}: 'metrics' must be {wanted} (metrics[{i}] is "
+                             f"{brief(m, json.dumps)})")
     if not _is_stage(report.get("stage")):
         raise InputError(f"{path}: stage {report.get('stage')!r} is not a ZeRO stage (0-3)")
     mean = report.get("mean_abs_error_pct")  # the legend of a report from before categories
     if mean is not None and not _is_number(mean):
-        raise InputError(f"{path}: mean_abs_error_pct is {_shown(mean)}, not a finite number "
-                         f"or null")
+        raise InputError(f"{path}: mean_abs_error_pct is {brief(mean, json.dumps)}, not a "
+                         f"finite number or null")
     categories = report.get("categories", {})  # validate's verdict per category
     if not isinstance(categories, dict) or not all(
             isinstance(c, dict) and all(c.get(k) is None or _is_number(c[k])
