@@ -126,8 +126,8 @@ def fits(scenario: Scenario, peak_bytes: int) -> bool:
 
 
 def memory_table(scenario: Scenario) -> list[StageMemory]:
-    """All four stages for one scenario (the scenario's own zero_stage does not restrict it)."""
-    check_scale(scenario)
+    """All four stages for one scenario (the scenario's own zero_stage does not restrict it);
+    commands have refused a scenario beyond 2**53 when they loaded it (check_scale)."""
     return [stage_memory(scenario, stage) for stage in STAGES]
 
 
