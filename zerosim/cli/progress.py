@@ -49,3 +49,14 @@ class ProgressBar:
         if self.open:
             self.stream.write("\n")
             self.open = False
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def after_delay(label: str, start_s: float, unit: str = "points") -> ProgressBar:
+    """A command's bar: silent until the command has run PROGRESS_AFTER_S from `start_s`."""
+    return ProgressBar(label, unit=unit, delay_s=PROGRESS_AFTER_S, start_s=start_s)

@@ -26,8 +26,7 @@ def run_memory(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     from zerosim import report
-    from zerosim.cli import progress
-    from zerosim.cli.progress import ProgressBar
+    from zerosim.cli.progress import after_delay
     from zerosim.files import check_writable, write_text
     from zerosim.sim.engine import simulate
     from zerosim.sim.trace import chrome_trace
@@ -40,12 +39,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     keep = args.trace is not None
     results = []
     for i, s in enumerate(stages, 1):
-        bar = ProgressBar(f"zerosim simulate: {STAGE_NAMES[s]} ({i} of {len(stages)})",
-                          unit="collectives", delay_s=progress.PROGRESS_AFTER_S, start_s=start_s)
-        try:
+        with after_delay(f"zerosim simulate: {STAGE_NAMES[s]} ({i} of {len(stages)})", start_s,
+                         unit="collectives") as bar:
             results.append(simulate(scenario, s, mode=args.mode, keep_events=keep, progress=bar))
-        finally:
-            bar.close()
     if args.trace is not None:
         write_text(Path(args.trace), json.dumps(chrome_trace(results)) + "\n", "--trace")
     if args.json:
@@ -57,7 +53,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def run_collective(args: argparse.Namespace) -> int:
     from zerosim import report
-    from zerosim.cli import progress
+    from zerosim.cli.progress import after_delay
     from zerosim.sim.collective_bench import simulate_collective
 
     start_s = time.perf_counter()
@@ -66,13 +62,10 @@ def run_collective(args: argparse.Namespace) -> int:
     results = []
     for i, size in enumerate(sizes, 1):  # progress in ring steps of each size (one: the usual)
         label = f" ({i} of {len(sizes)}: {size:,} B)" if args.sweep else ""
-        bar = progress.ProgressBar(f"zerosim collective: {args.op}{label}", unit="ring steps",
-                                   delay_s=progress.PROGRESS_AFTER_S, start_s=start_s)
-        try:
+        with after_delay(f"zerosim collective: {args.op}{label}", start_s,
+                         unit="ring steps") as bar:
             results.append(simulate_collective(scenario, args.op, size, args.ranks,
                                                mode=args.mode, progress=bar))
-        finally:
-            bar.close()
     if args.sweep:
         print(json.dumps(results, indent=2) if args.json
               else report.format_collective_sweep(results))

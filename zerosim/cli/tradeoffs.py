@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -12,21 +13,17 @@ from zerosim.contract import EXIT_OK, STAGES
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from zerosim.cli.progress import PROGRESS_AFTER_S, ProgressBar
+    from zerosim.cli.progress import after_delay
     from zerosim.tradeoffs import sweep
 
     sweep.output_format(args.out)  # a wrong name or place fails before any work
     varies = [sweep.parse_vary(text) for text in args.vary]
     total = sweep.count_points(varies)
     start_s = time.perf_counter()
-    progress = None if args.quiet else ProgressBar("zerosim sweep:", delay_s=PROGRESS_AFTER_S,
-                                                   start_s=start_s)
-    try:  # SIGTERM unwinds from here as Ctrl-C does, stopping the workers (cli.common.dispatch)
+    bar = None if args.quiet else after_delay("zerosim sweep:", start_s)
+    with bar or contextlib.nullcontext():  # SIGTERM unwinds here as Ctrl-C does (cli.common)
         rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
-                               jobs=args.jobs, mode=args.mode, progress=progress)
-    finally:
-        if progress is not None:
-            progress.close()
+                               jobs=args.jobs, mode=args.mode, progress=bar)
     sweep.write_results(args.out, rows, args.scenario, varies, args.overrides, args.deepspeed)
     if not args.quiet:
         print(f"zerosim sweep: {total} points, {len(rows)} rows in "
@@ -35,19 +32,15 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from zerosim.cli.progress import PROGRESS_AFTER_S, ProgressBar
+    from zerosim.cli.progress import after_delay
     from zerosim.tradeoffs.plan import format_plan, plan
     from zerosim.units import GiB
 
     start_s = time.perf_counter()
     scenario = load(args)
     budget_GiB = args.gpu_memory_GiB if args.gpu_memory_GiB is not None else scenario.cluster.hbm_GiB
-    bar = ProgressBar("zerosim plan:", unit="GPU counts", delay_s=PROGRESS_AFTER_S,
-                      start_s=start_s)
-    try:
+    with after_delay("zerosim plan:", start_s, unit="GPU counts") as bar:
         result = plan(scenario, round(budget_GiB * GiB), mode=args.mode, progress=bar)
-    finally:
-        bar.close()
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
     return EXIT_OK
 
