@@ -25,7 +25,8 @@ COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = COLLECTIVE_OPS
 OPS = (*COLLECTIVE_OPS, "broadcast", "reduce")
 """What `zerosim collective` can simulate."""
-REDUCING_OPS = (ALL_REDUCE, REDUCE_SCATTER, OPS[-1])
+BROADCAST, REDUCE = OPS[len(COLLECTIVE_OPS):]
+REDUCING_OPS = (ALL_REDUCE, REDUCE_SCATTER, REDUCE)
 """The ops that reduce (nccl-tests' redop column reads "sum" for them, "none" for the rest)."""
 
 RING_WALKS = {"all_reduce": ("reduce_scatter", "all_gather"),

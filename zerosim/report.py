@@ -77,8 +77,27 @@ def simulation_line(scenario: Scenario, results) -> str:
         simulated = f"all {first.ranks_simulated} ranks ({reason})"
     batch = f", micro-batch {t.micro_batch} x seq {t.seq_len}" if scenario.model.is_bare else ""
     return (f"one training step{batch} | collectives: "
-            f"{first.algorithm} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
+            f"{_library(c, first)} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
             f"| simulated: {simulated}")
+
+
+def _library(c, first) -> str:
+    """gloo's algorithm; NCCL's tuner or the overrides (the choices follow the table)."""
+    if c.collective_library == "gloo":
+        return first.algorithm
+    chosen = [f"{name} {value}" for name, value in (("algorithm", c.collective_algorithm),
+                                                    ("protocol", c.collective_protocol))
+              if value != "auto"]
+    return "NCCL, " + (", ".join(chosen) if chosen else "its tuner's choice per call")
+
+
+def _choices(scenario: Scenario, results) -> list[str]:
+    """Under NCCL, what ran each stage's collectives (most bytes first)."""
+    if scenario.cluster.collective_library == "gloo":
+        return []
+    width = max(len(f"{r.stage} {STAGE_NAMES[r.stage]}") for r in results)
+    return ["", "collectives, algorithm/protocol per op (the most bytes first):"] + [
+        f"  {f'{r.stage} {STAGE_NAMES[r.stage]}':{width}}  {r.algorithm}" for r in results]
 
 
 def _number(value: float) -> str:
@@ -105,13 +124,19 @@ def format_simulation_table(scenario: Scenario, results) -> str:
     lines = _describe(scenario) + [simulation_line(scenario, results), *notes, "",
                                    f"per rank; 1 {bunit} = {bunit_def} bytes; compute includes the "
                                    f"optimizer step; * = training.zero_stage"]
-    return "\n".join(lines + _columns(header, body))
+    return "\n".join(lines + _columns(header, body) + _choices(scenario, results))
+
+
+def collective_label(result: dict[str, Any]) -> str:
+    """"ring/Simple" under NCCL; the algorithm alone under gloo."""
+    protocol = result.get("protocol")
+    return result["algorithm"] if protocol is None else f"{result['algorithm']}/{protocol}"
 
 
 def format_collective(result: dict[str, Any]) -> str:
     """One simulated collective (sim.collective_bench) with nccl-tests' figures."""
     lines = [f"{result['op']} of {result['size_bytes']:,} bytes on {result['ranks']} ranks "
-             f"({result['algorithm']})"]
+             f"({collective_label(result)})"]
     lines += [f"  {key:20} {result[key]:.6g}"
               for key in ("time_s", "algbw_GBps", "busbw_GBps", "bytes_sent_per_rank")]
     return "\n".join(lines)
@@ -120,14 +145,14 @@ def format_collective(result: dict[str, Any]) -> str:
 def format_collective_sweep(results: list[dict[str, Any]]) -> str:
     """One op over sizes, in nccl-tests' columns (its out-of-place half; count and type as its
     default -d float, 4-byte elements; redop "sum" for the ops that reduce), plus the algorithm
-    the simulator chose at each size."""
+    and protocol chosen at each size ("-": gloo has no protocols)."""
     first = results[0]
     header = ["size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
-              "algorithm"]
+              "algorithm", "protocol"]
     body = [[f"{r['size_bytes']:,}", f"{r['size_bytes'] // FP32_BYTES:,}", "float",
              "sum" if r["op"] in REDUCING_OPS else "none", f"{r['time_s'] / US:.2f}",
-             f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}", r["algorithm"]]
-            for r in results]
+             f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}", r["algorithm"],
+             r.get("protocol") or "-"] for r in results]
     return "\n".join([f"{first['op']} on {first['ranks']} ranks, simulated"]
                      + _columns(header, body))
 

@@ -7,18 +7,15 @@ presets, overrides and companion files (Hugging Face, DeepSpeed) lives in load.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from zerosim.contract import ALL_REDUCE, COLLECTIVE_IMPLS, REDUCE_SCATTER, STAGES
+from zerosim.contract import ALL_REDUCE, REDUCE_SCATTER, STAGES
 from zerosim.errors import InputError
 from zerosim.scenario.checks import one_of as _one_of, positive as _positive, within_cap
-from zerosim.scenario.hardware import Hardware
-from zerosim.scenario.presets import DEFAULT_GPU, GPU_PRESETS
+from zerosim.scenario.cluster import ALGORITHMS, PROTOCOLS, ClusterConfig
 from zerosim.scenario.variation import VariationConfig
 from zerosim.units import BYTES_PER_ELEMENT, mib_to_bytes
-
-_DEFAULT = GPU_PRESETS[DEFAULT_GPU]
 
 PRECISIONS = tuple(BYTES_PER_ELEMENT)
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
@@ -27,7 +24,6 @@ OFFLOAD = ("none", "cpu")
 MLPS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
-ALGORITHMS = ("auto", "ring", "hierarchical")
 GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
 
 # Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
@@ -128,76 +124,6 @@ class ModelConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClusterConfig:
-    """[cluster]: nodes of identical GPUs; links in two tiers (inside a node, between nodes)."""
-
-    nodes: int = 1
-    """Number of nodes."""
-    gpus_per_node: int = 8
-    """GPUs (ranks) per node; on a CPU box, processes per box."""
-    gpu: str = DEFAULT_GPU
-    """Preset from zerosim.scenario.presets filling the numbers below; any of them may be overridden."""
-    hbm_GiB: float = float(_DEFAULT["hbm_GiB"])
-    """Device memory per GPU, GiB (2**30 bytes)."""
-    peak_tflops: float = float(_DEFAULT["peak_tflops"])
-    """Dense 16-bit peak per GPU, TFLOP/s (1e12)."""
-    hbm_bandwidth_GBps: float = float(_DEFAULT["hbm_bandwidth_GBps"])
-    """Device memory bandwidth, GB/s (1e9)."""
-    intra_node_bandwidth_GBps: float = float(_DEFAULT["intra_node_bandwidth_GBps"])
-    """Per-GPU, one-direction bandwidth of the intra-node link (NVLink-like), GB/s."""
-    intra_node_latency_us: float = float(_DEFAULT["intra_node_latency_us"])
-    """Latency of one ring step over the intra-node link, microseconds."""
-    inter_node_bandwidth_GBps: float = float(_DEFAULT["inter_node_bandwidth_GBps"])
-    """Per-GPU, one-direction bandwidth between nodes (InfiniBand-like), GB/s."""
-    inter_node_latency_us: float = float(_DEFAULT["inter_node_latency_us"])
-    """Latency of one ring step between nodes, microseconds."""
-    compute_efficiency: float = 0.5
-    """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
-    kernels). With a calibration profile, layers are timed from its measurements instead (this
-    still times a bare-Ψ model, which the profile's per-layer fits cannot)."""
-    profile: str | None = None
-    """Calibration profile JSON written by `zero-real calibrate` (relative to the scenario file):
-    its measured collective, compute, optimizer and memory figures replace the preset's."""
-    collective_impl: str = "native"
-    """Which measured implementation of the profile prices collectives: "native" (the
-    library's own, e.g. NCCL or gloo) or "ring" (zero_real's ring from send/recv)."""
-    collective_algorithm: str = "auto"
-    """"ring" (one flat ring over all ranks, paced by its slowest link), "hierarchical" (ring
-    inside each node, ring between nodes, ring inside again) or "auto" (hierarchical when there
-    are several nodes of several GPUs, else ring)."""
-
-    def __post_init__(self) -> None:
-        for key in ("nodes", "gpus_per_node"):
-            if getattr(self, key) < 1:
-                raise InputError(
-                    f"cluster.{key} = {getattr(self, key)} must be >= 1: cluster.nodes "
-                    f"({self.nodes}) * cluster.gpus_per_node ({self.gpus_per_node}) = "
-                    f"{self.nodes * self.gpus_per_node} GPUs")
-            _positive(f"cluster.{key}", getattr(self, key))  # the upper bound
-        within_cap("the world size", self.world_size, f"cluster.nodes ({self.nodes}) * "
-                   f"cluster.gpus_per_node ({self.gpus_per_node})")
-        for f in fields(self):
-            if f.type == "float":
-                _positive(f"cluster.{f.name}", getattr(self, f.name),
-                          allow_zero=f.name.endswith("latency_us"))
-        within_cap("GPU memory in bytes", self.hbm_GiB * 2**30, f"{self.hbm_GiB:g} GiB * 2**30")
-        if self.compute_efficiency > 1:
-            raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
-                             f"of peak and must be <= 1")
-        _one_of("cluster.collective_algorithm", self.collective_algorithm, ALGORITHMS)
-        _one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    @property
-    def hardware(self) -> Hardware:
-        """These numbers in SI units."""
-        return Hardware.of(self)
-
-
-@dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
     """[training]: what one rank does per step, in the vocabulary of DeepSpeed's zero_optimization."""
 
@@ -291,6 +217,9 @@ class Scenario:
     def world_size(self) -> int:
         return self.cluster.world_size
 
+
+__all__ = ["ALGORITHMS", "PROTOCOLS", "ClusterConfig", "ModelConfig", "Scenario",
+           "TrainingConfig", "TABLES"]
 
 TABLES = {"model": ModelConfig, "cluster": ClusterConfig, "training": TrainingConfig,
           "variation": VariationConfig}

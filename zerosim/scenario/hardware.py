@@ -14,8 +14,22 @@ class Tier:
     """One tier of links (inside a node, between nodes): per GPU, one direction."""
 
     bandwidth_bytes_per_s: float
-    latency_s: float
-    """Per ring step (the α of the α-β model)."""
+    latency_s: float | None
+    """Per hop (the α of the α-β model); None: the collective library's own table."""
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """What NCCL's model needs beyond the two tiers."""
+
+    library: str
+    generation: str | None
+    gpus_per_node: int
+    nics_per_node: int
+    nic_bytes_per_s: float
+    """One NIC, one direction, as it reaches the spine (oversubscription applied off-rail)."""
+    pcie_gen: int
+    nvlink_sharp: bool
 
 
 @dataclass(frozen=True)
@@ -28,15 +42,28 @@ class Hardware:
     hbm_bytes_per_s: float
     intra: Tier
     inter: Tier
+    """Per GPU: its share of the node's NICs (divided by the oversubscription off-rail)."""
+    fabric: Fabric
 
     @classmethod
     def of(cls, cluster) -> "Hardware":
         """From a ClusterConfig."""
         peak = cluster.peak_tflops * TERA
+        # Off-rail every transfer between nodes crosses the oversubscribed spine.
+        spine = 1.0 if cluster.rail_optimized else cluster.oversubscription
+        per_gpu = cluster.inter_node_bandwidth_GBps * GB / spine
+        fabric = Fabric(library=cluster.collective_library, generation=cluster.generation,
+                        gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics,
+                        nic_bytes_per_s=per_gpu * cluster.gpus_per_node / cluster.nics,
+                        pcie_gen=cluster.pcie_gen, nvlink_sharp=cluster.nvlink_sharp)
         return cls(memory_bytes=cluster.hbm_GiB * GiB,
                    compute_flops_per_s=peak * cluster.compute_efficiency,
                    hbm_bytes_per_s=cluster.hbm_bandwidth_GBps * GB,
                    intra=Tier(cluster.intra_node_bandwidth_GBps * GB,
-                              cluster.intra_node_latency_us * US),
-                   inter=Tier(cluster.inter_node_bandwidth_GBps * GB,
-                              cluster.inter_node_latency_us * US))
+                              _seconds(cluster.intra_node_latency_us)),
+                   inter=Tier(per_gpu, _seconds(cluster.inter_node_latency_us)),
+                   fabric=fabric)
+
+
+def _seconds(us: float | None) -> float | None:
+    return None if us is None else us * US

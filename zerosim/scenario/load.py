@@ -144,8 +144,8 @@ def _resolve_cluster(table: dict[str, Any], base_dir: Path | None) -> tuple[Clus
         profile = load_profile(path if base_dir is None or path.is_absolute() else base_dir / path)
         impl = _coerce("cluster.collective_impl", table.get("collective_impl", "native"), "str")
         measured = profile.cluster_numbers(impl)
-    cluster = ClusterConfig(**_typed("cluster", {**GPU_PRESETS[gpu], **measured, **table,
-                                                 "gpu": gpu}))
+    preset = {k: v for k, v in GPU_PRESETS[gpu].items() if v is not None}  # None: the default
+    cluster = ClusterConfig(**_typed("cluster", {**preset, **measured, **table, "gpu": gpu}))
     return cluster, profile
 
 

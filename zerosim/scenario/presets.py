@@ -2,8 +2,14 @@
 
 A scenario names one with `[cluster] gpu = "A100-80GB"` and may override any single value.
 Peak FLOP/s are dense 16-bit tensor-core numbers from the vendor data sheets (no sparsity);
-link bandwidths are per GPU, per direction (what a ring step can push one way).
-Latencies are per ring step and are rough starting points: calibration replaces them.
+link bandwidths are per GPU, per direction (what a ring step can push one way): vendors quote
+NVLink bidirectionally, so the figure here is half theirs.
+
+GPU presets leave the per-step latencies to NCCL's own tables (zerosim.sim.collectives.nccl_tables):
+NCCL prices a hop by link type, algorithm and protocol, so one number would be wrong for most
+of them. A scenario that sets `intra_node_latency_us` / `inter_node_latency_us` replaces NCCL's
+per-hop figure for every algorithm and protocol. The CPU preset is gloo over loopback, whose
+ring steps cost one latency each.
 """
 
 from __future__ import annotations
@@ -19,28 +25,52 @@ PRESET_KEYS = (
     "intra_node_latency_us",
     "inter_node_bandwidth_GBps",
     "inter_node_latency_us",
+    "collective_library",
+    "nvlink_sharp",
+    "pcie_gen",
 )
 
+_NCCL = None  # latency: NCCL's tables
+
 _ROWS = (
-    #                HBM   peak  HBM      intra-node    inter-node
-    #                GiB  TFLOP/s GB/s    GB/s   us     GB/s   us
-    # The ZeRO paper's cluster (§10.1): DGX-2 nodes, NVLink2 (6 links x 25 GB/s one way) and
-    # "800 Gbps internode" = 8 EDR NICs = 100 GB/s per 16-GPU node -> 6.25 GB/s per GPU.
-    ("V100-32GB",     32,   125,  900,   150,   5,     6.25, 10),
-    # DGX A100: NVLink3 300 GB/s one way; one HDR 200 Gb/s NIC per GPU = 25 GB/s.
-    ("A100-40GB",     40,   312, 1555,   300,   3,    25,     8),
-    ("A100-80GB",     80,   312, 2039,   300,   3,    25,     8),
-    # DGX H100: NVLink4 450 GB/s one way; one NDR 400 Gb/s NIC per GPU = 50 GB/s.
-    ("H100-80GB",     80,   989, 3350,   450,   3,    50,     6),
-    # H200 SXM: 141 GB (decimal) of HBM3e = 131.3 GiB.
-    ("H200-141GB", 131.3,   989, 4800,   450,   3,    50,     6),
+    #                HBM   peak  HBM      intra-node    inter-node  library  NVLS   PCIe
+    #                GiB  TFLOP/s GB/s    GB/s   us     GB/s   us                   gen
+    # The ZeRO paper's cluster (§10.1): DGX-2 nodes, NVLink2 through NVSwitch gen1 (6 links x 25
+    # GB/s one way = 150; NVIDIA DGX-2 datasheet) and "800 Gbps internode" = 8 EDR 100 Gb/s NICs
+    # per 16-GPU node -> 6.25 GB/s per GPU; PCIe Gen3 (V100 SXM2 datasheet).
+    ("V100-32GB",     32,   125,  900,   150, _NCCL,   6.25, _NCCL, "nccl", False, 3),
+    # DGX A100: NVLink3 600 GB/s bidirectional = 300 one way (12 links x 25; NVIDIA A100
+    # datasheet, https://www.nvidia.com/en-us/data-center/a100/), NVSwitch gen2 without NVLink
+    # SHARP; one HDR 200 Gb/s NIC per GPU = 25 GB/s (DGX A100 user guide); PCIe Gen4.
+    ("A100-40GB",     40,   312, 1555,   300, _NCCL,  25,    _NCCL, "nccl", False, 4),
+    ("A100-80GB",     80,   312, 2039,   300, _NCCL,  25,    _NCCL, "nccl", False, 4),
+    # DGX H100: NVLink4 900 GB/s bidirectional = 450 one way (18 links x 25), NVSwitch gen3 with
+    # NVLink SHARP (https://www.nvidia.com/en-us/data-center/nvlink/); one NDR 400 Gb/s
+    # ConnectX-7 per GPU = 50 GB/s (DGX H100 user guide); PCIe Gen5 (H100 datasheet).
+    ("H100-80GB",     80,   989, 3350,   450, _NCCL,  50,    _NCCL, "nccl", True,  5),
+    # H200 SXM: 141 GB (decimal) of HBM3e = 131.3 GiB; the same NVLink4/NVSwitch gen3 and NICs
+    # as DGX H100 (https://www.nvidia.com/en-us/data-center/h200/).
+    ("H200-141GB", 131.3,   989, 4800,   450, _NCCL,  50,    _NCCL, "nccl", True,  5),
     # Processes on one CPU box talking gloo over loopback: placeholders of the right order of
-    # magnitude, meant to be replaced by `zero-real calibrate`.
-    ("CPU",            4,  0.05,   10,     2,  50,     1,   100),
+    # magnitude, meant to be replaced by `zero-real calibrate`. gloo's ring pays each step's
+    # latency; no NVLink, no NCCL.
+    ("CPU",            4,  0.05,   10,     2,    50,   1,     100, "gloo", False, 3),
 )
 
 GPU_PRESETS = MappingProxyType({name: dict(zip(PRESET_KEYS, values)) for name, *values in _ROWS})
 
+# The GPU generation of each preset: it picks NCCL's tables (tuning.cc indexes them by compute
+# capability: Volta SM70, Ampere SM80, Hopper SM90).
+GENERATION = MappingProxyType({"V100-32GB": "volta", "A100-40GB": "ampere",
+                               "A100-80GB": "ampere", "H100-80GB": "hopper",
+                               "H200-141GB": "hopper", "CPU": None})
+
+# GPUs sharing one NIC in the preset's node: DGX-2 has 8 NICs for 16 GPUs (DGX-2 datasheet);
+# DGX A100 and DGX H100/H200 one per GPU (their user guides). cluster.nics_per_node overrides.
+GPUS_PER_NIC = MappingProxyType({"V100-32GB": 2, "A100-40GB": 1, "A100-80GB": 1,
+                                 "H100-80GB": 1, "H200-141GB": 1, "CPU": 1})
+
 DEFAULT_GPU = "A100-80GB"
 
 assert all(len(row) == 1 + len(PRESET_KEYS) for row in _ROWS)  # zip would drop a missing value
+assert set(GENERATION) == set(GPUS_PER_NIC) == set(GPU_PRESETS)

@@ -16,7 +16,7 @@ import simpy
 
 from zerosim.contract import OPS, busbw_factor
 from zerosim.errors import InputError
-from zerosim.sim.collectives import choose_algorithm, phases_of
+from zerosim.sim.collectives import Collectives
 from zerosim.sim.collectives.ring import FLAT, Group, bytes_sent_per_rank, representatives, run_phases
 from zerosim.sim.costs import price_phases
 from zerosim.sim.network import Cluster
@@ -42,7 +42,7 @@ def _group_size(scenario, ranks: int | None) -> int:
     return n
 
 
-def _links(scenario, group: Group, algorithm: str, mode: str) -> list[int]:
+def _links(scenario, group: Group, flat: bool, mode: str) -> list[int]:
     """Ranks whose links are simulated: one representative per role when no link of the group is
     degraded ("auto"), every rank's otherwise or when mode is "per_rank"."""
     # Only a degraded link inside the group changes a collective (stragglers and jitter slow
@@ -52,7 +52,7 @@ def _links(scenario, group: Group, algorithm: str, mode: str) -> list[int]:
         raise InputError("--mode symmetric needs uniform links, but [variation] degrades a link of "
                          "the group")
     if not degraded and mode != "per_rank":
-        return representatives(group, {FLAT} if algorithm == "ring" else set())
+        return representatives(group, {FLAT} if flat else set())
     if group.size > MAX_RANKS_CHUNK_BY_CHUNK:
         raise InputError(f"a collective over every rank's links (a degraded link, or --mode "
                          f"per_rank), chunk by chunk, is limited to {MAX_RANKS_CHUNK_BY_CHUNK} "
@@ -70,10 +70,10 @@ def simulate_collective(scenario, op: str, size_bytes: float, ranks: int | None 
     if op not in OPS:
         raise InputError(f"--op {op!r} is not one of {', '.join(OPS)}")
     group = Group(n, min(scenario.cluster.gpus_per_node, n))
-    algorithm = choose_algorithm(scenario.cluster.collective_algorithm, group)
-    phases = price_phases(scenario, op, size_bytes, group,
-                          phases_of(op, size_bytes, group, algorithm))
-    links = _links(scenario, group, algorithm, mode)
+    collectives = Collectives(scenario, group)
+    choice = collectives.choose(op, size_bytes)
+    phases = price_phases(scenario, op, size_bytes, group, choice.phases)
+    links = _links(scenario, group, collectives.flat, mode)
     env = simpy.Environment()
     cluster = Cluster(env, scenario, links)
     steps = sum(phase.steps for phase in phases)
@@ -86,8 +86,9 @@ def simulate_collective(scenario, op: str, size_bytes: float, ranks: int | None 
         raise InputError(f"{op} of {size_bytes} bytes takes {time_s} s: check the scenario's "
                          f"link bandwidths and latencies")
     algbw = size_bytes / time_s
-    return {"op": op, "size_bytes": size_bytes, "ranks": n, "algorithm": algorithm,
+    return {"op": op, "size_bytes": size_bytes, "ranks": n, "algorithm": choice.algorithm,
+            "protocol": choice.protocol, "library": collectives.library,
             "time_s": time_s, "algbw_GBps": algbw / GB,
             "busbw_GBps": algbw * busbw_factor(op, n) / GB,
             "bytes_sent_per_rank": bytes_sent_per_rank(phases),
-            "ranks_simulated": len(links)}
+            "ranks_simulated": len(links), "notes": scenario.cluster.notes}

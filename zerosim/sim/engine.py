@@ -26,7 +26,7 @@ from zerosim.contract import SIM_MODES, STAGE_NAMES
 from zerosim.errors import InputError
 from zerosim.scenario.config import Scenario
 from zerosim.scenario.variation import VariationConfig
-from zerosim.sim.collectives import bytes_sent_per_rank, choose_algorithm, phases_of
+from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import FLAT, Group, representatives, run_phases
 from zerosim.sim.costs import price_phases
 from zerosim.sim.network import Cluster
@@ -51,7 +51,9 @@ class Engine:
         self.env = simpy.Environment()
         c = scenario.cluster
         self.group = Group(c.world_size, c.gpus_per_node)
-        self.algorithm = choose_algorithm(c.collective_algorithm, self.group)
+        self.library = Collectives(scenario, self.group)
+        self.used: dict[str, dict[str, float]] = {}
+        """op -> the algorithm (and protocol) that ran it -> bytes of the calls it ran."""
         v = scenario.variation
         if mode == "symmetric" and not v.is_uniform:
             raise InputError("--mode symmetric needs a uniform cluster, but [variation] sets "
@@ -65,7 +67,7 @@ class Engine:
                 f"simulating every rank of {c.world_size} ranks (needed for jitter or "
                 f"--mode per_rank) is limited to {MAX_PER_RANK} ranks: it costs O(ranks) per "
                 f"collective (about 25 s per stage at 256 ranks)")
-        scopes = {FLAT} if self.algorithm == "ring" else set()
+        scopes = {FLAT} if self.library.flat else set()
         if self.mode == "per_rank":
             self.compute_ranks = self.link_ranks = list(range(c.world_size))
         else:
@@ -109,11 +111,14 @@ class Engine:
     def move(self, op: str, size_bytes: float) -> Iterator:
         """Process body: the collective's phases over the simulated links; returns the bytes
         each rank sent. Priced phases are cached: buckets mostly share one size."""
-        phases = self._phases.get((op, size_bytes))
-        if phases is None:
-            phases = phases_of(op, size_bytes, self.group, self.algorithm)
-            phases = self._phases[op, size_bytes] = price_phases(
-                self.scenario, op, size_bytes, self.group, phases, self.stage)
+        cached = self._phases.get((op, size_bytes))
+        if cached is None:
+            choice = self.library.choose(op, size_bytes)
+            cached = self._phases[op, size_bytes] = (choice.label, price_phases(
+                self.scenario, op, size_bytes, self.group, choice.phases, self.stage))
+        label, phases = cached
+        by_label = self.used.setdefault(op, {})
+        by_label[label] = by_label.get(label, 0.0) + size_bytes
         yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
         self.moved += 1
         if self.progress is not None:
@@ -208,14 +213,27 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
         comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
         comm_time_s=last.state.comm_s,
         peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
-        memory_at=dict(rank0.memory.marks), algorithm=engine.algorithm,
+        memory_at=dict(rank0.memory.marks), algorithm=algorithms_used(engine),
         mode=engine.mode,
         ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
         notes=_notes(scenario))
 
 
+def algorithms_used(engine: Engine) -> str:
+    """What ran the step's collectives: the algorithm alone when one ran them all (gloo's
+    ring), else per op its algorithm/protocol, the one that moved the most bytes first."""
+    if engine.library.library == "gloo" or not engine.used:
+        return engine.library.algorithm
+    parts = []
+    for op, by_label in engine.used.items():
+        labels = sorted(by_label, key=lambda label: -by_label[label])
+        parts.append(f"{op} {'+'.join(labels)}")
+    return ", ".join(parts)
+
+
 def _notes(scenario: Scenario) -> list[str]:
+    notes = list(scenario.cluster.notes)
     if scenario.training.optimizer_offload == "cpu":
-        return ["optimizer_offload = cpu: memory is modeled, time is not (the optimizer step is "
-                "timed as if on the GPU, with no PCIe transfers)"]
-    return []
+        notes.append("optimizer_offload = cpu: memory is modeled, time is not (the optimizer "
+                     "step is timed as if on the GPU, with no PCIe transfers)")
+    return notes

@@ -88,8 +88,10 @@ class Cluster:
         for rank in self.ranks:
             factor = v.link_bandwidth_factor if rank in v.degraded else 1.0
             for name, tier in tiers.items():
+                # no latency of its own (None): every NCCL phase carries the tuner's
+                latency_s = 0.0 if tier.latency_s is None else tier.latency_s
                 self.links[rank, name] = Link(env, f"rank{rank}.{name}",
-                                              tier.bandwidth_bytes_per_s * factor, tier.latency_s)
+                                              tier.bandwidth_bytes_per_s * factor, latency_s)
 
     def link(self, rank: int, tier: str) -> Link:
         return self.links[rank, tier]

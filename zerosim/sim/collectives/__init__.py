@@ -1,20 +1,32 @@
-"""Collectives on the simulated cluster: which algorithm, and the phases it moves its bytes in.
+"""Collectives on the simulated cluster: which algorithm (and protocol) runs each call, and the
+phases it moves its bytes in.
 
-Each algorithm is a module beside this one with its closed form in its docstring (ring.py,
-hierarchical.py); `phases_of` turns an op, a buffer and a group into that algorithm's phases,
-which ring.run_phases moves over the links. Pricing the phases from a calibration profile is
+Each algorithm is a module beside this one with its closed form in its docstring: ring.py (the
+α-β ring of gloo, and the mechanics that move any phases over the links), ring_nccl.py (NCCL's
+ring with channels), tree.py, nvls.py (NVLS and NVLSTree), pat.py, hierarchical.py. Under NCCL,
+tuner.py prices every candidate as NCCL's tuner does and keeps the fastest; `Collectives.choose`
+turns the choice into phases whose time on idle links is exactly that closed form, and which
+share links with whatever else runs (network.py). Pricing phases from a calibration profile is
 zerosim.sim.costs; one collective alone, with nccl-tests' figures, is zerosim.sim.collective_bench.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from zerosim.contract import RING_WALKS
 from zerosim.errors import InputError
-from zerosim.sim.collectives.hierarchical import hierarchical_phases, is_applicable
-from zerosim.sim.collectives.ring import Group, Phase, bytes_sent_per_rank, ring_phases
+from zerosim.sim.collectives import tuner
+from zerosim.sim.collectives.comm import Comm
+from zerosim.sim.collectives.hierarchical import PipelinedCost, hierarchical_phases, is_applicable
+from zerosim.sim.collectives.nccl_tables import NVLS
+from zerosim.sim.collectives.ring import FLAT, Group, Phase, bytes_sent_per_rank, ring_phases
+from zerosim.sim.network import INTER, INTRA
 
 
 def choose_algorithm(requested: str, group: Group) -> str:
-    """"auto": hierarchical where it applies (several whole nodes of several GPUs), else ring."""
+    """gloo: "auto" is hierarchical where it applies (several whole nodes of several GPUs),
+    else ring."""
     if requested == "auto":
         return "hierarchical" if is_applicable(group) else "ring"
     if requested == "hierarchical" and not is_applicable(group):
@@ -26,7 +38,7 @@ def choose_algorithm(requested: str, group: Group) -> str:
 
 
 def phases_of(op: str, size_bytes: float, group: Group, algorithm: str) -> list[Phase]:
-    """The phases of `op` over a buffer of size_bytes on `group` under `algorithm`."""
+    """gloo: the phases of `op` over a buffer of size_bytes on `group` under `algorithm`."""
     if group.size == 1:
         return []
     if algorithm == "hierarchical":
@@ -34,4 +46,77 @@ def phases_of(op: str, size_bytes: float, group: Group, algorithm: str) -> list[
     return ring_phases(op, size_bytes, group)
 
 
-__all__ = ["Group", "Phase", "bytes_sent_per_rank", "choose_algorithm", "phases_of"]
+@dataclass(frozen=True)
+class Choice:
+    """How one call runs: the algorithm, NCCL's protocol (None under gloo), and its phases."""
+
+    algorithm: str
+    protocol: str | None
+    phases: list[Phase]
+
+    @property
+    def label(self) -> str:
+        return self.algorithm if self.protocol is None else f"{self.algorithm}/{self.protocol}"
+
+
+class Collectives:
+    """The cluster's collective library on one group of ranks."""
+
+    def __init__(self, scenario, group: Group) -> None:
+        c = scenario.cluster
+        self.group, self.hardware = group, c.hardware
+        self.library = c.collective_library
+        self.algorithm, self.protocol = c.collective_algorithm, c.collective_protocol
+        self.comm = None
+        if self.library == "gloo":
+            self.algorithm = choose_algorithm(c.collective_algorithm, group)
+        elif group.size > 1:
+            self.comm = Comm.of(self.hardware, group.size, group.gpus_per_node)
+            tuner.check(self.comm, self.algorithm, self.protocol)
+
+    @property
+    def flat(self) -> bool:
+        """A flat ring whose links differ by rank (gloo's ring across nodes)."""
+        return self.library == "gloo" and self.algorithm == "ring"
+
+    def choose(self, op: str, size_bytes: float) -> Choice:
+        if self.comm is None:  # gloo, or a group of one
+            name = self.algorithm if self.library == "gloo" else "none"
+            return Choice(name, None, phases_of(op, size_bytes, self.group, self.algorithm))
+        cost = tuner.choose(self.comm, op, size_bytes, self.algorithm, self.protocol)
+        return Choice(cost.algorithm, cost.protocol, self._phases(op, size_bytes, cost))
+
+    def _phases(self, op: str, size_bytes: float, cost) -> list[Phase]:
+        """Ring-shaped walks (n - 1 steps of S/n each: nccl-tests' bus bytes) whose latency and
+        transfer times add up to the cost's closed form on idle links."""
+        k, walks = self.group.size, RING_WALKS[op]
+        if isinstance(cost, PipelinedCost):
+            return [self._pipelined(op, size_bytes, cost)]
+        scope = INTRA if self.group.nodes == 1 or cost.algorithm == NVLS else INTER
+        steps = len(walks) * (k - 1)
+        chunk = size_bytes / k
+        scale = self._tier_bw(scope) * cost.bandwidth_s(size_bytes) / (steps * chunk)
+        latency = cost.latency_s(size_bytes) / steps
+        return [Phase(walk, scope, k - 1, chunk, latency, scale) for walk in walks]
+
+    def _pipelined(self, op: str, size_bytes: float, cost: PipelinedCost) -> Phase:
+        """One intra-node phase and one inter-node phase alongside: the latencies first, then
+        both tiers' transfers at once."""
+        g, m, w = cost.gpus_per_node, cost.nodes, cost.walks
+        walk = "+".join(RING_WALKS[op])
+        inter_chunk = size_bytes / (g * m)
+        inter = Phase(walk, INTER, w * (m - 1), inter_chunk, 0.0,
+                      self._tier_bw(INTER) * cost.inter_s(size_bytes) / (w * (m - 1) * inter_chunk))
+        intra_chunk = size_bytes / g
+        return Phase(walk, INTRA, w * (g - 1), intra_chunk,
+                     cost.latency_s(size_bytes) / (w * (g - 1)),
+                     self._tier_bw(INTRA) * cost.intra_s(size_bytes) / (w * (g - 1) * intra_chunk),
+                     alongside=(inter,))
+
+    def _tier_bw(self, scope: str) -> float:
+        tier = self.hardware.intra if scope == INTRA else self.hardware.inter
+        return tier.bandwidth_bytes_per_s
+
+
+__all__ = ["FLAT", "Choice", "Collectives", "Group", "Phase", "bytes_sent_per_rank",
+           "choose_algorithm", "phases_of"]

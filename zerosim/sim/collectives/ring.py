@@ -47,7 +47,11 @@ class Phase:
     """Latency per step; None: the link's. A calibration profile sets it (costs.price_phases)."""
     link_scale: float = 1.0
     """Link-time per byte relative to the link's bandwidth (a profile's measured bus bandwidth
-    for this op, against the link's): the bytes sent are unchanged, their time is scaled."""
+    for this op, or NCCL's model of it, against the link's): the bytes sent are unchanged,
+    their time is scaled."""
+    alongside: tuple["Phase", ...] = ()
+    """Phases on other links pipelined with this one: this phase's latency is paid first, then
+    every transfer runs at once (the phase ends with the last)."""
 
     def latency(self, link) -> float:
         return link.latency_s if self.latency_s is None else self.latency_s
@@ -88,7 +92,7 @@ def representatives(group: Group, scopes: set[str]) -> list[int]:
 
 
 def bytes_sent_per_rank(phases: list[Phase]) -> float:
-    return sum(p.steps * p.chunk_bytes for p in phases)
+    return sum(p.steps * p.chunk_bytes + bytes_sent_per_rank(list(p.alongside)) for p in phases)
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,9 @@ def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: l
             continue
         links = [(rank, link_tier(group, rank, phase.scope)) for rank in ranks]
         wire = phase.chunk_bytes * phase.link_scale
-        if granularity == "phase" and len(links) == 1:  # one representative link: no sub-process
+        if phase.alongside:
+            yield from _pipelined(env, cluster, group, phase, ranks)
+        elif granularity == "phase" and len(links) == 1:  # one representative link: no sub-process
             link = cluster.link(*links[0])
             yield env.timeout(phase.steps * phase.latency(link))
             yield link.transfer(phase.steps * wire)
@@ -135,6 +141,16 @@ def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: l
         done += phase.steps
         if progress is not None:
             progress(done, total)
+
+
+def _pipelined(env, cluster, group, phase: Phase, ranks: list[int]) -> Iterator:
+    """The phase's latency, then its transfers and those of the phases alongside, at once."""
+    yield env.timeout(phase.steps * phase.latency(cluster.link(ranks[0], INTRA)))
+    transfers = []
+    for p in (phase, *phase.alongside):
+        transfers += [cluster.link(r, link_tier(group, r, p.scope)).transfer(
+            p.steps * p.chunk_bytes * p.link_scale) for r in ranks]
+    yield env.all_of(transfers)
 
 
 def _steps(env, cluster, phase, links, log, progress, done, total) -> Iterator:

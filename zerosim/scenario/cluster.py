@@ -1,0 +1,161 @@
+"""[cluster]: the nodes, their GPUs, the links inside and between nodes, and the collective
+library that drives them. Checked on construction; an impossible value is one InputError."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from zerosim.contract import COLLECTIVE_IMPLS
+from zerosim.errors import InputError
+from zerosim.scenario.checks import one_of, positive, within_cap
+from zerosim.scenario.hardware import Hardware
+from zerosim.scenario.presets import DEFAULT_GPU, GENERATION, GPU_PRESETS, GPUS_PER_NIC
+
+_DEFAULT = GPU_PRESETS[DEFAULT_GPU]
+
+LIBRARIES = ("nccl", "gloo")
+# What each library can run; "auto" is its own choice (NCCL's tuner; gloo's ring).
+ALGORITHMS_OF = {"nccl": ("auto", "ring", "tree", "nvls", "nvls_tree", "pat", "hierarchical"),
+                 "gloo": ("auto", "ring", "hierarchical")}
+ALGORITHMS = ALGORITHMS_OF["nccl"]
+# NCCL's protocols, spelled as NCCL_PROTO spells them (src/graph/tuning.cc, ncclProtoStr).
+PROTOCOLS = ("auto", "LL", "LL128", "Simple")
+PCIE_GENS = (3, 4, 5, 6)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """[cluster]: nodes of identical GPUs; links in two tiers (inside a node, between nodes)."""
+
+    nodes: int = 1
+    """Number of nodes."""
+    gpus_per_node: int = 8
+    """GPUs (ranks) per node; on a CPU box, processes per box."""
+    gpu: str = DEFAULT_GPU
+    """Preset from zerosim.scenario.presets filling the numbers below; any of them may be overridden."""
+    hbm_GiB: float = float(_DEFAULT["hbm_GiB"])
+    """Device memory per GPU, GiB (2**30 bytes)."""
+    peak_tflops: float = float(_DEFAULT["peak_tflops"])
+    """Dense 16-bit peak per GPU, TFLOP/s (1e12)."""
+    hbm_bandwidth_GBps: float = float(_DEFAULT["hbm_bandwidth_GBps"])
+    """Device memory bandwidth, GB/s (1e9)."""
+    intra_node_bandwidth_GBps: float = float(_DEFAULT["intra_node_bandwidth_GBps"])
+    """Per-GPU, one-direction bandwidth of the intra-node link (NVLink-like), GB/s: the data
+    sheet's figure. NCCL reaches its own fraction of it (nccl_tables.NVLINK_PER_LINK_GBPS)."""
+    intra_node_latency_us: float | None = None
+    """Latency of one hop over the intra-node link, microseconds. Unset (GPU presets): NCCL's
+    per-hop table by algorithm and protocol; set, it replaces that table's figure for all."""
+    inter_node_bandwidth_GBps: float = float(_DEFAULT["inter_node_bandwidth_GBps"])
+    """Per-GPU share of the node's NICs, one direction, GB/s: NIC rate x nics_per_node /
+    gpus_per_node (a 400 Gb/s NIC is 50 GB/s)."""
+    inter_node_latency_us: float | None = None
+    """Latency of one hop between nodes, microseconds; unset: NCCL's table, as above."""
+    nics_per_node: int | None = None
+    """NICs per node that carry collectives. Unset: the preset node's (one per GPU on DGX A100
+    and H100, one per two on DGX-2)."""
+    rail_optimized: bool = True
+    """The fabric connects NIC i of every node through the same leaf switch (a rail), so NCCL's
+    rings and trees, which pair NIC i with NIC i, never cross the spine. false: every transfer
+    between nodes crosses it and pays `oversubscription`."""
+    oversubscription: float = 1.0
+    """Leaf-to-spine oversubscription (1 = a full fat tree; 2 = half the bandwidth up)."""
+    nvlink_sharp: bool = bool(_DEFAULT["nvlink_sharp"])
+    """NVLink SHARP (NVLS): the NVSwitch reduces in the switch (H100/H200 NVSwitch gen3)."""
+    pcie_gen: int = int(_DEFAULT["pcie_gen"])
+    """PCIe generation between a GPU and its NIC (x16): NCCL caps a channel at its rate."""
+    collective_library: str = str(_DEFAULT["collective_library"])
+    """"nccl" (GPUs: NCCL's algorithms, protocols and tuner) or "gloo" (one ring, α-β per step)."""
+    compute_efficiency: float = 0.5
+    """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
+    kernels). With a calibration profile, layers are timed from its measurements instead (this
+    still times a bare-Ψ model, which the profile's per-layer fits cannot)."""
+    profile: str | None = None
+    """Calibration profile JSON written by `zero-real calibrate` (relative to the scenario file):
+    its measured collective, compute, optimizer and memory figures replace the preset's."""
+    collective_impl: str = "native"
+    """Which measured implementation of the profile prices collectives: "native" (the
+    library's own, e.g. NCCL or gloo) or "ring" (zero_real's ring from send/recv)."""
+    collective_algorithm: str = "auto"
+    """As NCCL_ALGO: "auto" (NCCL's tuner: the least predicted time per call; gloo: ring),
+    "ring", "tree", "nvls", "nvls_tree", "pat", or "hierarchical" (rings inside nodes and
+    between them, pipelined; not an NCCL algorithm)."""
+    collective_protocol: str = "auto"
+    """As NCCL_PROTO: "auto" (the tuner's choice), "LL", "LL128" or "Simple"."""
+
+    def __post_init__(self) -> None:
+        for key in ("nodes", "gpus_per_node"):
+            if getattr(self, key) < 1:
+                raise InputError(
+                    f"cluster.{key} = {getattr(self, key)} must be >= 1: cluster.nodes "
+                    f"({self.nodes}) * cluster.gpus_per_node ({self.gpus_per_node}) = "
+                    f"{self.nodes * self.gpus_per_node} GPUs")
+            positive(f"cluster.{key}", getattr(self, key))  # the upper bound
+        within_cap("the world size", self.world_size, f"cluster.nodes ({self.nodes}) * "
+                   f"cluster.gpus_per_node ({self.gpus_per_node})")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type.startswith("float") and value is not None:
+                positive(f"cluster.{f.name}", value, allow_zero=f.name.endswith("latency_us"))
+        within_cap("GPU memory in bytes", self.hbm_GiB * 2**30, f"{self.hbm_GiB:g} GiB * 2**30")
+        if self.compute_efficiency > 1:
+            raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
+                             f"of peak and must be <= 1")
+        if self.oversubscription < 1:
+            raise InputError(f"cluster.oversubscription = {self.oversubscription} must be >= 1 "
+                             f"(1 = full bandwidth to the spine)")
+        if self.nics_per_node is not None:
+            positive("cluster.nics_per_node", self.nics_per_node)
+        one_of("cluster.pcie_gen", self.pcie_gen, PCIE_GENS)
+        one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
+        self._check_library()
+
+    def _check_library(self) -> None:
+        library = self.collective_library
+        one_of("cluster.collective_library", library, LIBRARIES)
+        one_of("cluster.collective_algorithm", self.collective_algorithm, ALGORITHMS_OF[library])
+        one_of("cluster.collective_protocol", self.collective_protocol, PROTOCOLS)
+        if library == "nccl" and self.generation is None:
+            raise InputError(f"cluster.collective_library = 'nccl' needs a GPU preset, but "
+                             f"cluster.gpu = {self.gpu!r} (use 'gloo')")
+        if library == "gloo":
+            if self.collective_protocol != "auto":
+                raise InputError(f"cluster.collective_protocol = {self.collective_protocol!r}: "
+                                 f"gloo has no protocols (NCCL's LL, LL128 and Simple)")
+            unset = [k for k in ("intra_node_latency_us", "inter_node_latency_us")
+                     if getattr(self, k) is None]
+            if unset:
+                raise InputError(f"cluster.collective_library = 'gloo' prices every ring step "
+                                 f"with a latency: set {' and '.join('cluster.' + k for k in unset)}")
+        if self.nvlink_sharp and self.generation in (None, "volta", "ampere"):
+            raise InputError(f"cluster.nvlink_sharp = true needs NVSwitch gen3 (Hopper or later), "
+                             f"but cluster.gpu = {self.gpu!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def generation(self) -> str | None:
+        """The GPU generation that picks NCCL's tables ("volta" .. "hopper"); None for CPUs."""
+        return GENERATION.get(self.gpu)
+
+    @property
+    def nics(self) -> int:
+        """NICs per node that carry collectives."""
+        if self.nics_per_node is not None:
+            return self.nics_per_node
+        return max(1, self.gpus_per_node // GPUS_PER_NIC.get(self.gpu, 1))
+
+    @property
+    def notes(self) -> list[str]:
+        """What the scenario sets that changes nothing here, said rather than dropped."""
+        if self.oversubscription > 1 and self.rail_optimized and self.nodes > 1:
+            return [f"cluster.oversubscription = {self.oversubscription:g} does not slow a "
+                    f"rail-optimized fabric: NCCL's rings and trees keep to their rail (set "
+                    f"cluster.rail_optimized = false to cross the spine)"]
+        return []
+
+    @property
+    def hardware(self) -> Hardware:
+        """These numbers in SI units."""
+        return Hardware.of(self)
