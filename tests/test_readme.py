@@ -24,6 +24,7 @@ SAMPLES = re.findall(r"<!-- sample: zerosim (.*?)(?: \(.*?\))? -->\n```text\n(.*
 def test_readme_has_its_samples():
     assert [argv for argv, _ in SAMPLES] == ["simulate scenarios/zero_paper_7b5_64gpu.toml",
                                              "memory scenarios/zero_paper_7b5_64gpu.toml",
+                                             "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4",
                                              "plan scenarios/zero_paper_7b5_64gpu.toml"]
 
 
