@@ -12,6 +12,7 @@ from zerosim.contract import COLLECTIVE_IMPLS
 from zerosim.scenario import config
 from zerosim.scenario.config import TABLES
 from zerosim.scenario.load import allowed_keys
+from zerosim.scenario import cluster
 from zerosim.scenario.presets import GPU_PRESETS
 
 from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
@@ -82,6 +83,9 @@ CHOICES = {"model.mlp": config.MLPS, "model.norm": config.NORMS,
            "training.gradient_reduction": config.GRADIENT_REDUCTIONS,
            "cluster.gpu": tuple(GPU_PRESETS), "cluster.collective_impl": COLLECTIVE_IMPLS,
            "cluster.collective_algorithm": config.ALGORITHMS,
+           "cluster.collective_protocol": config.PROTOCOLS,
+           "cluster.collective_library": cluster.LIBRARIES,
+           "cluster.pcie_gen": cluster.PCIE_GENS,
            "cluster.profile": (str(ROOT / "profiles" / "cpu_gloo_tiny.json"), ""),
            "model.hf_config": (str(SCENARIOS / "hf_configs" / "llama-2-7b-hf.json"),)}
 PLAUSIBLE = {"bool": st.sampled_from(["true", "false"]),
