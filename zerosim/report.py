@@ -139,7 +139,7 @@ def format_collective(result: dict[str, Any]) -> str:
              f"({collective_label(result)})"]
     lines += [f"  {key:20} {result[key]:.6g}"
               for key in ("time_s", "algbw_GBps", "busbw_GBps", "bytes_sent_per_rank")]
-    return "\n".join(lines)
+    return "\n".join(lines + [f"note: {note}" for note in result.get("notes", ())])
 
 
 def format_collective_sweep(results: list[dict[str, Any]]) -> str:
@@ -154,6 +154,7 @@ def format_collective_sweep(results: list[dict[str, Any]]) -> str:
              f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}", r["algorithm"],
              r.get("protocol") or "-"] for r in results]
     return "\n".join([f"{first['op']} on {first['ranks']} ranks, simulated"]
+                     + [f"note: {note}" for note in first.get("notes", ())]
                      + _columns(header, body))
 
 

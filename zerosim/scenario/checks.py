@@ -10,7 +10,10 @@ from zerosim.errors import InputError
 
 def one_of(key: str, value, allowed) -> None:
     if value not in allowed:
-        raise InputError(f"{key} = {value!r} is not one of {', '.join(map(repr, allowed))}")
+        same = [a for a in allowed if isinstance(a, str) and isinstance(value, str)
+                and a.lower() == value.lower()]
+        hint = f" (did you mean {same[0]!r}? the names are case-sensitive)" if same else ""
+        raise InputError(f"{key} = {value!r} is not one of {', '.join(map(repr, allowed))}{hint}")
 
 
 # Largest accepted number: 2**53 is exact as a float, and products of a few such values still

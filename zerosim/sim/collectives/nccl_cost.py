@@ -48,12 +48,11 @@ class Cost:
 
 
 def tree_correction(protocol: str, size_bytes: float) -> float:
-    """treeCorrectionFactor for the message size (none outside 64 B .. 512 MiB)."""
+    """treeCorrectionFactor for the message size (none below 64 B or from 512 MiB)."""
     if size_bytes < 64:
         return 1.0
-    k = int(math.log2(size_bytes / 64))
-    table = T.TREE_CORRECTION[protocol]
-    return table[k] if 0 <= k < len(table) else 1.0
+    k = int(math.log2(size_bytes // 64))
+    return T.TREE_CORRECTION[protocol][k] if k < T.TREE_CORRECTION_END else 1.0
 
 
 def intra_latency(comm: Comm, algorithm: str, protocol: str) -> float:

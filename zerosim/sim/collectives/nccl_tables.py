@@ -66,8 +66,9 @@ TREE_LL128_ONE_NODE = 7.0 / 9.0
 TREE_LL128_NODES = 120.0 / 128.0
 PAT_FACTOR = 0.75
 
-# treeCorrectionFactor[protocol][k], k = floor(log2(bytes / 64)) for 64 B .. 256 MiB, tuning.cc
-# lines 620-646; Tree AllReduce's bandwidth is multiplied by it.
+# treeCorrectionFactor[protocol][k], k = floor(log2(bytes / 64)), tuning.cc lines 620-646; Tree
+# AllReduce's bandwidth is multiplied by it for k < 23 (64 B up to 512 MiB, line 640): the
+# table's last column is never read for Tree.
 TREE_CORRECTION = {
     LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
          1.0, 1.0, 1.0, 1.0),
@@ -76,6 +77,7 @@ TREE_CORRECTION = {
     SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8,
              .9, .9, .9),
 }
+TREE_CORRECTION_END = 23
 # "Plateau effect of ring" (tuning.cc lines 647-650): Ring Simple AllReduce across nodes, once
 # bytes / (channels x ranks) >= 64, has its latency multiplied by this.
 RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}

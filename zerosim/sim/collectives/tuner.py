@@ -68,12 +68,16 @@ def _runs_op(algorithm: str, op: str) -> bool:
 
 
 def _nothing_runs(comm: Comm, op: str, algorithm: str, protocol: str) -> str:
+    if protocol != "auto" and any(candidates(comm, o, algorithm) for o in OPS):
+        return (f"cluster.collective_algorithm = {algorithm!r} does not run with "
+                f"cluster.collective_protocol = {protocol!r}: NVLS, NVLSTree and PAT run Simple "
+                f"only")
     why = {T.NVLS: "needs NVLink SHARP (cluster.nvlink_sharp) and a group inside one node",
            T.NVLS_TREE: "needs NVLink SHARP (cluster.nvlink_sharp) and several nodes",
            T.PAT: "needs one GPU per node and several nodes",
-           HIERARCHICAL: "needs several nodes of several GPUs"}.get(algorithm, "")
-    detail = (f" ({algorithm} {why}; the group is {comm.ranks} ranks, {comm.ppn} per node)"
-              if why else "")
+           HIERARCHICAL: "needs several nodes of several GPUs"}.get(algorithm)
+    group = f"the group is {comm.ranks} ranks, {comm.ppn} per node"
+    if why:
+        return f"cluster.collective_algorithm = {algorithm!r} cannot run here: it {why}; {group}"
     return (f"no algorithm runs {op} with cluster.collective_algorithm = {algorithm!r} and "
-            f"cluster.collective_protocol = {protocol!r}{detail}; NVLS, NVLSTree and PAT run "
-            f"Simple only")
+            f"cluster.collective_protocol = {protocol!r} ({group})")
