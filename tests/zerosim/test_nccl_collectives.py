@@ -31,14 +31,18 @@ AR, RS, AG = "all_reduce", "reduce_scatter", "all_gather"
 RING_BASE = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
 TREE_SIMPLE_BASE = 8.4
 # tuning.cc lines 177-183: llMaxBws, one Ampere node 87.7; Intel CPU, 3+ nodes 20.4 GB/s.
-LL_MAX_AMPERE_ONE_NODE, LL_MAX_3_NODES = 87.7, 20.4
+LL_MAX_AMPERE_ONE_NODE = 87.7
+# llMaxBws at 3+ nodes by the host's CPU vendor (tuning.cc lines 177-183, 269-272)
+LL_MAX_3_NODES = {"intel": 20.4, "amd": 19.0}
 # tuning.cc lines 184-211: perChMaxRingLL128Bw (Ampere 20) and perChMaxTreeBw (Ampere 23.6 on
 # 2 nodes, 17.8 on 3+), perChMaxNVLSTreeBw (Hopper 57.7 on 2 nodes, 45.5 on 3+), GB/s.
 RING_LL128_CAP, TREE_CAP = 20.0, {2: 23.6, 3: 17.8}
 NVLS_TREE_CAP = {2: 57.7, 4: 45.5}
 NVLS_EFFICIENCY_HOPPER = 0.85  # tuning.cc lines 138-144
 PLATEAU = 1.4  # tuning.cc line 649: Ring Simple AllReduce latency x1.4 across nodes (SM >= 80)
-NET_OVERHEAD = {"LL": 1.0, "LL128": 1.0, "Simple": 3.0}  # tuning.cc lines 228-233, 405-409
+# getNetOverhead (tuning.cc lines 228-233): 1 us Intel, 2 us AMD; x3 for Simple (lines 405-409)
+NET_OVERHEAD = {"intel": {"LL": 1.0, "LL128": 1.0, "Simple": 3.0},
+                "amd": {"LL": 2.0, "LL128": 2.0, "Simple": 6.0}}
 
 
 def scenario(gpu, nodes, ppn, *extra, latencies=True):
@@ -79,18 +83,20 @@ def test_ring_one_a100_node(protocol, busbw):
         assert time_us(s, AR, size, "ring", "Simple") == pytest.approx(14148.4, rel=1e-9)
 
 
+@pytest.mark.parametrize("host", ["intel", "amd"])  # the preset's DGX A100 has AMD EPYC
 @pytest.mark.parametrize("protocol, busbw", [
-    ("Simple", 8 * 24.0),                           # 192
-    ("LL", min(LL_MAX_3_NODES, 8 * 24.0 / 2)),      # min(20.4, 96) = 20.4
-    ("LL128", min(0.92 * 8 * 24.0, 8 * RING_LL128_CAP)),  # min(176.64, 160) = 160
+    ("Simple", lambda host: 8 * 24.0),                           # 192
+    ("LL", lambda host: min(LL_MAX_3_NODES[host], 8 * 24.0 / 2)),  # min(20.4 or 19.0, 96)
+    ("LL128", lambda host: min(0.92 * 8 * 24.0, 8 * RING_LL128_CAP)),  # min(176.64, 160) = 160
 ])
-def test_ring_across_four_a100_nodes(protocol, busbw):
-    """32 ranks on 4 nodes, a_i = 0 so that the network overhead o (1 us per step, 3 for Simple)
-    is each intra-node step's latency: max(a_i, o) = o."""
-    s = scenario("A100-80GB", 4, 8, *forced("ring", protocol), "cluster.intra_node_latency_us=0")
-    size = 1.92e9
+def test_ring_across_four_a100_nodes(protocol, busbw, host):
+    """32 ranks on 4 nodes, a_i = 0 so that the host's network overhead o (1 us per step on
+    Intel, 2 on AMD, x3 for Simple) is each intra-node step's latency: max(a_i, o) = o."""
+    s = scenario("A100-80GB", 4, 8, *forced("ring", protocol), "cluster.intra_node_latency_us=0",
+                 f"cluster.host_cpu='{host}'")
+    size, busbw = 1.92e9, busbw(host)
     for op, nsteps, net_steps in ((AR, 62, 6), (RS, 31, 3)):  # s_net = 2(m-1) or m-1, m = 4
-        latency = (RING_BASE[protocol] + (nsteps - net_steps) * NET_OVERHEAD[protocol]
+        latency = (RING_BASE[protocol] + (nsteps - net_steps) * NET_OVERHEAD[host][protocol]
                    + net_steps * A_E)
         if protocol == "Simple" and op == AR:  # S / (k n) = 1.92e9 / 256 >= 64 B
             latency *= PLATEAU
@@ -114,11 +120,14 @@ def test_ring_h100_channels(nodes, expected):
 
 @pytest.mark.parametrize("nodes, log2_nodes", [(2, 1), (3, 1), (4, 2), (8, 3), (16, 4), (64, 6)])
 def test_tree_all_reduce(nodes, log2_nodes):
-    """A100, 8 GPUs per node: k = 8 at b = 24; busbw = min(0.92 k b, k capTree) = min(176.64,
-    188.8) = 176.64 on 2 nodes, min(176.64, 142.4) = 142.4 on 3 or more; algbw = busbw / 2.
-    2**30 B is past the tree correction table (c = 1)."""
+    """A100, 8 GPUs per node: k = 8 channels between nodes at 24 (the ring's); inside nodes the
+    tree search raises the speed 24 -> 28 -> 30 (8 x 30 = 240 fits the NVLinks, 8 x 48 does not;
+    search.cc lines 1279-1282), which the tuner uses up to 2 nodes. busbw = min(0.92 k b, k
+    capTree) = min(220.8, 188.8) = 188.8 on 2 nodes, min(176.64, 142.4) = 142.4 on 3 or more;
+    algbw = busbw / 2. 2**30 B is past the tree correction table (c = 1)."""
     s = scenario("A100-80GB", nodes, 8, *forced("tree"))
-    busbw = min(0.92 * 8 * 24, 8 * TREE_CAP[min(nodes, 3)])
+    speed = 30 if nodes <= 2 else 24
+    busbw = min(0.92 * 8 * speed, 8 * TREE_CAP[min(nodes, 3)])
     latency = TREE_SIMPLE_BASE + 2 * ((8 - 1) * A_I + log2_nodes * A_E)
     expected = latency + 2**30 / (busbw / 2 * 1e3)
     assert time_us(s, AR, 2**30, "tree", "Simple") == pytest.approx(expected, rel=1e-9)
@@ -128,14 +137,14 @@ def test_tree_correction_for_a_1_mib_message():
     """1 MiB: k = floor(log2(2**20 / 64)) = 14; treeCorrectionFactor[Simple][14] = 0.5
     (tuning.cc lines 623-627): the tree's bandwidth is halved."""
     s = scenario("A100-80GB", 2, 8, *forced("tree"))
-    expected = (8.4 + 2 * (7 * 10 + 1 * 20)) + 2**20 / (176.64 / 2 * 0.5 * 1e3)  # 188.4 + 23.74
+    expected = (8.4 + 2 * (7 * 10 + 1 * 20)) + 2**20 / (188.8 / 2 * 0.5 * 1e3)  # 188.4 + 22.21
     assert time_us(s, AR, 2**20, "tree", "Simple") == pytest.approx(expected, rel=1e-9)
 
 
 def test_no_tree_correction_at_512_mib():
     s = scenario("A100-80GB", 2, 8, *forced("tree"))
     """512 MiB: k = 23, past the last size NCCL corrects (tuning.cc line 640: logSize < 23)."""
-    expected = 188.4 + 2**29 / (176.64 / 2 * 1e3)  # c = 1: 6267.10 us
+    expected = 188.4 + 2**29 / (188.8 / 2 * 1e3)  # c = 1 (busbw min(0.92 x 8 x 30, 8 x 23.6))
     assert time_us(s, AR, 2**29, "tree", "Simple") == pytest.approx(expected, rel=1e-9)
 
 
@@ -207,3 +216,55 @@ def test_pipelined_hierarchical_all_reduce(extra, transfer_us):
     s = scenario("A100-80GB", 4, 8, *forced("hierarchical"), *extra)
     expected = 148.4 + 128.4 * 1.4 + transfer_us
     assert time_us(s, AR, 1.28e9, "hierarchical", "Simple") == pytest.approx(expected, rel=1e-9)
+
+
+def test_pipelined_hierarchical_pays_the_protocol_between_nodes():
+    """LL128 on the network tier: the ring between 4 nodes of one rank (8 channels at 24) has
+    bus bandwidth min(0.92 x 192, 8 x 20) = 160 against Simple's 192, so B_e = 24 x 160/192 = 20:
+    inter 2 x 3/4 x (S/8) / 20 = 12000 us. Latencies: LL128 base 14 on both tiers, one node
+    14 + 14 x 10 = 154 us, between nodes 14 + 6 x 20 = 134 us (no plateau: it is Simple's)."""
+    s = scenario("A100-80GB", 4, 8, *forced("hierarchical", "LL128"))
+    expected = 154 + 134 + 2 * 3 / 4 * (1.28e9 / 8) / (20 * 1e3)
+    assert time_us(s, AR, 1.28e9, "hierarchical", "LL128") == pytest.approx(expected, rel=1e-9)
+
+
+# ---- the corners of NCCL's search (search.cc) ------------------------------------------------
+
+def test_nvls_heads_charge_their_own_gpu_twice():
+    """6 H100s: h heads at s need (h + 1) s of a GPU's 370.8 GB/s (search.cc lines 416, 424):
+    7 x 60 = 420 does not fit, 7 x 50 = 350 does; between heads 50 -> 60. reduce_scatter per head
+    min(50 x 0.85 x 5/6 x 5/6, 60) = 29.51; busbw = algbw = 6 x that = 177.08 GB/s."""
+    s = scenario("H100-80GB", 1, 6, *forced("nvls"))
+    busbw = 6 * 50 * NVLS_EFFICIENCY_HOPPER * 5 / 6 * 5 / 6
+    assert time_us(s, RS, 1e9, "nvls", "Simple") == pytest.approx(A_I + 1e9 / (busbw * 1e3),
+                                                                   rel=1e-9)
+
+
+def test_nvls_tree_has_one_head_per_nic():
+    """2 H100 nodes with 4 NICs of 50 GB/s (25 per GPU): 4 heads (search.cc lines 754-772) at 48
+    (the PCIe Gen5 cap; 5 x 48 = 240 fits the NVLinks). Per head min(48 x 0.85 x 3/4 x 2, 48 x 2,
+    57.7) = 57.7: busbw 4 x 57.7 = 230.8, algbw x 16/30; latency a_i + 2 x 1 x a_e."""
+    s = scenario("H100-80GB", 2, 8, *forced("nvls_tree"), "cluster.nics_per_node=4",
+                 "cluster.inter_node_bandwidth_GBps=25")
+    expected = A_I + 2 * A_E + 1e9 / (4 * 57.7 * 16 / 30 * 1e3)
+    assert time_us(s, AR, 1e9, "nvls_tree", "Simple") == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("size, plateau", [(8192, 1.0), (16384, PLATEAU)])
+def test_ring_plateau_counts_the_channels_nccl_sets_up(size, plateau):
+    """2 A100 nodes: the ring graph's 8 channels become 16 (connect.cc line 460); the x1.4 starts
+    once S / (16 x 16 ranks) >= 64, at 16 KiB (8 KiB would pass with the graph's 8).
+    Latency (8.4 + 28 x max(10, 6) + 2 x 20) = 328.4 us; busbw 192, algbw 192 x 16/30."""
+    s = scenario("A100-80GB", 2, 8, *forced("ring"))
+    expected = 328.4 * plateau + size / (192 * 16 / 30 * 1e3)
+    assert time_us(s, AR, size, "ring", "Simple") == pytest.approx(expected, rel=1e-9)
+
+
+def test_ring_broadcast_reads_the_ring_row_at_one_gpu_per_node():
+    """4 A100 nodes of one GPU, NCCL's tables: broadcast latency = Ring LL base 6.6 + the NET
+    Ring LL hop 2.7 (tuning.cc line 395; not the Tree row's 5.0 the other ops read at one GPU
+    per node). One NIC (24 GB/s through PCIe Gen4): 1 channel at 24; LL: min(19.0, 24/2) = 12
+    GB/s, algbw = busbw for broadcast."""
+    s = scenario("A100-80GB", 4, 1, *forced("ring", "LL"), latencies=False)
+    expected = 6.6 + 2.7 + 1.2e6 / (12 * 1e3)
+    assert time_us(s, "broadcast", 1.2e6, "ring", "LL") == pytest.approx(expected, rel=1e-9)

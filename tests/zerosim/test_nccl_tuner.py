@@ -86,10 +86,11 @@ def test_auto_picks_the_least_time(gpu, nodes, ppn):
     # One H100 node, 1 GiB: nvls = 25 + 2**30 / 272e3 = 3972.6 us; ring/Simple 56 + 2**30 x 14 /
     # (360 x 8e3) = 5275.6 us; tree/Simple busbw min(0.92 x 360, 12 x 38.7) / 2 = 165.6: 6.5 ms.
     ("H100-80GB", 1, 2**30, "nvls", "Simple", 25 + 2**30 / (272 * 1e3)),
-    # 4 A100 nodes, 4 GiB: ring/Simple latency (8.4 + 56 x max(3.4, 3) + 6 x 14) x 1.4 =
-    # 395.92 us + 2**32 at 192 x 32/62 GB/s = 43.3 ms; tree/Simple at 142.4 / 2 GB/s: 60.3 ms.
+    # 4 A100 nodes (AMD EPYC hosts: 2 us of network overhead, x3 for Simple), 4 GiB: ring/Simple
+    # latency (8.4 + 56 x max(3.4, 6) + 6 x 14) x 1.4 = 599.76 us + 2**32 at 192 x 32/62 GB/s =
+    # 43.3 ms; tree/Simple at 142.4 / 2 GB/s: 60.3 ms.
     ("A100-80GB", 4, 2**32, "ring", "Simple",
-     (8.4 + 56 * 3.4 + 6 * 14.0) * 1.4 + 2**32 * 62 / (192 * 32 * 1e3)),
+     (8.4 + 56 * 6.0 + 6 * 14.0) * 1.4 + 2**32 * 62 / (192 * 32 * 1e3)),
 ])
 def test_auto_by_hand(gpu, nodes, size, algorithm, protocol, expected_us):
     result = simulate_collective(scenario(gpu, nodes, 8), AR, size)

@@ -21,6 +21,7 @@ ALGORITHMS = ALGORITHMS_OF["nccl"]
 # NCCL's protocols, spelled as NCCL_PROTO spells them (src/graph/tuning.cc, ncclProtoStr).
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 PCIE_GENS = (3, 4, 5, 6)
+HOST_CPUS = ("intel", "amd")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +64,9 @@ class ClusterConfig:
     """NVLink SHARP (NVLS): the NVSwitch reduces in the switch (H100/H200 NVSwitch gen3)."""
     pcie_gen: int = int(_DEFAULT["pcie_gen"])
     """PCIe generation between a GPU and its NIC (x16): NCCL caps a channel at its rate."""
+    host_cpu: str = str(_DEFAULT["host_cpu"])
+    """"intel" or "amd": NCCL's tuner charges AMD hosts more network overhead per ring step and
+    caps LL lower across nodes (DGX A100 has AMD EPYC; DGX-2 and DGX H100 Intel Xeon)."""
     collective_library: str = str(_DEFAULT["collective_library"])
     """"nccl" (GPUs: NCCL's algorithms, protocols and tuner) or "gloo" (one ring, α-β per step)."""
     compute_efficiency: float = 0.5
@@ -106,6 +110,7 @@ class ClusterConfig:
         if self.nics_per_node is not None:
             positive("cluster.nics_per_node", self.nics_per_node)
         one_of("cluster.pcie_gen", self.pcie_gen, PCIE_GENS)
+        one_of("cluster.host_cpu", self.host_cpu, HOST_CPUS)
         one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
         self._check_library()
 

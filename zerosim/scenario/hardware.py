@@ -30,6 +30,7 @@ class Fabric:
     """One NIC, one direction, as it reaches the spine (oversubscription applied off-rail)."""
     pcie_gen: int
     nvlink_sharp: bool
+    host_cpu: str
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Hardware:
         fabric = Fabric(library=cluster.collective_library, generation=cluster.generation,
                         gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics,
                         nic_bytes_per_s=per_gpu * cluster.gpus_per_node / cluster.nics,
-                        pcie_gen=cluster.pcie_gen, nvlink_sharp=cluster.nvlink_sharp)
+                        pcie_gen=cluster.pcie_gen, nvlink_sharp=cluster.nvlink_sharp,
+                        host_cpu=cluster.host_cpu)
         return cls(memory_bytes=cluster.hbm_GiB * GiB,
                    compute_flops_per_s=peak * cluster.compute_efficiency,
                    hbm_bytes_per_s=cluster.hbm_bandwidth_GBps * GB,

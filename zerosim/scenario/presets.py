@@ -28,33 +28,37 @@ PRESET_KEYS = (
     "collective_library",
     "nvlink_sharp",
     "pcie_gen",
+    "host_cpu",
 )
 
 _NCCL = None  # latency: NCCL's tables
 
 _ROWS = (
-    #                HBM   peak  HBM      intra-node    inter-node  library  NVLS   PCIe
-    #                GiB  TFLOP/s GB/s    GB/s   us     GB/s   us                   gen
+    #                HBM   peak  HBM      intra-node    inter-node  library  NVLS   PCIe  host
+    #                GiB  TFLOP/s GB/s    GB/s   us     GB/s   us                   gen   CPU
     # The ZeRO paper's cluster (§10.1): DGX-2 nodes, NVLink2 through NVSwitch gen1 (6 links x 25
     # GB/s one way = 150; NVIDIA DGX-2 datasheet) and "800 Gbps internode" = 8 EDR 100 Gb/s NICs
-    # per 16-GPU node -> 6.25 GB/s per GPU; PCIe Gen3 (V100 SXM2 datasheet).
-    ("V100-32GB",     32,   125,  900,   150, _NCCL,   6.25, _NCCL, "nccl", False, 3),
+    # per 16-GPU node -> 6.25 GB/s per GPU; PCIe Gen3 (V100 SXM2 datasheet); two Intel Xeon
+    # Platinum 8168 (DGX-2 datasheet).
+    ("V100-32GB",     32,   125,  900,   150, _NCCL,   6.25, _NCCL, "nccl", False, 3, "intel"),
     # DGX A100: NVLink3 600 GB/s bidirectional = 300 one way (12 links x 25; NVIDIA A100
     # datasheet, https://www.nvidia.com/en-us/data-center/a100/), NVSwitch gen2 without NVLink
-    # SHARP; one HDR 200 Gb/s NIC per GPU = 25 GB/s (DGX A100 user guide); PCIe Gen4.
-    ("A100-40GB",     40,   312, 1555,   300, _NCCL,  25,    _NCCL, "nccl", False, 4),
-    ("A100-80GB",     80,   312, 2039,   300, _NCCL,  25,    _NCCL, "nccl", False, 4),
+    # SHARP; one HDR 200 Gb/s NIC per GPU = 25 GB/s; PCIe Gen4; two AMD EPYC 7742 (DGX A100
+    # user guide, https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html).
+    ("A100-40GB",     40,   312, 1555,   300, _NCCL,  25,    _NCCL, "nccl", False, 4, "amd"),
+    ("A100-80GB",     80,   312, 2039,   300, _NCCL,  25,    _NCCL, "nccl", False, 4, "amd"),
     # DGX H100: NVLink4 900 GB/s bidirectional = 450 one way (18 links x 25), NVSwitch gen3 with
     # NVLink SHARP (https://www.nvidia.com/en-us/data-center/nvlink/); one NDR 400 Gb/s
-    # ConnectX-7 per GPU = 50 GB/s (DGX H100 user guide); PCIe Gen5 (H100 datasheet).
-    ("H100-80GB",     80,   989, 3350,   450, _NCCL,  50,    _NCCL, "nccl", True,  5),
-    # H200 SXM: 141 GB (decimal) of HBM3e = 131.3 GiB; the same NVLink4/NVSwitch gen3 and NICs
-    # as DGX H100 (https://www.nvidia.com/en-us/data-center/h200/).
-    ("H200-141GB", 131.3,   989, 4800,   450, _NCCL,  50,    _NCCL, "nccl", True,  5),
+    # ConnectX-7 per GPU = 50 GB/s and two Intel Xeon Platinum 8480C (DGX H100 user guide,
+    # https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html); PCIe Gen5.
+    ("H100-80GB",     80,   989, 3350,   450, _NCCL,  50,    _NCCL, "nccl", True,  5, "intel"),
+    # H200 SXM: 141 GB (decimal) of HBM3e = 131.3 GiB; the same NVLink4/NVSwitch gen3, NICs
+    # and host as DGX H100 (https://www.nvidia.com/en-us/data-center/h200/).
+    ("H200-141GB", 131.3,   989, 4800,   450, _NCCL,  50,    _NCCL, "nccl", True,  5, "intel"),
     # Processes on one CPU box talking gloo over loopback: placeholders of the right order of
     # magnitude, meant to be replaced by `zero-real calibrate`. gloo's ring pays each step's
     # latency; no NVLink, no NCCL.
-    ("CPU",            4,  0.05,   10,     2,    50,   1,     100, "gloo", False, 3),
+    ("CPU",            4,  0.05,   10,     2,    50,   1,     100, "gloo", False, 3, "intel"),
 )
 
 GPU_PRESETS = MappingProxyType({name: dict(zip(PRESET_KEYS, values)) for name, *values in _ROWS})

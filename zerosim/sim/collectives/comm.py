@@ -51,6 +51,7 @@ class Comm:
     nics: int
     nvls: bool
     """NVLink SHARP available (and the group has more than one GPU per node)."""
+    host_cpu: str = "intel"
     intra_latency_us: float | None = None
     """The scenario's per-hop latency inside a node; None: NCCL's table."""
     inter_latency_us: float | None = None
@@ -63,13 +64,30 @@ class Comm:
         return cls(ranks=ranks, nodes=-(-ranks // ppn), ppn=ppn, generation=f.generation,
                    nvlink_GBps=hardware.intra.bandwidth_bytes_per_s / GB * ratio,
                    nic_GBps=nic, nics=f.nics_per_node, nvls=f.nvlink_sharp and ppn > 1,
+                   host_cpu=f.host_cpu,
                    intra_latency_us=_us(hardware.intra.latency_s),
                    inter_latency_us=_us(hardware.inter.latency_s))
 
     @property
     def ring(self) -> Graph:
-        """Ring (and tree: NCCL searches the tree with the ring's channel count) graph."""
         return ring_graph(self)
+
+    @property
+    def tree(self) -> Graph:
+        """The tree graph (Tree and PAT run on it)."""
+        return tree_graph(self)
+
+    @property
+    def channels(self) -> int:
+        """The channels NCCL sets up after its search (comm->nChannels): the ring graph's twice,
+        and twice again on Hopper and later across nodes when they are few and fast."""
+        ring = self.ring
+        channels = min(T.COMM_CHANNELS_MAX, 2 * ring.channels)
+        if (self.generation in ("hopper", "blackwell") and self.nodes > 1
+                and ring.bw_intra > T.HOPPER_MORE_CHANNELS_GBPS
+                and channels < T.HOPPER_MORE_CHANNELS_BELOW):
+            channels = min(T.COMM_CHANNELS_MAX, 2 * channels)
+        return channels
 
     @property
     def nvls_graph(self) -> Graph | None:
@@ -128,18 +146,46 @@ def _dup(comm: Comm, channels: int, speed: float) -> Graph:
     return Graph(doubled, speed, speed)
 
 
+def tree_graph(comm: Comm) -> Graph:
+    """The tree search keeps the ring's channels (init.cc lines 1184-1185), finds the fastest
+    rung they fit at, then (its second pass, search.cc lines 1279-1282) raises the speed inside
+    nodes rung by rung while it stays below twice the speed between them and the NVLinks carry
+    it. Up to two nodes the tuner prices the tree by that inside speed."""
+    k, multi = comm.ring.channels, comm.nodes > 1
+    ladder = _ladder(comm, multi)
+    fits = [i for i, s in enumerate(ladder) if _tree_fits(comm, k, s, inter=multi)]
+    if not fits:
+        return comm.ring
+    i = fits[0]
+    speed = intra = ladder[i]
+    while i > 0 and intra < 2 * speed and _tree_fits(comm, k, ladder[i - 1], inter=False):
+        i -= 1
+        intra = ladder[i]
+    return Graph(k, intra, speed)
+
+
+def _tree_fits(comm: Comm, channels: int, speed: float, inter: bool) -> bool:
+    """`channels` at `speed` fit the NVLinks (a chain visits each GPU once per channel) and,
+    with `inter`, the NICs."""
+    nvlink = comm.ppn == 1 or channels * speed <= comm.nvlink_GBps + 1e-9
+    if not inter:
+        return nvlink
+    return nvlink and speed <= comm.nic_GBps and channels <= comm.nics * _fits(comm.nic_GBps, speed)
+
+
 def nvls_graph(comm: Comm) -> Graph | None:
-    """One head (channel) per GPU of the node, all found at one speed (search.cc lines
-    1124-1138): the fastest rung the node's NVLinks (and, across nodes, its NICs) carry."""
-    heads = min(T.MAX_NVLS_HEADS, comm.ppn)
+    """One head (channel) per GPU of the node (across nodes, one per NIC), all found at one speed
+    (search.cc lines 1124-1138): the fastest rung the node's NVLinks carry, a head's own GPU
+    charged twice, so h heads at s need (h + 1) s; across nodes a NIC must carry it too."""
+    multi = comm.nodes > 1
+    heads = min(T.MAX_NVLS_HEADS, comm.ppn, comm.nics if multi else comm.ppn)
     if heads < 2:
         return None
-    multi = comm.nodes > 1
     ladder = _ladder(comm, multi)
     for i, speed in enumerate(ladder):
-        fits = heads * speed <= comm.nvlink_GBps + 1e-9
+        fits = (heads + 1) * speed <= comm.nvlink_GBps + 1e-9
         if multi:
-            fits = fits and speed <= comm.nic_GBps and heads * speed <= comm.nics * comm.nic_GBps
+            fits = fits and speed <= comm.nic_GBps
         if fits:
             return Graph(heads, speed, _nvls_inter(comm, ladder, i))
     return None

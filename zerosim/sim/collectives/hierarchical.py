@@ -19,7 +19,8 @@ from zerosim.contract import RING_WALKS
 from zerosim.sim.collectives.comm import Comm
 from zerosim.sim.collectives.nccl_cost import Cost
 from zerosim.sim.collectives.ring import Group, Phase
-from zerosim.sim.collectives.ring_nccl import ring_cost
+from zerosim.sim.collectives.nccl_tables import SIMPLE
+from zerosim.sim.collectives.ring_nccl import ring_bus_bw, ring_cost
 from zerosim.sim.network import INTER, INTRA
 
 
@@ -49,8 +50,10 @@ def hierarchical_phases(op: str, size_bytes: float, group: Group) -> list[Phase]
 # overlap: with the intra-node ring's bus bandwidth B_i (NCCL's one-node ring, ring_nccl) and each
 # GPU's share of the node's NICs B_e = nics x NIC / g, and w walks of the op (2 for all_reduce),
 #
-#     time = L_intra + L_inter + max(w (g-1)/g S / B_i, w (m-1)/m (S/g) / B_e)
+#     time = L_intra + L_inter + max(w (g-1)/g S / B_i, w (m-1)/m (S/g) / (B_e f))
 #
+# f is the protocol's share of a link (ring_nccl: 1/2 for LL, 0.92 for LL128, capped as NCCL caps
+# them; 1 for Simple).
 # L_intra is NCCL's ring latency over g ranks on one node, L_inter over m ranks on m nodes.
 # It is not an NCCL algorithm (NCCL's own ring already crosses each node once per channel):
 # it is there to compare with, by cluster.collective_algorithm = "hierarchical".
@@ -69,6 +72,7 @@ class PipelinedCost:
     nodes: int
     walks: int
     nic_share_GBps: float
+    """Each GPU's share of the node's NICs, times the protocol's share of a link."""
     algorithm: str = "hierarchical"
 
     def latency_s(self, size_bytes: float) -> float:
@@ -95,6 +99,7 @@ def pipelined_cost(comm: Comm, op: str, protocol: str) -> PipelinedCost | None:
         return None
     inside = replace(comm, ranks=g, nodes=1)
     between = replace(comm, ranks=m, nodes=m, ppn=1)
-    share = comm.nic_GBps * comm.nics / g
+    protocol_share = ring_bus_bw(between, protocol) / ring_bus_bw(between, SIMPLE)
+    share = comm.nic_GBps * comm.nics / g * protocol_share
     return PipelinedCost(protocol, ring_cost(inside, op, protocol), ring_cost(between, op, protocol),
                          g, m, len(RING_WALKS[op]), share)

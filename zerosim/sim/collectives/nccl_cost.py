@@ -31,6 +31,7 @@ class Cost:
     plateau: float = 1.0
     """Latency multiplier once bytes / (channels x ranks) >= 64 (Ring Simple AllReduce)."""
     channels: int = 1
+    """The channels NCCL sets up (comm->nChannels), which the plateau's threshold counts."""
     ranks: int = 1
 
     def latency_s(self, size_bytes: float) -> float:
@@ -62,12 +63,14 @@ def intra_latency(comm: Comm, algorithm: str, protocol: str) -> float:
     return T.HW_LATENCY_US[T.NVLINK][algorithm][T.protocol_index(protocol)]
 
 
-def inter_latency(comm: Comm, algorithm: str, protocol: str) -> float:
+def inter_latency(comm: Comm, algorithm: str, protocol: str, row: str | None = None) -> float:
     """Per-hop latency between nodes (us); with one GPU per node NCCL uses the Tree row for
-    every algorithm (tuning.cc line 387). NICs report no extra latency (IB: 0)."""
+    every algorithm (tuning.cc line 387) unless `row` says which. NICs report no extra latency
+    (IB: 0)."""
     if comm.inter_latency_us is not None:
         return comm.inter_latency_us
-    row = T.TREE if comm.ppn == 1 else algorithm
+    if row is None:
+        row = T.TREE if comm.ppn == 1 else algorithm
     return T.HW_LATENCY_US[T.NET][row][T.protocol_index(protocol)]
 
 
@@ -76,10 +79,10 @@ def base_latency(algorithm: str, protocol: str) -> float:
 
 
 def ll_max_bw(comm: Comm) -> float:
-    """llMaxBw: by generation on one node, by CPU vendor (Intel) across nodes."""
+    """llMaxBw: by generation on one node, by the host's CPU vendor across nodes."""
     if comm.nodes == 1:
         return T.LL_MAX_BW_ONE_NODE[comm.generation]
-    return T.LL_MAX_BW_INTEL[T.nodes_index(comm.nodes)]
+    return T.LL_MAX_BW_NODES[comm.host_cpu][T.nodes_index(comm.nodes)]
 
 
 def per_channel_bw(comm: Comm, graph) -> float:

@@ -35,14 +35,14 @@ HW_LATENCY_US = {
 }
 
 # getNetOverhead, tuning.cc lines 225-233: 1 us on Intel (and other) x86 hosts, 2 us on AMD.
-# zerosim assumes Intel-class hosts. A ring across nodes pays it per step, x3 for Simple.
-NET_OVERHEAD_US = 1.0
+# Across nodes every intra-node step of a ring costs at least this (x3 for Simple): a floor.
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
 SIMPLE_NET_OVERHEAD_FACTOR = 3.0
 
-# llMaxBws, tuning.cc lines 177-183 (GB/s, total): one node by generation; several nodes by
-# CPU vendor (row "intel" = Volta's row), which zerosim takes as Intel.
+# llMaxBws, tuning.cc lines 177-183 and 269-272 (GB/s, total): one node by generation; several
+# nodes by the host's CPU vendor (Intel: the first row, AMD: the second; columns 1, 2, 3+ nodes).
 LL_MAX_BW_ONE_NODE = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
-LL_MAX_BW_INTEL = (39.0, 39.0, 20.4)
+LL_MAX_BW_NODES = {"intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)}
 
 # Per-channel caps, tuning.cc lines 184-211 (GB/s; 1 node, 2 nodes, 3+ nodes).
 PER_CH_MAX_RING_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7,) * 3,
@@ -107,7 +107,7 @@ SPEEDS_INTER = {"hopper": (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5,
 SPEEDS_INTER_DEFAULT = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0,
                         5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
 # The search lowers the speed while the next one is above this fraction of the best found
-# (search.cc line 1241), and gives ring graphs at most MAXCHANNELS / 2 channels (init.cc line
+# (search.cc line 1245), and gives ring graphs at most MAXCHANNELS / 2 channels (init.cc line
 # 1177; MAXCHANNELS = 64, src/include/device.h line 91).
 SPEED_DROP_LIMIT = 0.49
 MAX_RING_CHANNELS = 32
@@ -115,8 +115,13 @@ MAX_RING_CHANNELS = 32
 # channel runs at >= 25 GB/s, except on Hopper and later below 50 GB/s with more than 4.
 DUP_MIN_GBPS, DUP_MIN_GBPS_HOPPER, DUP_MAX_CHANNELS_SLOW = 25.0, 50.0, 4
 # NVLS graphs have one channel (head) per GPU, at most NCCL_MAX_NVLS_ARITY = 32 (search.cc line
-# 1127, device.h line 213).
+# 1127, device.h line 213); across nodes one per NIC (search.cc lines 754-772). A head's GPU is
+# charged its speed twice on its NVSwitch links (search.cc lines 416 and 424).
 MAX_NVLS_HEADS = 32
+# After the search, NCCL runs twice the ring graph's channels (connect.cc line 460, at most 64),
+# and on Hopper and later across nodes twice again when a channel runs above 45 GB/s and fewer
+# than 16 are set up (lines 480-483). The ring's plateau counts these.
+COMM_CHANNELS_MAX, HOPPER_MORE_CHANNELS_GBPS, HOPPER_MORE_CHANNELS_BELOW = 64, 45.0, 16
 
 
 def nodes_index(nodes: int) -> int:

@@ -3,7 +3,7 @@ Jeaugey, "PAT: a new algorithm for all-gather and reduce-scatter operations at s
 arXiv:2506.20252): a logarithmic number of network steps with log-sized buffers. NCCL enables
 it only when every node holds one rank (tuning.cc ncclPatEnable, lines 215-223), Simple only.
 
-With k channels of speed b (the ring's graph), n ranks on m = n nodes, a buffer of S bytes
+With k channels of speed b (the tree graph, comm.tree_graph), n ranks on m = n nodes, a buffer of S bytes
 (tuning.cc lines 288-434):
 
     busbw   = 0.75 k b
@@ -35,7 +35,7 @@ def pat_applies(comm: Comm) -> bool:
 def pat_cost(comm: Comm, op: str, protocol: str) -> Cost | None:
     if protocol != T.SIMPLE or op not in (REDUCE_SCATTER, ALL_GATHER) or not pat_applies(comm):
         return None
-    graph = comm.ring
+    graph = comm.tree
     bus = graph.channels * per_channel_bw(comm, graph) * T.PAT_FACTOR
     latency = (base_latency(T.PAT, protocol)
                + log2i(comm.nodes) * inter_latency(comm, T.PAT, protocol) / PAT_NET_DIVISOR

@@ -10,10 +10,13 @@ all_gather (n for broadcast and reduce), and a buffer of S bytes (tuning.cc line
     algbw   = busbw n / nsteps               (all_reduce: busbw n / (2(n-1)), nccl-tests' factor)
     latency = base + (nsteps - s_net) max(a_intra, o) + s_net a_net
               s_net = 2(m-1) for all_reduce, m-1 for reduce_scatter and all_gather (0 on one
-              node); o = 1 us of network overhead per step across nodes, x3 for Simple
-    time    = latency (x 1.4 for Simple all_reduce across nodes: the ring's plateau) + S / algbw
+              node); o = the host's network overhead (1 us Intel, 2 us AMD) across nodes, x3
+              for Simple, a floor under every step inside a node
+    time    = latency (x 1.4 for Simple all_reduce across nodes once S / (C n) >= 64, C the
+              channels NCCL sets up: the ring's plateau) + S / algbw
 
-Broadcast and reduce are one pipelined chain: latency = base + a, algbw = busbw.
+Broadcast and reduce are one pipelined chain: latency = base + a, a the Ring row of the link
+(NVLink on one node, the network across nodes), algbw = busbw.
 """
 
 from __future__ import annotations
@@ -40,18 +43,18 @@ def ring_cost(comm: Comm, op: str, protocol: str) -> Cost:
     n, m = comm.ranks, comm.nodes
     nsteps = steps(op, n)
     latency = base_latency(T.RING, protocol)
-    hop = intra_latency(comm, T.RING, protocol) if m == 1 else inter_latency(comm, T.RING, protocol)
-    if op in (BROADCAST, REDUCE):
-        latency += hop
+    if op in (BROADCAST, REDUCE):  # tuning.cc line 395: the Ring row, even at one GPU per node
+        latency += (intra_latency(comm, T.RING, protocol) if m == 1
+                    else inter_latency(comm, T.RING, protocol, row=T.RING))
     else:
         overhead = 0.0
         if m > 1:
-            overhead = T.NET_OVERHEAD_US * (T.SIMPLE_NET_OVERHEAD_FACTOR
-                                            if protocol == T.SIMPLE else 1.0)
+            overhead = T.NET_OVERHEAD_US[comm.host_cpu] * (T.SIMPLE_NET_OVERHEAD_FACTOR
+                                                           if protocol == T.SIMPLE else 1.0)
         net_steps = 0 if m == 1 else (2 * (m - 1) if op == ALL_REDUCE else m - 1)
         intra = max(intra_latency(comm, T.RING, protocol), overhead)
         latency += (nsteps - net_steps) * intra + net_steps * inter_latency(comm, T.RING, protocol)
     plateau = T.RING_PLATEAU[comm.generation] if (
         protocol == T.SIMPLE and op == ALL_REDUCE and m > 1) else 1.0
     return Cost(T.RING, protocol, latency, ring_bus_bw(comm, protocol) * n / nsteps,
-                plateau=plateau, channels=comm.ring.channels, ranks=n)
+                plateau=plateau, channels=comm.channels, ranks=n)

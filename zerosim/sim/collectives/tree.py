@@ -4,7 +4,8 @@ the buffer, so that every node sends and receives the buffer once each way (NVID
 Scale Your Deep Learning Training with NCCL 2.4", 2019). Data reduces up the trees and is
 broadcast back down: latency grows with log2(m), not with n.
 
-With k channels of speed b (the ring's graph) and a buffer of S bytes (tuning.cc lines 288-416):
+With k channels of speed b (the tree graph, comm.tree_graph: inside nodes up to 2 nodes, else
+between them) and a buffer of S bytes (tuning.cc lines 288-416):
 
     busbw   = min(0.92 k b, k capTree)                 then, by protocol:
               LL: min(busbw / 3.8, llMax);  LL128: min(busbw x (7/9 on one node, else
@@ -26,7 +27,7 @@ from zerosim.sim.collectives.nccl_cost import (Cost, base_latency, inter_latency
 
 
 def tree_bus_bw(comm: Comm, protocol: str) -> float:
-    graph, gen, col = comm.ring, comm.generation, T.nodes_index(comm.nodes)
+    graph, gen, col = comm.tree, comm.generation, T.nodes_index(comm.nodes)
     k = graph.channels
     bus = min(k * per_channel_bw(comm, graph) * T.TREE_AR_FACTOR, k * T.PER_CH_MAX_TREE[gen][col])
     if protocol == T.LL:
@@ -44,4 +45,4 @@ def tree_cost(comm: Comm, op: str, protocol: str) -> Cost | None:
         (comm.ppn - 1) * intra_latency(comm, T.TREE, protocol)
         + log2i(comm.nodes) * inter_latency(comm, T.TREE, protocol))
     return Cost(T.TREE, protocol, latency, tree_bus_bw(comm, protocol) / 2,
-                tree_correction=True, channels=comm.ring.channels, ranks=comm.ranks)
+                tree_correction=True, channels=comm.channels, ranks=comm.ranks)
