@@ -95,8 +95,8 @@ def price_phases(scenario, op: str, size_bytes: float, group: Group, phases: lis
     c = scenario.cluster
     out = []
     for phase in phases:
-        if phase.scope == INTER or (phase.scope == FLAT and group.nodes > 1):
-            out.append(phase)
+        if phase.scope == INTER or (phase.scope == FLAT and group.nodes > 1) or phase.alongside:
+            out.append(phase)  # a pipelined hierarchy keeps its model: it crosses nodes too
             continue
         k = group.size if phase.scope == FLAT else group.gpus_per_node
         terms = profile.ring_terms(c.collective_impl, op, k, size_bytes)
