@@ -9,7 +9,7 @@ Transformer Models" (arXiv:2205.05198), Eq. 1 and §4.3, generalised beyond thei
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zerosim.contract import BLOCK, EMBEDDING, HEAD
 from zerosim.scenario.checks import within_cap
@@ -215,3 +215,11 @@ def unit_flops(m: ModelConfig, t: TrainingConfig) -> list[UnitFlops]:
     head_forward = 2.0 * v * h * tokens
     return ([UnitFlops(forward=0.0, backward=0.0)] + [layer] * m.layers
             + [UnitFlops(forward=head_forward, backward=2 * head_forward)])
+
+
+def model_flops_per_token(m: ModelConfig, t: TrainingConfig) -> float:
+    """The model's FLOPs per trained token, forward and backward, without recomputation: the
+    numerator of model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B), whatever the
+    activation checkpointing (which adds work the model does not need)."""
+    plain = replace(t, activation_checkpointing="none")
+    return sum(u.forward + u.backward for u in unit_flops(m, plain)) / (t.micro_batch * t.seq_len)

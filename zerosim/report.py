@@ -59,7 +59,7 @@ def _describe(scenario: Scenario) -> list[str]:
     lines.append(line)
     if not m.is_bare:
         attention = "flash attention" if t.flash_attention else "standard attention"
-        lines.append(f"micro-batch {t.micro_batch} x seq {t.seq_len} | {attention} | "
+        lines.append(f"micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(t)} | {attention} | "
                      f"activation checkpointing: {t.activation_checkpointing}")
     return lines
 
@@ -75,10 +75,16 @@ def simulation_line(scenario: Scenario, results) -> str:
                      f"straggler, plus every degraded link")
     else:
         simulated = f"all {first.ranks_simulated} ranks ({reason})"
-    batch = f", micro-batch {t.micro_batch} x seq {t.seq_len}" if scenario.model.is_bare else ""
+    batch = (f", micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(t)}"
+             if scenario.model.is_bare else "")
     return (f"one training step{batch} | collectives: "
             f"{_library(c, first)} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
             f"| simulated: {simulated}")
+
+
+def _accumulation(t) -> str:
+    return (f" x {t.gradient_accumulation} micro-steps (gradient accumulation)"
+            if t.gradient_accumulation > 1 else "")
 
 
 def _library(c, first) -> str:
@@ -111,7 +117,7 @@ def format_simulation_table(scenario: Scenario, results) -> str:
     bunit, bscale, bunit_def = _unit(largest)[:3]
     header = ["stage", f"step {unit}", f"compute {unit}", f"exposed comm {unit}",
               f"comm {bunit}/rank", *[f"{op} {bunit}" for op in COLLECTIVE_OPS], f"peak {bunit}",
-              f"fits {scenario.cluster.hbm_GiB:g} GiB"]
+              f"fits {scenario.cluster.hbm_GiB:g} GiB", "tokens/s/GPU", "MFU"]
     body = []
     for r in results:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
@@ -119,7 +125,8 @@ def format_simulation_table(scenario: Scenario, results) -> str:
         body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", _number(r.step_time_s * scale),
                      _number(r.compute_s * scale), _number(r.exposed_comm_s * scale),
                      f"{sum(r.comm_bytes_per_rank.values()) / bscale:.2f}", *per_op,
-                     f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r.peak_bytes) else "NO"])
+                     f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r.peak_bytes) else "NO",
+                     f"{r.tokens_per_s_per_gpu:.4g}", f"{r.mfu:.1%}"])
     notes = [f"note: {note}" for note in results[0].notes]
     lines = _describe(scenario) + [simulation_line(scenario, results), *notes, "",
                                    f"per rank; 1 {bunit} = {bunit_def} bytes; compute includes the "

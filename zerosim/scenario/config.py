@@ -135,6 +135,10 @@ class TrainingConfig:
     """"adam"/"adamw" (2 fp32 moments), "sgd_momentum" (1), "sgd" (none)."""
     micro_batch: int = 1
     """Sequences per rank per micro-step, b."""
+    gradient_accumulation: int = 1
+    """Micro-steps per optimizer step, each of micro_batch sequences. DDP and ZeRO-1 reduce
+    gradients once, in the last micro-step (DDP's no_sync); ZeRO-2 reduce-scatters and ZeRO-3
+    gathers and reduce-scatters in every micro-step (DeepSpeed's and FSDP's behaviour)."""
     seq_len: int | None = None
     """Tokens per sequence, s. Default: model.max_seq_len."""
     activation_checkpointing: str = "none"
@@ -166,6 +170,7 @@ class TrainingConfig:
         _one_of("training.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _one_of("training.optimizer_offload", self.optimizer_offload, OFFLOAD)
         _positive("training.micro_batch", self.micro_batch)
+        _positive("training.gradient_accumulation", self.gradient_accumulation)
         if self.seq_len is not None:
             _positive("training.seq_len", self.seq_len)
         for key in ("reduce_bucket_MiB", "allgather_bucket_MiB"):
@@ -177,6 +182,11 @@ class TrainingConfig:
             within_cap(f"training.{key} in bytes", value * 2**20, f"{value:g} * 2**20")
         _positive("training.prefetch_layers", self.prefetch_layers, allow_zero=True)
         _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
+
+    @property
+    def tokens_per_rank(self) -> int:
+        """Tokens one rank trains on per optimizer step (all its micro-steps)."""
+        return self.micro_batch * (self.seq_len or 0) * self.gradient_accumulation
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,8 +211,11 @@ class Scenario:
                         f"variation.{key} names rank {rank}, but ranks are 0..{self.world_size - 1} "
                         f"({self.cluster.nodes} nodes x {self.cluster.gpus_per_node} GPUs)")
         if t.seq_len is not None:
-            within_cap("tokens per step", t.micro_batch * t.seq_len * self.world_size,
-                       f"micro_batch {t.micro_batch} x seq_len {t.seq_len} x {self.world_size} ranks")
+            accumulation = (f" x gradient_accumulation {t.gradient_accumulation}"
+                            if t.gradient_accumulation > 1 else "")
+            within_cap("tokens per step", t.tokens_per_rank * self.world_size,
+                       f"micro_batch {t.micro_batch} x seq_len {t.seq_len}{accumulation} x "
+                       f"{self.world_size} ranks")
         if m.is_bare:
             return  # no shape: the sequence does not enter the memory of model states
         if t.seq_len is None:

@@ -24,6 +24,7 @@ import simpy
 
 from zerosim.contract import SIM_MODES, STAGE_NAMES
 from zerosim.errors import InputError
+from zerosim.model import model_flops_per_token
 from zerosim.scenario.config import Scenario
 from zerosim.scenario.variation import VariationConfig
 from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
@@ -156,6 +157,12 @@ class StageResult:
     """The critical rank's collectives' durations, summed (hidden by compute or not)."""
     peak_bytes: int
     memory_at: dict[str, int]
+    tokens_per_s_per_gpu: float
+    """Tokens each GPU trains on per second: micro_batch x seq_len x gradient_accumulation per
+    step."""
+    mfu: float
+    """Model FLOPs utilisation: the model's FLOPs per token (no recomputation) x tokens/s per GPU
+    over the GPU's dense 16-bit peak."""
     algorithm: str
     mode: str
     ranks_simulated: int
@@ -172,6 +179,7 @@ class StageResult:
                 "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
                 "comm_time_s": self.comm_time_s,
                 "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "algorithm": self.algorithm, "mode": self.mode,
                 "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
                 "notes": self.notes}
@@ -207,13 +215,18 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
     # The critical rank: last to finish; among those, the one that computed longest (a straggler).
     last = max(contexts, key=lambda ctx: (ctx.state.end_s, ctx.state.compute_s, -ctx.rank))
     rank0 = contexts[0].state
+    t = scenario.training
+    tokens_per_s = t.tokens_per_rank / last.state.end_s
+    peak = scenario.cluster.peak_tflops * 1e12
     return StageResult(
         stage=stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
         exposed_comm_s=last.state.end_s - last.state.compute_s,
         comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
         comm_time_s=last.state.comm_s,
         peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
-        memory_at=dict(rank0.memory.marks), algorithm=algorithms_used(engine),
+        memory_at=dict(rank0.memory.marks), tokens_per_s_per_gpu=tokens_per_s,
+        mfu=model_flops_per_token(scenario.model, t) * tokens_per_s / peak,
+        algorithm=algorithms_used(engine),
         mode=engine.mode,
         ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
         notes=_notes(scenario))

@@ -2,7 +2,11 @@
 the difference it makes (the ZeRO paper, Rajbhandari et al. 2020, §5 and §7).
 
 A step is: forward unit by unit, backward in reverse producing gradients, their reduction, the
-optimizer step. Units are the ZeRO-3 gather units of model.py (embedding, layers, head).
+optimizer step. Under gradient accumulation, forward and backward run once per micro-step; DDP
+and ZeRO-1 reduce only in the last one (DDP's no_sync: gradients add up in the full buffer),
+ZeRO-2 and ZeRO-3 in every one (each micro-step's gradients are reduced into the shard), and the
+communication of a micro-step completes before the next begins (DeepSpeed and FSDP wait for
+their reduction streams at the end of backward). Units are the ZeRO-3 gather units of model.py (embedding, layers, head).
 Memory moves exactly as memory.py counts it, so the timeline's steady points equal the analytic
 model byte for byte and its peak never exceeds the analytic peak (without a calibration profile;
 a profile adds what the real stages showed beyond the model: costs.memory_terms):
@@ -28,6 +32,7 @@ class DDP:
     """Stage 0: everything replicated; gradient buckets all-reduced as soon as they fill."""
 
     reduce_op = "all_reduce"
+    reduces_every_micro_step = False
 
     def __init__(self, ctx, shape: StepShape) -> None:
         self.ctx, self.shape, self.env = ctx, shape, ctx.env
@@ -35,6 +40,8 @@ class DDP:
         self.filled_bytes = 0
         self.unit = 0
         self.layers = len(shape.gather_elements)
+        self.reducing = True
+        """This micro-step reduces its gradients (the last one, or every one)."""
 
     def run(self) -> Iterator:
         mem = self.shape.memory
@@ -42,14 +49,10 @@ class DDP:
                                ("optimizer", mem.optimizer_bytes)):
             self.ctx.alloc(category, category, size)
         self.ctx.mark("after_init")
-        yield from self.forward()
-        self.ctx.mark("after_forward")
-        if self.shape.workspace_bytes:
-            self.ctx.alloc("workspace", "workspace", self.shape.workspace_bytes)
-        yield from self.backward()
-        yield from self.drain()
-        if self.shape.workspace_bytes:
-            self.ctx.free("workspace")
+        steps = self.shape.gradient_accumulation
+        for micro in range(steps):
+            self.reducing = self.reduces_every_micro_step or micro == steps - 1
+            yield from self.micro_step()
         if self.shape.residue_bytes:
             self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
         if self.shape.other_s:
@@ -58,6 +61,17 @@ class DDP:
         yield from self.optimizer_step()
         yield from self.drain()
         self.ctx.mark("after_step")
+
+    def micro_step(self) -> Iterator:
+        """Forward and backward of one micro-batch, and its reduction when it reduces."""
+        yield from self.forward()
+        self.ctx.mark("after_forward")
+        if self.shape.workspace_bytes:
+            self.ctx.alloc("workspace", "workspace", self.shape.workspace_bytes)
+        yield from self.backward()
+        yield from self.drain()
+        if self.shape.workspace_bytes:
+            self.ctx.free("workspace")
 
     def forward(self) -> Iterator:
         self.start_gathers("forward", range(self.layers))
@@ -85,7 +99,7 @@ class DDP:
         """Backward of one unit, cut where its gradients cross bucket boundaries."""
         duration_s = self.shape.backward_s[unit]
         total = self.shape.grad_bytes_per_element * self.shape.gradient_elements[unit]
-        if total == 0:
+        if total == 0 or not self.reducing:  # no_sync: gradients add up in the full buffer
             yield from self.ctx.compute(duration_s, "backward", "backward", unit)
             return
         produced = 0
@@ -165,11 +179,17 @@ class ZeRO1(DDP):
 class ZeRO2(ZeRO1):
     """Stage 2: gradients sharded too. Each bucket is a separate buffer, freed once reduced."""
 
+    reduces_every_micro_step = True
+
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
         self.free_buckets = simpy.Container(self.env, STAGE2_LIVE_BUCKETS, init=STAGE2_LIVE_BUCKETS)
-        self.unbucketed_bytes = shape.grad_bytes_per_element * shape.params
+        self.unbucketed_bytes = 0
         self.bucket_id = 0
+
+    def backward(self) -> Iterator:
+        self.unbucketed_bytes = self.shape.grad_bytes_per_element * self.shape.params
+        yield from super().backward()
 
     def open_bucket(self) -> Iterator:
         yield self.free_buckets.get(1)  # backward stalls here while two buckets are in flight
@@ -192,6 +212,8 @@ class ZeRO3(ZeRO1):
     """Stage 3: parameters sharded. Each unit is all-gathered before forward and again before
     backward (prefetched up to prefetch_layers ahead), freed after use; each unit's gradient is
     reduce-scattered on its own stream, which shares the links with the gathers."""
+
+    reduces_every_micro_step = True
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)

@@ -42,6 +42,8 @@ class StepShape:
     prefetch_layers: int
     gradient_reduction: str
     overlap_comm: bool
+    gradient_accumulation: int
+    """Micro-steps (forward and backward of one micro-batch) per optimizer step."""
     workspace_bytes: int
     """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
     residue_bytes: int
@@ -107,5 +109,6 @@ def step_shape(scenario, stage: int) -> StepShape:
         optimizer=optimizer_cost(scenario, bg + master + 2 * FP32_BYTES * moments, stage),
         optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
-        overlap_comm=t.overlap_comm, workspace_bytes=max(0, round(extra["workspace"])),
+        overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
+        workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))

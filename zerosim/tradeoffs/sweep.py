@@ -151,7 +151,7 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
         row = {**first, "stage": stage, "stage_name": STAGE_NAMES[stage],
                "world_size": scenario.world_size,
                "params": total_params(scenario.model),
-               "tokens_per_step": t.micro_batch * t.seq_len * scenario.world_size,
+               "tokens_per_step": t.tokens_per_rank * scenario.world_size,
                **{key: memory[key] for key in MEMORY_COLUMNS},
                "gpu_memory_bytes": gpu_memory_bytes,
                "fits_gpu_memory": fits(scenario, stage_row.peak_bytes),
@@ -161,7 +161,7 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
                **{f"comm_bytes_{op}": comm.get(op, 0) for op in COLLECTIVE_OPS},
                "simulated_peak_bytes": result.peak_bytes,
                "gpu_seconds_per_step": result.step_time_s * scenario.world_size,
-               "algorithm": result.algorithm}
+               **{key: getattr(result, key) for key in ("tokens_per_s_per_gpu", "mfu", "algorithm")}}
         rows.append({**row, **{k: v for k, v in inputs.items() if k not in row}})
     return rows
 
