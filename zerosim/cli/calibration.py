@@ -17,6 +17,12 @@ def run_validate(args: argparse.Namespace) -> int:
     from zerosim.calibration.validate import format_report, judge, validate
     from zerosim.files import read_json_object
 
+    if args.references is not None:
+        return _run_references(args)
+    if not args.measurements:
+        raise InputError("validate needs measurement files (zero-real run --out) or "
+                         "--references DIR")
+
     if args.tolerance_pct is not None:  # its old meaning, one mean of time and memory, hid errors
         raise InputError("--tolerance-pct is retired (it judged one mean of time and memory "
                          "errors): use --time-tolerance-pct and --memory-tolerance-pct")
@@ -34,8 +40,22 @@ def run_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if within else EXIT_FAILED
 
 
+def _run_references(args: argparse.Namespace) -> int:
+    from zerosim.calibration.references import (format_references, judge_references,
+                                                references_report)
+
+    if args.measurements:
+        raise InputError("give measurement files or --references DIR, not both")
+    report = references_report(args.references)
+    print(json.dumps(report, indent=2) if args.json else format_references(report))
+    return EXIT_OK if judge_references(report) else EXIT_FAILED
+
+
 def _validate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("measurements", nargs="+", metavar="MEASUREMENT.json",
+    parser.add_argument("--references", metavar="DIR",
+                        help="instead of measurements: every published run in DIR/*.toml "
+                             "(references/) against the simulation, with the error of each")
+    parser.add_argument("measurements", nargs="*", metavar="MEASUREMENT.json",
                         help="zero-real run --out file; several runs of one configuration are "
                              "validated together (their spread is the measurement's noise)")
     parser.add_argument("--profile", metavar="P.json",
