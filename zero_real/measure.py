@@ -119,6 +119,9 @@ class Recorder:
         self.phase, self.layer = "forward", None
         self.step = 0  # the training step events belong to (set by the training loop)
         self.peak_bytes: int | None = None  # once memory measurement has stopped
+        # CUDA only: the caching allocator's peak reservation (segments it holds from the driver,
+        # allocated or not); the profiler has no such figure on CPU.
+        self.peak_reserved_bytes: int | None = None
         self._open = None  # the compute segment being timed: (name, phase, layer, start_s)
         self.cuda = device.type == "cuda"
         self._profiler = None
@@ -198,6 +201,7 @@ class Recorder:
 
     def _finish(self) -> int:
         if self.cuda:
+            self.peak_reserved_bytes = torch.cuda.max_memory_reserved(self.device)
             return torch.cuda.max_memory_allocated(self.device)
         if self._profiler is None:
             return 0

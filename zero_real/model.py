@@ -175,6 +175,20 @@ def random_batch(vocab: int, rows: range, seq_len: int, seed: int, step: int):
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
+def micro_batches(vocab: int, training, rank: int, world_size: int, seed: int, step: int,
+                  device: str | torch.device = "cpu"):
+    """Rank `rank`'s micro-batches of optimizer step `step`, one per micro-step
+    (training.gradient_accumulation of them), each made when it is asked for. The step's global
+    batch is rows [0, A x N x b): micro-step m of rank r takes the b rows from (m x N + r) x b, so
+    the ranks' micro-batches cover it once, and without accumulation rank r has rows
+    [r x b, (r + 1) x b) as always."""
+    b = training.micro_batch
+    for micro in range(training.gradient_accumulation):
+        first = (micro * world_size + rank) * b
+        idx, targets = random_batch(vocab, range(first, first + b), training.seq_len, seed, step)
+        yield idx.to(device), targets.to(device)
+
+
 def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -15,9 +15,12 @@ def summary(result: Measurement, out: str | None) -> str:
     for r in result["ranks"]:
         phases = " ".join(f"{k.removeprefix('after_')} {v / MiB:.2f}" for k, v in r["phases"].items()
                           if v is not None)
+        # CUDA: the allocator's reservation beside its allocation (absent on CPU).
+        reserved = (f" (reserved {r['peak_reserved_bytes'] / MiB:.2f} MiB)"
+                    if r.get("peak_reserved_bytes") is not None else "")
         lines.append(f"rank {r['rank']}: model states {r['ledger']['model_states'] / MiB:.3f} MiB "
-                     f"(zerosim {zerosim_states / MiB:.3f}), peak {r['peak_bytes'] / MiB:.2f} MiB, "
-                     f"after: {phases} MiB")
+                     f"(zerosim {zerosim_states / MiB:.3f}), peak {r['peak_bytes'] / MiB:.2f} MiB"
+                     f"{reserved}, after: {phases} MiB")
     comm = [e for e in result["events"] if e["stream"] == COMM and e["rank"] == 0]
     step_s = max((e["end_s"] for e in result["events"]), default=0.0)
     lines.append(f"rank 0: {len(comm)} collectives, {sum(e['bytes'] for e in comm) / MiB:.2f} MiB, "

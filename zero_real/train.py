@@ -48,7 +48,7 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     from zero_real.calibrate_progress import Progress
     from zero_real.collectives import Collectives
     from zero_real.measure import Recorder
-    from zero_real.model import build_model, random_batch
+    from zero_real.model import build_model, micro_batches
     from zero_real.stages import STAGES
 
     scenario = cfg.scenario
@@ -73,10 +73,10 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     for step in range(cfg.steps + cfg.timed_steps):
         if step == cfg.steps and cfg.timed_steps:
             recorder.finish()
-        rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
-        idx, targets = random_batch(scenario.model.vocab, rows, t.seq_len, cfg.seed, step)
+        # One step is one optimizer step: gradient_accumulation micro-batches, made one by one.
+        batches = micro_batches(scenario.model.vocab, t, rank, world_size, cfg.seed, step, device)
         heartbeat.step = recorder.step = step
-        losses.append(engine.step(idx.to(device), targets.to(device), step))
+        losses.append(engine.step(batches, step))
         progress.tick()
     params = None
     if cfg.return_params:
@@ -85,7 +85,8 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     # Memory at each point as last measured (timed steps after the profiler stopped have none).
     phases = {s["point"]: s.get("measured_bytes") for s in recorder.samples
               if s.get("measured_bytes") is not None or s["step"] < cfg.steps}
-    return {"rank": rank, "peak_bytes": peak, "phases": phases,
+    return {"rank": rank, "peak_bytes": peak, "peak_reserved_bytes": recorder.peak_reserved_bytes,
+            "phases": phases,
             "ledger": recorder.ledger.as_dict(),
             "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},
             "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
@@ -95,7 +96,9 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
 
 def measurement(cfg: RunConfig, results: list[dict], world_size: int) -> Measurement:
     """The measurement file: run settings, per-rank memory and ledger, events, losses."""
-    ranks = [RankMeasurement(**{k: r[k] for k in RankMeasurement.__annotations__})
+    # An optional figure a rank did not measure (reserved memory, on CPU) is left out.
+    ranks = [RankMeasurement(**{k: r[k] for k in RankMeasurement.__annotations__
+                                if r.get(k) is not None or k in RankMeasurement.__required_keys__})
              for r in results]
     return Measurement(
         scenario=cfg.scenario_path, overrides=list(cfg.overrides),

@@ -145,13 +145,19 @@ class MeasuredSample(_MeasuredSample, total=False):
     """The allocator's (CUDA) or the profiler's (CPU) figure; absent after profiling stopped."""
 
 
-class RankMeasurement(TypedDict):
+class _RankMeasurement(TypedDict):
     rank: int
     peak_bytes: int
     phases: dict[str, int | None]
     """Measured bytes at each of MEMORY_POINTS, as last measured."""
     ledger: dict[str, Any]
     ledger_phases: dict[str, dict[str, int]]
+
+
+class RankMeasurement(_RankMeasurement, total=False):
+    peak_reserved_bytes: int
+    """CUDA only: the caching allocator's peak reservation (torch.cuda.max_memory_reserved);
+    peak_bytes is its peak allocation. Absent on CPU."""
 
 
 class _MeasurementCore(TypedDict):

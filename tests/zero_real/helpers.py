@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from zero_real.model import build_model, materialize, random_batch
+from zero_real.model import build_model, materialize, micro_batches, random_batch
 from zero_real.runconfig import RankSetup, RunConfig
 from zerosim.contract import COLLECTIVE_OPS
 
@@ -20,14 +20,22 @@ LR = 1e-3
 SEED = 1234
 
 
+def global_rows(scenario, world_size: int) -> range:
+    """Every row of one optimizer step's global batch: all ranks' micro-batches of all their
+    micro-steps (A x N x b); the mean loss over them is the mean over the equal micro-batches."""
+    t = scenario.training
+    return range(t.gradient_accumulation * world_size * t.micro_batch)
+
+
 def reference_train(scenario, world_size: int, steps: int, seed: int = SEED, lr: float = LR):
-    """Final parameters and losses of one process training on all ranks' data at once."""
+    """Final parameters and losses of one process training on all ranks' data at once (under
+    gradient accumulation, all micro-steps' data too: one step on the mean loss over them)."""
     t = scenario.training
     model = materialize(build_model(scenario.model), seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for step in range(steps):
-        idx, targets = random_batch(scenario.model.vocab, range(world_size * t.micro_batch),
+        idx, targets = random_batch(scenario.model.vocab, global_rows(scenario, world_size),
                                     t.seq_len, seed, step)
         opt.zero_grad()
         loss = model(idx, targets)
@@ -38,10 +46,10 @@ def reference_train(scenario, world_size: int, steps: int, seed: int = SEED, lr:
 
 
 def reference_grads(scenario, world_size: int, seed: int = SEED) -> dict[str, torch.Tensor]:
-    """Gradients of the first step's loss over all ranks' data, by parameter name."""
+    """Gradients of the first step's loss over all ranks' (and micro-steps') data, by name."""
     t = scenario.training
     model = materialize(build_model(scenario.model), seed)
-    idx, targets = random_batch(scenario.model.vocab, range(world_size * t.micro_batch),
+    idx, targets = random_batch(scenario.model.vocab, global_rows(scenario, world_size),
                                 t.seq_len, seed, 0)
     model(idx, targets).backward()
     return {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -69,8 +77,7 @@ def gradient_shards(rank: int, world_size: int, setup: RankSetup, stage: int, sc
     comm = Collectives("native", rank, world_size, recorder, setup.backend)
     engine = STAGES[stage](build_model(scenario.model), scenario, rank=rank, world_size=world_size,
                            comm=comm, recorder=recorder, device=cpu, seed=seed, lr=lr)
-    rows = range(rank * t.micro_batch, (rank + 1) * t.micro_batch)
-    engine.step(*random_batch(scenario.model.vocab, rows, t.seq_len, seed, 0), 0)
+    engine.step(micro_batches(scenario.model.vocab, t, rank, world_size, seed, 0), 0)
     flats = engine.groups if stage == 3 else [engine.flat]
     return [(flat.layout, flat.layout.owned(rank) if stage else (0, flat.layout.padded),
              opt.grad.float().clone()) for flat, opt in zip(flats, engine.optimizers)]
@@ -105,6 +112,25 @@ def parity_worker(rank: int, world_size: int, setup: RankSetup, *, runs=(), grad
     return out
 
 
+def train_worker(rank: int, world_size: int, setup: RankSetup, *, runs=(), grad_runs=(),
+                 steps: int) -> dict:
+    """train's whole result for each (key, stage, collectives, scenario[, RunConfig fields]) of
+    `runs`, without the memory profiler, and gradient_shards for each (key, stage, scenario) of
+    `grad_runs`, by key, in one process group. Spawn it as
+    functools.partial(train_worker, runs=..., steps=...)."""
+    from zero_real.train import train
+
+    out = {}
+    for key, stage, collectives, scenario, *more in runs:
+        fields = {"steps": steps, "profile_memory": False, "return_params": True, **dict(*more)}
+        out[key] = train(rank, world_size, run_config(
+            setup, scenario=scenario, stage=stage, collectives=collectives, seed=SEED, lr=LR,
+            **fields))
+    for key, stage, scenario in grad_runs:
+        out[key] = gradient_shards(rank, world_size, setup, stage, scenario)
+    return out
+
+
 # ---- faults, injected from here: zero_real's code paths know nothing of them ------------------
 
 def train_dying(rank: int, world_size: int, cfg: RunConfig, *, die_rank: int,
@@ -118,10 +144,10 @@ def train_dying(rank: int, world_size: int, cfg: RunConfig, *, die_rank: int,
         stage = STAGES[cfg.stage]
         step = stage.step
 
-        def dying_step(self, idx, targets, number):
+        def dying_step(self, batches, number):
             if number == die_step:
                 os._exit(17)
-            return step(self, idx, targets, number)
+            return step(self, batches, number)
 
         stage.step = dying_step
     return train(rank, world_size, cfg)

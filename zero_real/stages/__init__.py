@@ -15,6 +15,12 @@ where ZeRO-3 gathers, and it times every layer's forward and backward.
     ZeRO-3  parameters sharded too, one flat buffer per unit; a unit is gathered before its
             forward and its backward and freed after; its gradient is reduce-scattered at once
             (zero3.py).
+
+Under gradient accumulation (training.gradient_accumulation = A micro-steps per optimizer step)
+each micro-step's loss is scaled by 1/A; DDP and ZeRO-1 reduce only in the last micro-step (DDP's
+no_sync: autograd adds each micro-step's gradients into the full buffer), ZeRO-2 reduce-scatters
+and ZeRO-3 gathers and reduce-scatters in every micro-step, adding into the gradient shard; the
+optimizer steps once, after the last.
 """
 
 from zero_real.stages.replicated import DDP, DTYPES, ZeRO1, ZeRO2

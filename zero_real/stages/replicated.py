@@ -17,6 +17,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 class DDP:
     stage = 0
+    reduces_every_micro_step = False
+    """Under gradient accumulation, DDP and ZeRO-1 reduce in the last micro-step only (DDP's
+    no_sync); ZeRO-2 and ZeRO-3 in every one, into the gradient shard."""
 
     def __init__(self, model, scenario, *, rank, world_size, comm, recorder, device, seed, lr):
         self.model, self.comm, self.rec = model, comm, recorder
@@ -28,6 +31,9 @@ class DDP:
         self.bucket_elements = max(1, bucket_bytes // torch.empty(0, dtype=self.dtype).element_size())
         self.prefetch = scenario.training.prefetch_layers
         self.loss_scale = LossScale(scenario.training.precision)
+        self.accumulation = scenario.training.gradient_accumulation
+        self.reducing = True
+        """This micro-step reduces its gradients (the last one, or every one)."""
         self.build(device, seed, lr)
         self.acts = ActivationTracker(recorder.ledger, self.is_param_storage)
 
@@ -77,6 +83,8 @@ class DDP:
         """A tied weight after its first use in backward: autograd adds the second one later."""
 
     def gradient_ready(self, slot, p) -> None:
+        if not self.reducing:
+            return  # no_sync: autograd adds this micro-step's gradient into the buffer, in place
         for i, (lo, hi) in enumerate(self.buckets):
             overlap = min(hi, slot.offset + slot.numel) - max(lo, slot.offset)
             if overlap > 0:
@@ -104,9 +112,41 @@ class DDP:
     def before_backward(self, s: int) -> None: ...
     def after_backward(self, s: int) -> None: ...
 
-    def step(self, idx: torch.Tensor, targets: torch.Tensor, step: int) -> float:
-        self.fired, self.filled = {}, [0] * len(self.buckets)
-        self.zero_grads()
+    def step(self, batches, step: int) -> float:
+        """One optimizer step: forward and backward of each micro-batch `batches` yields ((idx,
+        targets), training.gradient_accumulation of them), then the optimizer, once. Returns the
+        loss averaged over micro-batches and ranks."""
+        self.zero_grads()  # once: the micro-steps accumulate into the gradient buffer (or shard)
+        # Each micro-step's loss is scaled by 1/A: its gradients add up to the gradient of the
+        # mean loss over all A micro-batches (ShardAdam divides by the N ranks).
+        seed_value = self.loss_scale.value / self.accumulation
+        total, micro = None, -1
+        for micro, (idx, targets) in enumerate(batches):
+            self.reducing = self.reduces_every_micro_step or micro == self.accumulation - 1
+            self.fired, self.filled = {}, [0] * len(self.buckets)
+            head_input = x = None  # the previous micro-step's, freed before this forward
+            inputs, outputs = self.forward(idx, targets)
+            # Alive until the next micro-step or the step's end, as one loop's locals would be:
+            # the head's input (and its gradient) and the loss (test_memory counts them).
+            head_input, x = inputs[-1], outputs[-1]
+            loss = x.detach().clone()
+            total = loss if total is None else total.add_(loss)
+            grad = torch.tensor(seed_value, device=x.device)
+            self.rec.mark("after_forward", step)
+            self.backward(inputs, outputs, grad)
+            del grad
+            self.check_all_reduced()
+        if micro != self.accumulation - 1:
+            raise ValueError(f"{micro + 1} micro-batches for gradient_accumulation {self.accumulation}")
+        self.rec.mark("after_backward", step)
+        self.rec.phase = "step"
+        with self.rec.compute("optimizer", None):
+            self.optimizer_step()
+        self.rec.mark("after_step", step)
+        return self.global_loss(total)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> tuple[list, list]:
+        """One micro-batch through every unit: each unit's input and output, in order."""
         self.rec.phase, inputs, outputs, x = "forward", [], [], idx
         with self.acts.hooks():
             for s in range(len(self.units)):
@@ -118,9 +158,10 @@ class DDP:
                 inputs.append(x_in)
                 outputs.append(x)
                 self.after_forward(s)
-        loss = x.detach().clone()
-        grad = torch.tensor(self.loss_scale.value, device=x.device)
-        self.rec.mark("after_forward", step)
+        return inputs, outputs
+
+    def backward(self, inputs: list, outputs: list, grad: torch.Tensor) -> None:
+        """Backward unit by unit, in reverse, from the loss's gradient `grad`."""
         self.rec.phase = "backward"
         for s in reversed(range(len(self.units))):
             self.before_backward(s)
@@ -129,20 +170,14 @@ class DDP:
             grad = inputs[s].grad if s > 0 else None
             outputs[s] = inputs[s] = None  # this unit's activations are released
             self.after_backward(s)
-        del grad
         self.acts.release()
-        self.check_all_reduced()
-        self.rec.mark("after_backward", step)
-        self.rec.phase = "step"
-        with self.rec.compute("optimizer", None):
-            self.optimizer_step()
-        self.rec.mark("after_step", step)
-        return self.global_loss(loss)
 
     def check_all_reduced(self) -> None:
         if hasattr(self, "flat_grad"):  # autograd must have accumulated in place, into buckets
             ptr = self.flat_grad.untyped_storage().data_ptr()
             assert all(p.grad.untyped_storage().data_ptr() == ptr for p in self.flat.params)
+        if not self.reducing:
+            return  # no_sync: the buckets fill, and are reduced, in the last micro-step
         missing = [b for b, (lo, hi) in zip(self.filled, self.buckets) if b != hi - lo]
         assert not missing, f"rank {self.rank}: {len(missing)} gradient buckets never filled"
 
@@ -155,11 +190,12 @@ class DDP:
 
     def after_optimizer(self) -> None: ...
 
-    def global_loss(self, loss: torch.Tensor) -> float:
-        """Mean over ranks (each rank's loss is the mean over its own equal-sized batch)."""
+    def global_loss(self, total: torch.Tensor) -> float:
+        """Mean over ranks and micro-steps of `total`, this rank's sum of its micro-steps' losses
+        (each the mean over an equal-sized micro-batch)."""
         if self.world_size > 1:
-            dist.all_reduce(loss)  # bookkeeping, not part of the algorithm: not recorded
-        return loss.item() / self.world_size
+            dist.all_reduce(total)  # bookkeeping, not part of the algorithm: not recorded
+        return total.item() / (self.world_size * self.accumulation)
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         return self.flat.full_tensors(self.comm)
@@ -201,6 +237,7 @@ class ZeRO2(ZeRO1):
     """
 
     stage = 2
+    reduces_every_micro_step = True
 
     def make_grads(self, device):
         layout = self.flat.layout

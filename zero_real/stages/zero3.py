@@ -104,7 +104,7 @@ class ZeRO3(ZeRO2):
             grad = g.grad_full
             self.comm.reduce_scatter(grad, [g.layout.shard] * self.world_size, name="unit gradient")
             lo, hi = g.layout.owned(self.rank)
-            g.grad_shard.copy_(grad[lo:hi])
+            g.grad_shard.add_(grad[lo:hi])  # add: micro-steps accumulate into the shard
             for p in g.params:
                 p.grad = None
             grad.untyped_storage().resize_(0)
