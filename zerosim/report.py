@@ -113,11 +113,11 @@ def _number(value: float) -> str:
 def format_simulation_table(scenario: Scenario, results) -> str:
     """One row per simulated stage: time, bytes on the wire per rank, peak memory."""
     unit, scale = ("s", 1.0) if max(r.step_time_s for r in results) >= 0.1 else ("ms", 1e3)
-    largest = max(max(r.peak_bytes, sum(r.comm_bytes_per_rank.values())) for r in results)
+    largest = max(max(r.device_bytes, sum(r.comm_bytes_per_rank.values())) for r in results)
     bunit, bscale, bunit_def = _unit(largest)[:3]
     header = ["stage", f"step {unit}", f"compute {unit}", f"exposed comm {unit}",
               f"comm {bunit}/rank", *[f"{op} {bunit}" for op in COLLECTIVE_OPS], f"peak {bunit}",
-              f"fits {scenario.cluster.hbm_GiB:g} GiB", "tokens/s/GPU", "MFU"]
+              f"device {bunit}", f"fits {scenario.cluster.hbm_GiB:g} GiB", "tokens/s/GPU", "MFU"]
     body = []
     for r in results:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
@@ -125,11 +125,14 @@ def format_simulation_table(scenario: Scenario, results) -> str:
         body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", _number(r.step_time_s * scale),
                      _number(r.compute_s * scale), _number(r.exposed_comm_s * scale),
                      f"{sum(r.comm_bytes_per_rank.values()) / bscale:.2f}", *per_op,
-                     f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r.peak_bytes) else "NO",
+                     f"{r.peak_bytes / bscale:.2f}", f"{r.device_bytes / bscale:.2f}",
+                     "yes" if fits(scenario, r.device_bytes) else "NO",
                      f"{r.tokens_per_s_per_gpu:.4g}", f"{r.mfu:.1%}"])
     notes = [f"note: {note}" for note in results[0].notes]
     lines = _describe(scenario) + [simulation_line(scenario, results), *notes, "",
-                                   f"per rank; 1 {bunit} = {bunit_def} bytes; compute includes the "
+                                   f"per rank; 1 {bunit} = {bunit_def} bytes; peak: what the buffers "
+                                   f"ask for; device: the allocator's segments + CUDA context + "
+                                   f"NCCL buffers (nvidia-smi), which fits judges; compute includes the "
                                    f"optimizer step; * = training.zero_stage"]
     return "\n".join(lines + _columns(header, body) + _choices(scenario, results))
 

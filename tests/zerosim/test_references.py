@@ -55,7 +55,7 @@ def test_errors_per_category_and_the_bar(tmp_path):
     r = simulated()
     # measured 25% above the simulation: error = (s - 1.25 s) / 1.25 s = -20%
     write(tmp_path, "a", f"tokens_per_s_per_gpu = {1.25 * r.tokens_per_s_per_gpu!r}\n"
-                         f"memory_GiB = {r.peak_bytes / 2**30 / 0.95!r}\n"
+                         f"memory_GiB = {r.peak_allocated_bytes / 2**30 / 0.95!r}\n"
                          f'memory_kind = "max_memory_allocated"\n')
     write(tmp_path, "b", f"mfu = {r.mfu!r}\n")  # exact
     write(tmp_path, "c", "", expressible=False, why="tensor parallel 8")

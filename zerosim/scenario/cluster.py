@@ -9,7 +9,8 @@ from zerosim.contract import COLLECTIVE_IMPLS
 from zerosim.errors import InputError
 from zerosim.scenario.checks import one_of, positive, within_cap
 from zerosim.scenario.hardware import Hardware
-from zerosim.scenario.presets import DEFAULT_GPU, GENERATION, GPU_PRESETS, GPUS_PER_NIC
+from zerosim.scenario.presets import (CUDA_CONTEXT_MIB, DEFAULT_GPU, GENERATION, GPU_PRESETS,
+                                     GPUS_PER_NIC)
 
 _DEFAULT = GPU_PRESETS[DEFAULT_GPU]
 
@@ -69,6 +70,9 @@ class ClusterConfig:
     caps LL lower across nodes (DGX A100 has AMD EPYC; DGX-2 and DGX H100 Intel Xeon)."""
     collective_library: str = str(_DEFAULT["collective_library"])
     """"nccl" (GPUs: NCCL's algorithms, protocols and tuner) or "gloo" (one ring, α-β per step)."""
+    cuda_context_MiB: float | None = None
+    """Device memory of the CUDA context, MiB, counted in device_bytes (what nvidia-smi shows).
+    Unset: the preset's measured figure (presets.CUDA_CONTEXT_MIB)."""
     compute_efficiency: float = 0.5
     """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
     kernels). With a calibration profile, layers are timed from its measurements instead (this
@@ -99,7 +103,8 @@ class ClusterConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type.startswith("float") and value is not None:
-                positive(f"cluster.{f.name}", value, allow_zero=f.name.endswith("latency_us"))
+                positive(f"cluster.{f.name}", value,
+                         allow_zero=f.name.endswith(("latency_us", "context_MiB")))
         within_cap("GPU memory in bytes", self.hbm_GiB * 2**30, f"{self.hbm_GiB:g} GiB * 2**30")
         if self.compute_efficiency > 1:
             raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
@@ -143,6 +148,11 @@ class ClusterConfig:
     def generation(self) -> str | None:
         """The GPU generation that picks NCCL's tables ("volta" .. "hopper"); None for CPUs."""
         return GENERATION.get(self.gpu)
+
+    @property
+    def cuda_context_bytes(self) -> int:
+        mib = self.cuda_context_MiB
+        return round((CUDA_CONTEXT_MIB.get(self.gpu, 0.0) if mib is None else mib) * 2**20)
 
     @property
     def nics(self) -> int:

@@ -74,6 +74,14 @@ GENERATION = MappingProxyType({"V100-32GB": "volta", "A100-40GB": "ampere",
 GPUS_PER_NIC = MappingProxyType({"V100-32GB": 2, "A100-40GB": 1, "A100-80GB": 1,
                                  "H100-80GB": 1, "H200-141GB": 1, "CPU": 1})
 
+# Device memory a process holds before its first tensor: the CUDA context (code, heaps) that
+# nvidia-smi shows and no allocator counts. 723 MiB measured on the first CUDA call of a PyTorch
+# process (https://discuss.pytorch.org/t/what-is-the-reason-for-pytorchs-gpu-memory-floor/73021;
+# "~700+MB depending on the CUDA version and device" in
+# https://discuss.pytorch.org/t/high-gpu-memory-overhead/81330). Lazy module loading (CUDA >=
+# 11.7) makes it smaller: cluster.cuda_context_MiB overrides it. A CPU process has none.
+CUDA_CONTEXT_MIB = MappingProxyType({name: (0.0 if name == "CPU" else 723.0) for name, *_ in _ROWS})
+
 DEFAULT_GPU = "A100-80GB"
 
 assert all(len(row) == 1 + len(PRESET_KEYS) for row in _ROWS)  # zip would drop a missing value

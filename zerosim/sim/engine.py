@@ -156,7 +156,15 @@ class StageResult:
     comm_time_s: float
     """The critical rank's collectives' durations, summed (hidden by compute or not)."""
     peak_bytes: int
+    """The most bytes the rank's buffers ask for at once (the analytic model's peak)."""
     memory_at: dict[str, int]
+    peak_allocated_bytes: int
+    """What torch.cuda.max_memory_allocated would show: the caching allocator's blocks, rounded."""
+    peak_reserved_bytes: int
+    """What torch.cuda.max_memory_reserved would show: the allocator's segments."""
+    device_bytes: int
+    """What nvidia-smi would show: reserved + the CUDA context + NCCL's buffers. `fits` is
+    judged on it."""
     tokens_per_s_per_gpu: float
     """Tokens each GPU trains on per second: micro_batch x seq_len x gradient_accumulation per
     step."""
@@ -179,6 +187,9 @@ class StageResult:
                 "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
                 "comm_time_s": self.comm_time_s,
                 "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
+                "peak_allocated_bytes": self.peak_allocated_bytes,
+                "peak_reserved_bytes": self.peak_reserved_bytes,
+                "device_bytes": self.device_bytes,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "algorithm": self.algorithm, "mode": self.mode,
                 "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
@@ -217,6 +228,7 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
     rank0 = contexts[0].state
     t = scenario.training
     tokens_per_s = t.tokens_per_rank / last.state.end_s
+    reserved = max(ctx.state.memory.allocator.peak_reserved_bytes for ctx in contexts)
     peak = scenario.cluster.peak_tflops * 1e12
     return StageResult(
         stage=stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
@@ -225,6 +237,11 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
         comm_time_s=last.state.comm_s,
         peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
         memory_at=dict(rank0.memory.marks), tokens_per_s_per_gpu=tokens_per_s,
+        peak_allocated_bytes=max(ctx.state.memory.allocator.peak_allocated_bytes
+                                 for ctx in contexts),
+        peak_reserved_bytes=reserved,
+        device_bytes=(reserved + scenario.cluster.cuda_context_bytes
+                      + engine.library.buffer_bytes),
         mfu=model_flops_per_token(scenario.model, t) * tokens_per_s / peak,
         algorithm=algorithms_used(engine),
         mode=engine.mode,

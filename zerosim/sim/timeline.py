@@ -5,11 +5,17 @@ Categories are those of the analytic model and of zero_real's ledger: params, gr
 parameters gathered for compute) and layer_grads (stage 3 full gradients awaiting their
 reduce-scatter), and what a calibration profile measured beyond them: workspace (transient
 during backward) and allocator (kept after it). Only GPU memory is tracked; host memory under offload is reported analytically.
+
+Every buffer also goes through a model of PyTorch's caching allocator (allocator.py), which gives
+what torch.cuda.max_memory_allocated (rounded blocks) and max_memory_reserved (segments) would
+report for this sequence of allocations.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+
+from zerosim.sim.allocator import CachingAllocator
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buckets", "gathered", "layer_grads",
               "workspace", "allocator")
@@ -25,15 +31,18 @@ class MemoryTimeline:
         self.marks: dict[str, int] = {}
         self.samples: list[tuple[float, dict[str, int]]] = []
         self._keep_samples = keep_samples
+        self.allocator = CachingAllocator()
 
     def alloc(self, now_s: float, key: object, category: str, size_bytes: int) -> None:
         if key in self.live:
             raise RuntimeError(f"buffer {key!r} allocated twice on rank {self.rank}")
         self.live[key] = (category, size_bytes)
+        self.allocator.malloc(key, size_bytes)
         self._change(now_s, category, size_bytes)
 
     def free(self, now_s: float, key: object) -> None:
         category, size_bytes = self.live.pop(key)
+        self.allocator.free(key)
         self._change(now_s, category, -size_bytes)
 
     def mark(self, label: str) -> None:

@@ -34,6 +34,8 @@ from zerosim.sim.engine import simulate
 FORMAT_VERSION = 1
 MAX_POINTS = 1_000_000  # a million points is already gigabytes of rows
 ORPHAN_POLL_S = 0.5  # how soon a worker notices its parent is gone
+RESULT_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes",  # as simulated
+                  "tokens_per_s_per_gpu", "mfu", "algorithm")
 MEMORY_COLUMNS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes",
                   "activations_bytes", "buffers_bytes", "host_bytes", "peak_bytes")
 INPUT_TABLES = ("model", "cluster", "training", "variation")
@@ -154,14 +156,14 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
                "tokens_per_step": t.tokens_per_rank * scenario.world_size,
                **{key: memory[key] for key in MEMORY_COLUMNS},
                "gpu_memory_bytes": gpu_memory_bytes,
-               "fits_gpu_memory": fits(scenario, stage_row.peak_bytes),
+               "fits_gpu_memory": fits(scenario, result.device_bytes),
                "step_time_s": result.step_time_s, "compute_s": result.compute_s,
                "exposed_comm_s": result.exposed_comm_s, "comm_time_s": result.comm_time_s,
                "comm_bytes_per_rank_total": sum(comm.values()),
                **{f"comm_bytes_{op}": comm.get(op, 0) for op in COLLECTIVE_OPS},
                "simulated_peak_bytes": result.peak_bytes,
                "gpu_seconds_per_step": result.step_time_s * scenario.world_size,
-               **{key: getattr(result, key) for key in ("tokens_per_s_per_gpu", "mfu", "algorithm")}}
+               **{key: getattr(result, key) for key in RESULT_COLUMNS}}
         rows.append({**row, **{k: v for k, v in inputs.items() if k not in row}})
     return rows
 
@@ -255,13 +257,10 @@ def columns_of(rows: Sequence[dict]) -> list[str]:
 
 
 def _csv_cell(value: Any) -> Any:
-    if value is None:
-        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return json.dumps(list(value))
-    return value
+    return "" if value is None else json.dumps(list(value)) if isinstance(value, (list, tuple)) \
+        else value
 
 
 def to_csv(rows: Sequence[dict]) -> str:

@@ -19,7 +19,8 @@ from zerosim.errors import InputError
 from zerosim.sim.collectives import tuner
 from zerosim.sim.collectives.comm import Comm
 from zerosim.sim.collectives.hierarchical import PipelinedCost, hierarchical_phases, is_applicable
-from zerosim.sim.collectives.nccl_tables import NVLS
+from zerosim.sim.collectives.nccl_tables import (CONNECTION_BUFFER_BYTES, NVLS, RING_PEERS,
+                                                TREE_PEERS)
 from zerosim.sim.collectives.ring import FLAT, Group, Phase, bytes_sent_per_rank, ring_phases
 from zerosim.sim.network import INTER, INTRA
 
@@ -78,6 +79,15 @@ class Collectives:
     def flat(self) -> bool:
         """A flat ring whose links differ by rank (gloo's ring across nodes)."""
         return self.library == "gloo" and self.algorithm == "ring"
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Device memory NCCL's connections hold (nccl_tables.CONNECTION_BUFFER_BYTES per
+        receiving peer and channel); none under gloo or alone. NVLS buffers are not counted."""
+        if self.comm is None:
+            return 0
+        peers = RING_PEERS + (TREE_PEERS if self.comm.nodes > 1 else 0)
+        return self.comm.channels * peers * CONNECTION_BUFFER_BYTES
 
     def choose(self, op: str, size_bytes: float) -> Choice:
         if self.comm is None:  # gloo, or a group of one

@@ -124,6 +124,15 @@ MAX_NVLS_HEADS = 32
 COMM_CHANNELS_MAX, HOPPER_MORE_CHANNELS_GBPS, HOPPER_MORE_CHANNELS_BELOW = 64, 45.0, 16
 
 
+# Buffers NCCL allocates per connection to a peer (src/init.cc lines 810-824): LL
+# 8 lines x 512 threads x 8 steps x 16 bytes = 512 KiB, LL128 120 x 640 x 8 x 8 bytes = 4.69 MiB,
+# Simple 4 MiB (device.h lines 26, 97-98, 114-115).
+CONNECTION_BUFFER_BYTES = 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8 + (1 << 22)
+# Receiving connections per channel: the ring's previous rank; across nodes also the tree's
+# parent and two children (NCCL connects trees only where it may use them).
+RING_PEERS, TREE_PEERS = 1, 3
+
+
 def nodes_index(nodes: int) -> int:
     """tuning.cc's index2: 0 for one node, 1 for two, 2 for three or more."""
     return min(nodes, 3) - 1
