@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
+from zerosim.sim.costs import op_by_op
 from zerosim.memory import StageMemory, fits, optimizer_bytes_per_param
 from zerosim.model import total_params
 from zerosim.scenario.config import Scenario
@@ -78,8 +79,17 @@ def simulation_line(scenario: Scenario, results) -> str:
     batch = (f", micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(t)}"
              if scenario.model.is_bare else "")
     return (f"one training step{batch} | collectives: "
-            f"{_library(c, first)} | compute at {c.compute_efficiency:g} of {c.peak_tflops:g} TFLOP/s "
+            f"{_library(c, first)} | {_compute(scenario)} "
             f"| simulated: {simulated}")
+
+
+def _compute(scenario) -> str:
+    c = scenario.cluster
+    if scenario.profile is not None:
+        return "compute from the profile"
+    if op_by_op(scenario):
+        return f"compute op by op on {c.gpu}"
+    return f"compute at {c.efficiency:g} of {c.peak_tflops:g} TFLOP/s"
 
 
 def _accumulation(t) -> str:

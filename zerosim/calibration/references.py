@@ -122,12 +122,14 @@ def _row(ref: Reference, category: str, metric: str, measured: float, simulated:
             "error_pct": 100.0 * (simulated - measured) / measured, "note": note}
 
 
-def compare(ref: Reference) -> list[dict[str, Any]]:
-    """The reference's figures against one simulated step of its scenario's stage."""
+def compare(ref: Reference, cluster: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The reference's figures against one simulated step of its scenario's stage (with
+    `cluster` keys set over the reference's own, to compare models)."""
     from zerosim.sim.engine import simulate
 
     tables = {"variation": {}, **{name: dict(ref.scenario.get(name, {}))
                                   for name in SCENARIO_TABLES}}
+    tables["cluster"].update(cluster or {})
     try:
         scenario = build_scenario(tables, base_dir=ref.path.parent, source=str(ref.path))
         result = simulate(scenario, scenario.training.zero_stage, keep_events=False)
@@ -146,12 +148,13 @@ def compare(ref: Reference) -> list[dict[str, Any]]:
     return rows
 
 
-def references_report(folder: str | Path) -> dict[str, Any]:
+def references_report(folder: str | Path,
+                      cluster: dict[str, Any] | None = None) -> dict[str, Any]:
     refs = read_references(folder)
     rows, not_expressible = [], []
     for ref in refs:
         if ref.info["expressible"]:
-            rows += compare(ref)
+            rows += compare(ref, cluster)
         else:
             not_expressible.append({"reference": ref.name, "title": ref.info["title"],
                                     "why": ref.info["why"]})

@@ -22,6 +22,10 @@ ALGORITHMS = ALGORITHMS_OF["nccl"]
 # NCCL's protocols, spelled as NCCL_PROTO spells them (src/graph/tuning.cc, ncclProtoStr).
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 PCIE_GENS = (3, 4, 5, 6)
+# What one flat fraction of peak assumes when nothing better is known (a bare Ψ has no shapes to
+# time op by op). A round guess, not a measurement: set cluster.compute_efficiency to replace it.
+DEFAULT_COMPUTE_EFFICIENCY = 0.5
+COMPUTE_MODELS = ("flat", "op")
 HOST_CPUS = ("intel", "amd")
 
 
@@ -73,10 +77,17 @@ class ClusterConfig:
     cuda_context_MiB: float | None = None
     """Device memory of the CUDA context, MiB, counted in device_bytes (what nvidia-smi shows).
     Unset: the preset's measured figure (presets.CUDA_CONTEXT_MIB)."""
-    compute_efficiency: float = 0.5
-    """Fraction of peak_tflops that layer compute achieves (model FLOPs utilisation of the
-    kernels). With a calibration profile, layers are timed from its measurements instead (this
-    still times a bare-Ψ model, which the profile's per-layer fits cannot)."""
+    compute_model: str = "flat"
+    """"flat": FLOPs / (peak x compute_efficiency). "op": a model given by shape on a GPU preset
+    is timed op by op (sim/op_costs.py: GEMMs, attention and memory-bound ops from data sheets
+    and microbenchmarks; a bare Ψ keeps the flat model). With a calibration profile, layers are
+    timed from its measurements instead. "op" is not the default yet: it leaves out what slows
+    real kernels below their microbenchmarks (NCCL's kernels taking SMs during overlap, framework
+    overheads), and comes out 41% fast on references/ where "flat" is 20% off."""
+    compute_efficiency: float | None = None
+    """Fraction of peak_tflops that compute achieves under the flat model (unset:
+    DEFAULT_COMPUTE_EFFICIENCY). With a calibration profile, layers are timed from its
+    measurements instead (this still times a bare-Ψ model, which its per-layer fits cannot)."""
     profile: str | None = None
     """Calibration profile JSON written by `zero-real calibrate` (relative to the scenario file):
     its measured collective, compute, optimizer and memory figures replace the preset's."""
@@ -106,7 +117,7 @@ class ClusterConfig:
                 positive(f"cluster.{f.name}", value,
                          allow_zero=f.name.endswith(("latency_us", "context_MiB")))
         within_cap("GPU memory in bytes", self.hbm_GiB * 2**30, f"{self.hbm_GiB:g} GiB * 2**30")
-        if self.compute_efficiency > 1:
+        if self.compute_efficiency is not None and self.compute_efficiency > 1:
             raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
                              f"of peak and must be <= 1")
         if self.oversubscription < 1:
@@ -117,6 +128,10 @@ class ClusterConfig:
         one_of("cluster.pcie_gen", self.pcie_gen, PCIE_GENS)
         one_of("cluster.host_cpu", self.host_cpu, HOST_CPUS)
         one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
+        one_of("cluster.compute_model", self.compute_model, COMPUTE_MODELS)
+        if self.compute_model == "op" and self.compute_efficiency is not None:
+            raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is the flat "
+                             f"model's; cluster.compute_model = 'op' times each op instead")
         self._check_library()
 
     def _check_library(self) -> None:
@@ -148,6 +163,12 @@ class ClusterConfig:
     def generation(self) -> str | None:
         """The GPU generation that picks NCCL's tables ("volta" .. "hopper"); None for CPUs."""
         return GENERATION.get(self.gpu)
+
+    @property
+    def efficiency(self) -> float:
+        """compute_efficiency, or the default when it is unset."""
+        return (DEFAULT_COMPUTE_EFFICIENCY if self.compute_efficiency is None
+                else self.compute_efficiency)
 
     @property
     def cuda_context_bytes(self) -> int:

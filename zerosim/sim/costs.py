@@ -2,7 +2,8 @@
 the time of a collective on the links, and the memory the real stages hold beyond the analytic
 model. Two sources, one interface:
 
-- the preset (no profile): FLOPs / (peak x compute_efficiency), optimizer bytes / HBM bandwidth,
+- the preset (no profile): FLOPs / (peak x compute_efficiency), or op by op for a shaped model
+  under cluster.compute_model = "op" (op_costs.py); optimizer bytes / HBM bandwidth,
   ring steps over links of the preset's bandwidth and latency, no extra memory;
 - a calibration profile (cluster.profile): the lines and α-β segments `zero-real calibrate`
   measured and zerosim.calibration.fit fitted, for what it measured. What it did not measure (a bare-Ψ
@@ -18,12 +19,23 @@ from zerosim.contract import COLLECTIVE_OPS, PASSES
 from zerosim.model import UnitFlops, unit_kinds
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
+from zerosim.sim.op_costs import op_costs, unit_seconds
+
+
+def op_by_op(scenario) -> bool:
+    """Whether compute is timed op by op (sim/op_costs.py): cluster.compute_model = "op", a
+    shaped model on a GPU preset with a spec, no calibration profile."""
+    c = scenario.cluster
+    return (c.compute_model == "op" and scenario.profile is None
+            and not scenario.model.is_bare and op_costs(c) is not None)
 
 
 def compute_seconds(scenario, flops: list[UnitFlops],
                     stage: int) -> tuple[list[float], list[float]]:
     """Forward and backward seconds of each unit for one micro-batch on one rank."""
     t, profile = scenario.training, scenario.profile
+    if op_by_op(scenario):
+        return unit_seconds(op_costs(scenario.cluster), scenario.model, t)
     rate = scenario.cluster.hardware.compute_flops_per_s
     tokens = t.micro_batch * (t.seq_len or 0)
     forward, backward = [], []

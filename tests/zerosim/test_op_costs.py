@@ -1,0 +1,115 @@
+"""The per-operation compute model (cluster.compute_model = "op", sim/op_costs.py): each op's
+cost equals its formula, written out here from the A100-80GB's data sheet and microbenchmark
+figures (gpu_specs.py); tiny shapes are launch-bound, large ones compute-bound."""
+
+import math
+
+import pytest
+
+from zerosim.errors import InputError
+from zerosim.scenario.load import load_scenario
+from zerosim.sim import op_costs as ops
+from zerosim.sim.engine import simulate
+from zerosim.sim.gpu_specs import GPU_SPECS
+
+from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
+
+SM, PEAK, F_GEMM = 108, 312e12, 0.869          # A100: SMs, dense bf16 peak, MAMF 271.2 / 312
+HBM, F_HBM, LAUNCH = 2039e9, 0.852, 2.555e-6   # A100-80GB: HBM, streaming fraction, per kernel
+TM, TN = 256, 128                              # cuBLAS's large-GEMM tile
+
+
+def gemm_s(m, n, k, batch=1):
+    waves = math.ceil(batch * math.ceil(m / TM) * math.ceil(n / TN) / SM)
+    compute = waves * 2 * TM * TN * k / (PEAK * F_GEMM / SM)
+    memory = batch * 2 * (m * k + k * n + m * n) / (HBM * F_HBM)
+    return LAUNCH + max(compute, memory)
+
+
+@pytest.fixture
+def a100():
+    spec = GPU_SPECS["A100-80GB"]
+    assert (spec.sm_count, spec.peak_dense_16bit_tflops, spec.gemm_achievable_fraction,
+            spec.hbm_achievable_fraction, spec.kernel_launch_us, spec.gemm_tile) == (
+        SM, PEAK / 1e12, F_GEMM, F_HBM, LAUNCH * 1e6, (TM, TN))
+    return ops.OpCosts(spec, HBM / 1e9)
+
+
+@pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (8192, 11008, 4096), (300, 129, 64)])
+def test_gemm_is_its_roofline_with_waves(a100, m, n, k):
+    assert a100.gemm(m, n, k).seconds == pytest.approx(gemm_s(m, n, k), rel=1e-12)
+
+
+def test_tiny_shapes_are_launch_bound_and_large_ones_compute_bound(a100):
+    tiny = a100.gemm(8, 8, 8).seconds
+    assert LAUNCH <= tiny < 1.1 * LAUNCH  # one tile of one wave: 0.2 us beside 2.6 of launch
+    big = a100.gemm(8192, 8192, 8192).seconds
+    compute = math.ceil(32 * 64 / SM) * 2 * TM * TN * 8192 / (PEAK * F_GEMM / SM)
+    assert big == pytest.approx(LAUNCH + compute, rel=1e-12)
+    assert compute > 10 * 2 * 3 * 8192**2 / (HBM * F_HBM)  # 4.1 ms against 0.23 ms of HBM
+
+
+def test_one_more_tile_can_cost_a_whole_wave(a100):
+    """12 x 9 = 108 tiles fill one wave; one more row starts 9 more tiles and a second wave,
+    doubling the compute (which bounds it: the operands are 42 MB, 24 us of HBM)."""
+    one_wave = a100.gemm(TM * 12, TN * 9, 4096).seconds - LAUNCH
+    two_waves = a100.gemm(TM * 12 + 1, TN * 9, 4096).seconds - LAUNCH
+    assert two_waves == pytest.approx(2 * one_wave, rel=1e-12)
+
+
+def test_flash_attention_and_memory_bound_ops(a100):
+    b, s, h = 1, 4096, 4096
+    causal = 4 * b * s * s * h / 2
+    assert a100.flash(b, s, h, False).seconds == pytest.approx(LAUNCH + causal / 230e12)
+    assert a100.flash(b, s, h, True).seconds == pytest.approx(LAUNCH + 2.5 * causal / 196.6e12)
+    assert a100.traffic(1e9, 3).seconds == pytest.approx(3 * LAUNCH + 1e9 / (HBM * F_HBM))
+    assert ops.OpCosts(GPU_SPECS["V100-32GB"], 900).flash(b, s, h, False) is None
+
+
+def test_a_llama_layer_is_the_sum_of_its_ops(a100):
+    """Llama-2-7B, micro-batch 1 x 4096, flash, no dropout: QKV, flash, output, gate, up, down,
+    plus 5 elementwise kernels (2 RMSNorms, 2 residual adds, SwiGLU) and rope's 1."""
+    s = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='op'"])
+    m, t = s.model, s.training
+    T, h, f = 4096, 4096, 11008
+    elementwise = 2 * (2 * 2 * T * h + 2 * 3 * T * h + 3 * T * f + 2 * (T * h + T * h))
+    forward = (gemm_s(T, 3 * h, h) + LAUNCH + 4 * T * T * h / 2 / 230e12 + gemm_s(T, h, h)
+               + 2 * gemm_s(T, f, h) + gemm_s(T, h, f) + 6 * LAUNCH + elementwise / (HBM * F_HBM))
+    assert ops.layer(a100, m, t, backward=False).seconds == pytest.approx(forward, rel=1e-12)
+    fwd, bwd = ops.unit_seconds(a100, m, t)
+    assert fwd[1:-1] == [pytest.approx(forward, rel=1e-12)] * 32
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "selective", "full"])
+def test_recomputation_adds_the_forward_it_repeats(a100, checkpointing):
+    base = load_scenario(SCENARIOS / "megatron_7b5_64gpu.toml", ["cluster.gpu='A100-80GB'"])
+    m = base.model
+    t = base.training.__class__(**{**base.training.__dict__, "activation_checkpointing": checkpointing})
+    plain = ops.layer(a100, m, t, backward=True).seconds
+    again = {"none": 0.0, "selective": ops.attention_core(a100, m, t, False).seconds,
+             "full": ops.layer(a100, m, t, backward=False).seconds}[checkpointing]
+    assert ops.unit_seconds(a100, m, t)[1][1] == pytest.approx(plain + again, rel=1e-12)
+
+
+def test_the_engine_times_compute_op_by_op_only_when_asked():
+    path = SCENARIOS / "llama2_7b_64gpu.toml"
+    flat = simulate(load_scenario(path, ["cluster.nodes=1", "cluster.gpus_per_node=1"]), 0)
+    op = simulate(load_scenario(path, ["cluster.nodes=1", "cluster.gpus_per_node=1",
+                                       "cluster.compute_model='op'"]), 0)
+    assert op.compute_s != pytest.approx(flat.compute_s, rel=1e-3)
+    bare = SCENARIOS / "zero_paper_7b5_64gpu.toml"  # a bare Ψ has no ops: the flat model stays
+    assert simulate(load_scenario(bare, ["cluster.compute_model='op'"]), 3).compute_s == \
+        simulate(load_scenario(bare), 3).compute_s
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["cluster.compute_model=fast"], "cluster.compute_model = 'fast' is not one of"),
+    (["cluster.compute_model=op", "cluster.compute_efficiency=0.4"], "is the flat model's"),
+])
+def test_bad_compute_models_are_one_line(sets, fragment):
+    argv = ["simulate", str(SCENARIOS / "llama2_7b_64gpu.toml")]
+    for text in sets:
+        argv += ["--set", text]
+    assert_one_line_error(run_zerosim(*argv), fragment)
+    with pytest.raises(InputError):
+        load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", sets)

@@ -1,0 +1,166 @@
+"""Compute time per operation: what one transformer layer, the embedding and the head cost on a
+GPU, kernel by kernel, from the GPU's data sheet and published microbenchmarks (gpu_specs.py,
+docs/research/compute_model.md §7). Nothing here is fitted to a training run.
+
+Every kernel costs its launch overhead plus the longer of its compute and its memory traffic:
+
+    GEMM (M x K)(K x N)  tiles = ceil(M/tm) ceil(N/tn), waves = ceil(tiles / SMs)
+                         compute = waves x 2 tm tn K / (peak x f_gemm / SMs)
+                         memory  = 2 (MK + KN + MN) bytes / (HBM x f_hbm)
+    flash attention      4 b s^2 h / 2 (causal) FLOPs at the FlashAttention-2 forward rate, 2.5x
+                         that at its backward rate
+    memory-bound op      bytes read and written / (HBM x f_hbm)
+
+with f_gemm the best measured GEMM over peak (MAMF), f_hbm the best measured streaming bandwidth
+over the data sheet's. Backward runs two GEMMs per forward one (dX and dW, each with its own
+tiles) and each elementwise op reads its input and the incoming gradient and writes the outgoing
+one. Activation checkpointing recomputes the layer's forward ("full") or the attention core
+("selective"). Tensors are 16-bit (2 bytes); cross-entropy works in fp32 over the vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from zerosim.sim.gpu_specs import GPU_SPECS, GpuSpec
+
+BYTES = 2  # bf16 / fp16 activations and weights
+FP32 = 4
+# Kernels a layer launches besides its GEMMs and attention, forward: two norms, two residual
+# adds, the MLP activation, rotary embedding (rope) and two dropouts (when present).
+FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention-2/3 papers' convention: backward = 2.5 x forward
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Seconds of a pass and the kernels it launched."""
+
+    seconds: float = 0.0
+    kernels: int = 0
+
+    def __add__(self, other: "Kernels") -> "Kernels":
+        return Kernels(self.seconds + other.seconds, self.kernels + other.kernels)
+
+
+class OpCosts:
+    """The per-op costs of one GPU (a preset with a GpuSpec)."""
+
+    def __init__(self, spec: GpuSpec, hbm_GBps: float) -> None:
+        self.spec = spec
+        self.flops = spec.peak_dense_16bit_tflops * 1e12 * spec.gemm_achievable_fraction
+        self.bandwidth = hbm_GBps * 1e9 * spec.hbm_achievable_fraction
+        self.launch = (spec.kernel_launch_us or 0.0) * 1e-6
+
+    def gemm(self, m: int, n: int, k: int, batch: int = 1) -> Kernels:
+        """`batch` (m x k)(k x n) products in one launch: wave-quantized compute or memory."""
+        tm, tn = self.spec.gemm_tile
+        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+        waves = math.ceil(tiles / self.spec.sm_count)
+        compute = waves * 2 * tm * tn * k * self.spec.sm_count / self.flops
+        memory = batch * BYTES * (m * k + k * n + m * n) / self.bandwidth
+        return Kernels(self.launch + max(compute, memory), 1)
+
+    def linear(self, tokens: int, n_in: int, n_out: int, backward: bool) -> Kernels:
+        """A linear layer: forward (tokens x n_in)(n_in x n_out); backward dX and dW."""
+        if not backward:
+            return self.gemm(tokens, n_out, n_in)
+        return self.gemm(tokens, n_in, n_out) + self.gemm(n_in, n_out, tokens)
+
+    def traffic(self, nbytes: float, kernels: int = 1) -> Kernels:
+        """Memory-bound kernels moving nbytes in all."""
+        return Kernels(kernels * self.launch + nbytes / self.bandwidth, kernels)
+
+    def flash(self, b: int, s: int, h: int, backward: bool) -> Kernels | None:
+        """Causal flash attention, or None where FlashAttention does not run (Volta)."""
+        spec = self.spec
+        if spec.flash_fwd_tflops is None or spec.flash_bwd_tflops is None:
+            return None
+        forward = 4 * b * s * s * h / 2  # QK^T and AV over half the pairs (causal)
+        if backward:
+            return Kernels(self.launch + FLASH_BACKWARD_FLOPS * forward
+                           / (spec.flash_bwd_tflops * 1e12), 1)
+        return Kernels(self.launch + forward / (spec.flash_fwd_tflops * 1e12), 1)
+
+
+def op_costs(cluster) -> OpCosts | None:
+    """The per-op model of the cluster's GPU, or None (a CPU preset, a GPU without a spec)."""
+    spec = GPU_SPECS.get(cluster.gpu)
+    return None if spec is None else OpCosts(spec, cluster.hbm_bandwidth_GBps)
+
+
+def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
+    """QK^T, softmax and AV of one layer: flash where it runs, else two batched GEMMs per head
+    and the s x s scores through HBM (fp16 scores, a softmax reading and writing them)."""
+    b, s, h = t.micro_batch, t.seq_len, m.hidden
+    if t.flash_attention:
+        flash = costs.flash(b, s, h, backward)
+        if flash is not None:
+            return flash
+    d, heads = m.head_dim, m.heads
+    batch = b * heads
+    passes = 2 if backward else 1  # backward: the same shapes twice (dQ/dK, dV/dP)
+    gemms = Kernels()
+    for _ in range(passes):
+        gemms += costs.gemm(s, s, d, batch) + costs.gemm(s, d, s, batch)
+    softmax = costs.traffic(batch * s * s * BYTES * (3 if backward else 2))
+    return gemms + softmax
+
+
+def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
+    """Bytes and kernels of one layer's memory-bound ops (forward; backward reads the saved input
+    and the incoming gradient and writes one gradient: 1.5x the bytes, one kernel each)."""
+    tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
+    kv = m.n_kv_heads * m.head_dim
+    norms = 2 * (2 * tokens * h)                      # read x, write y
+    residuals = 2 * (3 * tokens * h)                  # read two, write one
+    act = (3 if m.mlp == "swiglu" else 2) * tokens * f
+    rope = 2 * (tokens * h + tokens * kv) if m.position == "rope" else 0
+    dropout = 2 * (2 * tokens * h) if m.dropout else 0
+    kernels = 5 + (1 if rope else 0) + (2 if dropout else 0)
+    nbytes = BYTES * (norms + residuals + act + rope + dropout)
+    return (1.5 * nbytes if backward else nbytes), kernels
+
+
+def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
+    """One transformer layer, forward or backward (the gradient only, no recompute)."""
+    tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
+    kv = m.n_kv_heads * m.head_dim
+    out = costs.linear(tokens, h, h + 2 * kv, backward)           # QKV
+    out += attention_core(costs, m, t, backward)
+    out += costs.linear(tokens, h, h, backward)                    # attention output
+    ups = 2 if m.mlp == "swiglu" else 1                            # gate and up, or up
+    for _ in range(ups):
+        out += costs.linear(tokens, h, f, backward)
+    out += costs.linear(tokens, f, h, backward)                    # down
+    nbytes, kernels = elementwise_bytes(m, t, backward)
+    return out + costs.traffic(nbytes, kernels)
+
+
+def head(costs: OpCosts, m, t, backward: bool) -> Kernels:
+    """The final norm, the logits GEMM and cross-entropy in fp32 over the vocabulary (read the
+    16-bit logits, write fp32 log-probabilities; backward reads them, writes a 16-bit gradient)."""
+    tokens, h, v = t.micro_batch * t.seq_len, m.hidden, m.vocab
+    norm = costs.traffic(BYTES * 2 * tokens * h * (1.5 if backward else 1))
+    loss = costs.traffic(tokens * v * (FP32 + BYTES), 1)
+    return costs.linear(tokens, h, v, backward) + norm + loss
+
+
+def embedding(costs: OpCosts, m, t, backward: bool) -> Kernels:
+    """A gather of rows forward, a scatter-add of their gradient backward."""
+    tokens = t.micro_batch * t.seq_len
+    return costs.traffic(BYTES * tokens * m.hidden * (2 if backward else 1))
+
+
+def unit_seconds(costs: OpCosts, m, t) -> tuple[list[float], list[float]]:
+    """Forward and backward seconds per gather unit (embedding, layers, head), backward with the
+    recomputation activation checkpointing asks for."""
+    forward_layer = layer(costs, m, t, backward=False)
+    recompute = {"full": forward_layer, "selective": attention_core(costs, m, t, False),
+                 "none": Kernels()}[t.activation_checkpointing]
+    backward_layer = layer(costs, m, t, backward=True) + recompute
+    forward = ([embedding(costs, m, t, False).seconds] + [forward_layer.seconds] * m.layers
+               + [head(costs, m, t, False).seconds])
+    backward = ([embedding(costs, m, t, True).seconds] + [backward_layer.seconds] * m.layers
+                + [head(costs, m, t, True).seconds])
+    return forward, backward
