@@ -140,12 +140,34 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
         stored, recompute = w * sbh, per_layer  # only the layer input (2sbh per layer)
     elif t.activation_checkpointing == "selective":
         stored, recompute = per_layer - scores, scores  # 34sbh kept, the s^2 part recomputed
+    elif t.activation_checkpointing == "selective_op":
+        stored = selective_op_bytes(m, t, w)
+        recompute = max(per_layer - stored, 0)
     else:
         stored, recompute = per_layer, 0
     # §4.3: embedding dropout mask, final-norm input, head input, cross-entropy logits in fp32.
     outside = mask * sbh + 2 * w * sbh + FP32_BYTES * s * b * m.vocab
     return Activations(per_layer_bytes=per_layer, stored_per_layer_bytes=stored,
                        recompute_bytes=recompute, outside_layers_bytes=outside, layers=m.layers)
+
+
+def selective_op_bytes(m: ModelConfig, t: TrainingConfig, w: int) -> int:
+    """What torchtitan's per-op selective checkpointing keeps of one layer (its
+    _apply_ac_to_transformer_block policy: save the attention kernel's output and every other
+    matmul's, counting wq, wk, wv, wo, then the MLP's in call order): the layer input, wq's
+    output, wv's, the attention output (with its fp32 log-sum-exp), and the MLP's first matmul
+    (w1, or the GeLU MLP's up projection) plus, for SwiGLU, w2's output (its 7th)."""
+    s, b, h, f = t.seq_len, t.micro_batch, m.hidden, m.ffn_width
+    sbh, sbkv = s * b * h, s * b * m.n_kv_heads * m.head_dim
+    mlp = s * b * f + (sbh if m.mlp == "swiglu" else 0)
+    return w * (sbh + sbh + sbkv + sbh + mlp) + FP32_BYTES * m.heads * s * b
+
+
+def recomputed_matmul_elements(m: ModelConfig) -> int:
+    """Weight elements of the matmuls selective_op recomputes in backward: wk, wo, and w3 (SwiGLU)
+    or the GeLU MLP's down projection, the ones whose outputs it does not keep."""
+    kv = m.n_kv_heads * m.head_dim
+    return m.hidden * kv + m.hidden * m.hidden + m.hidden * m.ffn_width
 
 
 def gather_units(m: ModelConfig) -> list[int]:
@@ -210,7 +232,9 @@ def unit_flops(m: ModelConfig, t: TrainingConfig) -> list[UnitFlops]:
     matmul = 2 * h * h + 2 * h * kv + (2 if m.mlp == "gelu" else 3) * h * f
     scores = 2.0 * 2 * t.micro_batch * t.seq_len ** 2 * h
     layer_forward = 2.0 * matmul * tokens + scores
-    recompute = {"full": layer_forward, "selective": scores, "none": 0.0}[t.activation_checkpointing]
+    recompute = {"full": layer_forward, "selective": scores, "none": 0.0,
+                 "selective_op": 2.0 * recomputed_matmul_elements(m) * tokens,
+                 }[t.activation_checkpointing]
     layer = UnitFlops(forward=layer_forward, backward=2 * layer_forward + recompute)
     head_forward = 2.0 * v * h * tokens
     return ([UnitFlops(forward=0.0, backward=0.0)] + [layer] * m.layers

@@ -19,7 +19,7 @@ from zerosim.units import BYTES_PER_ELEMENT, mib_to_bytes
 
 PRECISIONS = tuple(BYTES_PER_ELEMENT)
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
-CHECKPOINTING = ("none", "selective", "full")
+CHECKPOINTING = ("none", "selective", "selective_op", "full")
 OFFLOAD = ("none", "cpu")
 MLPS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -142,7 +142,9 @@ class TrainingConfig:
     seq_len: int | None = None
     """Tokens per sequence, s. Default: model.max_seq_len."""
     activation_checkpointing: str = "none"
-    """"none", "selective" (recompute attention's s^2 part) or "full" (keep only layer inputs)."""
+    """"none", "selective" (recompute attention's s^2 part: Korthikanti et al.; nothing to save
+    under flash attention), "selective_op" (torchtitan's per-op policy: keep every other matmul's
+    output and the attention output, recompute the rest) or "full" (keep only layer inputs)."""
     flash_attention: bool = False
     """Fused attention that never stores the s x s score matrix (keeps only softmax statistics)."""
     reduce_bucket_MiB: float = 25.0

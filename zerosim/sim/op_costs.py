@@ -14,8 +14,8 @@ Every kernel costs its launch overhead plus the longer of its compute and its me
 with f_gemm the best measured GEMM over peak (MAMF), f_hbm the best measured streaming bandwidth
 over the data sheet's. Backward runs two GEMMs per forward one (dX and dW, each with its own
 tiles) and each elementwise op reads its input and the incoming gradient and writes the outgoing
-one. Activation checkpointing recomputes the layer's forward ("full") or the attention core
-("selective"). Tensors are 16-bit (2 bytes); cross-entropy works in fp32 over the vocabulary.
+one. Activation checkpointing recomputes the layer's forward ("full"), the attention core
+("selective"), or the matmuls and elementwise ops it did not keep ("selective_op"). Tensors are 16-bit (2 bytes); cross-entropy works in fp32 over the vocabulary.
 """
 
 from __future__ import annotations
@@ -152,11 +152,24 @@ def embedding(costs: OpCosts, m, t, backward: bool) -> Kernels:
     return costs.traffic(BYTES * tokens * m.hidden * (2 if backward else 1))
 
 
+def selective_op_recompute(costs: OpCosts, m, t) -> Kernels:
+    """What torchtitan's per-op policy re-runs in backward: the matmuls whose outputs it did
+    not keep (wk, wo, and w3 or the GeLU down projection) and every elementwise op."""
+    tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
+    kv = m.n_kv_heads * m.head_dim
+    out = costs.linear(tokens, h, kv, False) + costs.linear(tokens, h, h, False)
+    out += costs.linear(tokens, h, f, False) if m.mlp == "swiglu" else costs.linear(
+        tokens, f, h, False)
+    nbytes, kernels = elementwise_bytes(m, t, False)
+    return out + costs.traffic(nbytes, kernels)
+
+
 def unit_seconds(costs: OpCosts, m, t) -> tuple[list[float], list[float]]:
     """Forward and backward seconds per gather unit (embedding, layers, head), backward with the
     recomputation activation checkpointing asks for."""
     forward_layer = layer(costs, m, t, backward=False)
     recompute = {"full": forward_layer, "selective": attention_core(costs, m, t, False),
+                 "selective_op": selective_op_recompute(costs, m, t),
                  "none": Kernels()}[t.activation_checkpointing]
     backward_layer = layer(costs, m, t, backward=True) + recompute
     forward = ([embedding(costs, m, t, False).seconds] + [forward_layer.seconds] * m.layers

@@ -1,0 +1,63 @@
+"""activation_checkpointing = "selective_op": torchtitan's per-op policy (keep the attention output
+and every other matmul's output, recompute the rest). Its memory lies between "none" and
+"full", by a hand count; its recomputation is the matmuls it did not keep."""
+
+import pytest
+
+from zerosim.memory import stage_memory
+from zerosim.model import activations, unit_flops
+from zerosim.scenario.load import load_scenario
+from zerosim.sim import op_costs as ops
+from zerosim.sim.engine import simulate
+from zerosim.sim.gpu_specs import GPU_SPECS
+
+from tests.conftest import SCENARIOS
+
+LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"  # h 4096, 32 heads, no GQA, SwiGLU f 11008, s 4096
+
+
+def llama(checkpointing, *extra):
+    return load_scenario(LLAMA, [f"training.activation_checkpointing='{checkpointing}'", *extra])
+
+
+def test_memory_lies_between_none_and_full():
+    for stage in range(4):
+        peaks = [stage_memory(llama(ac), stage).activations_bytes
+                 for ac in ("full", "selective_op", "none")]
+        assert peaks[0] < peaks[1] < peaks[2], (stage, peaks)
+
+
+def test_what_it_keeps_by_hand():
+    """Per layer, b = 1, s = 4096, bf16: the layer input, wq's output, wv's, the attention output
+    (4 x sbh, kv = h here) and w1's and w2's outputs (sbf + sbh), plus the fp32 log-sum-exp of
+    32 heads: 2 (5 sbh + sbf) + 4 x 32 s."""
+    sbh, sbf, s = 4096 * 4096, 4096 * 11008, 4096
+    acts = activations(llama("selective_op").model, llama("selective_op").training)
+    assert acts.stored_per_layer_bytes == 2 * (5 * sbh + sbf) + 4 * 32 * s
+    assert acts.recompute_bytes == acts.per_layer_bytes - acts.stored_per_layer_bytes
+
+
+def test_it_recomputes_the_matmuls_it_did_not_keep():
+    """wk (h x kv), wo (h x h) and w3 (h x f), forward again: 2 x tokens x their weights."""
+    s = llama("selective_op")
+    plain = unit_flops(s.model, llama("none").training)[1]
+    layer = unit_flops(s.model, s.training)[1]
+    tokens = 4096
+    assert layer.backward - plain.backward == 2 * tokens * (4096 * 4096 + 4096 * 4096
+                                                           + 4096 * 11008)
+    costs = ops.OpCosts(GPU_SPECS["A100-80GB"], 2039)
+    again = (costs.linear(tokens, 4096, 4096, False).seconds * 2
+             + costs.linear(tokens, 4096, 11008, False).seconds)
+    bytes_, kernels = ops.elementwise_bytes(s.model, s.training, False)
+    again += costs.traffic(bytes_, kernels).seconds
+    seconds = ops.unit_seconds(costs, s.model, s.training)[1][1]
+    assert seconds == pytest.approx(ops.layer(costs, s.model, s.training, True).seconds + again,
+                                    rel=1e-12)
+
+
+def test_the_step_runs_and_its_memory_timeline_matches_the_model():
+    s = llama("selective_op")
+    result = simulate(s, 3)
+    assert result.peak_bytes <= stage_memory(s, 3).peak_bytes
+    assert simulate(llama("full"), 3).compute_s > result.compute_s > simulate(llama("none"),
+                                                                               3).compute_s
