@@ -13,7 +13,10 @@ Shards are one contiguous slice of a flat buffer padded to a multiple of N, so �
 ceil(Ψ / N) elements: what a real implementation allocates, and exactly Ψ/N when N divides Ψ.
 
 Everything alive at once at the start of backward is counted: model states, all activations
-(model.activations), and the buffers of the stage in flight. That is the peak of the step.
+(model.activations), the buffers of the stage in flight and the loss's fp32 transients; or,
+when larger, what the optimizer step holds (DeepSpeed's fp32 gradient partition). That is the
+peak of the step. Framework terms (training.framework, reduce_dtype, gradient_as_bucket_view)
+are the functions above stage_memory.
 """
 
 from __future__ import annotations
@@ -46,6 +49,42 @@ def optimizer_bytes_per_param(t: TrainingConfig) -> int:
     return master + FP32_BYTES * MOMENTS[t.optimizer]
 
 
+def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
+    """A gradient element: the parameters' dtype, or fp32 where stages 2-3 reduce in fp32."""
+    if stage >= 2 and t.reduce_dtype == "fp32":
+        return FP32_BYTES
+    return BYTES_PER_ELEMENT[t.precision]
+
+
+def loss_transient_bytes(m, t: TrainingConfig) -> int:
+    """Cross-entropy over the vocabulary in fp32, as torchtitan and Hugging Face models compute
+    it (any framework but "zero", whose accounting keeps only the fp32 log-probabilities): beside the fp32 log-probabilities that activations() keeps, the 16-bit logits and their
+    fp32 copy live together in forward, and the fp32 gradient and the 16-bit one in backward:
+    (w + 4) tokens V bytes at the head, at the moment every layer's activations are alive."""
+    if m.is_bare or t.seq_len is None or t.framework == "zero":
+        return 0
+    w = FP32_BYTES if t.precision == "fp32" else 2
+    return (w + (FP32_BYTES if w != FP32_BYTES else 0)) * t.micro_batch * t.seq_len * m.vocab
+
+
+def persistent_buffer_bytes(t: TrainingConfig, stage: int, psi: int) -> int:
+    """Buffers alive all step beyond the model states: DDP's gradient buckets, a second copy of
+    every gradient unless gradient_as_bucket_view (torch.nn.parallel.DistributedDataParallel)."""
+    if t.framework == "ddp" and stage == 0 and not t.gradient_as_bucket_view:
+        return BYTES_PER_ELEMENT[t.precision] * psi
+    return 0
+
+
+def step_transient_bytes(t: TrainingConfig, stage: int, shard: int) -> int:
+    """DeepSpeed's optimizer step under mixed precision converts the rank's reduced gradient
+    partition to fp32 (stage_1_and_2.py and stage3.py: the fp32 partition's .grad), 4 bytes per
+    element of the shard, for the step's duration (on the host under offload)."""
+    if (t.framework == "deepspeed" and stage >= 1 and t.precision != "fp32"
+            and t.optimizer_offload == "none"):
+        return FP32_BYTES * shard
+    return 0
+
+
 def shard_elements(numel: int, world_size: int) -> int:
     """Elements per rank of a flat buffer padded to a multiple of world_size."""
     return -(-numel // world_size)
@@ -63,6 +102,10 @@ class StageMemory:
     activations_bytes: int
     buffers_bytes: int
     host_bytes: int
+    step_bytes: int
+    """Held during the optimizer step beyond the model states and persistent buffers
+    (DeepSpeed's fp32 gradient partition); peak = max(states + activations + buffers,
+    states + persistent buffers + this)."""
     peak_bytes: int
 
     def as_dict(self) -> dict[str, int]:
@@ -79,7 +122,8 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     m, t = scenario.model, scenario.training
     n = scenario.world_size
     psi = total_params(m)
-    bp = bg = BYTES_PER_ELEMENT[t.precision]
+    bp = BYTES_PER_ELEMENT[t.precision]
+    bg = grad_bytes_per_element(t, stage)
     k = optimizer_bytes_per_param(t)
     shard = shard_elements(psi, n)
 
@@ -112,12 +156,16 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     else:
         buffers = 0
 
+    persistent = persistent_buffer_bytes(t, stage, psi)
+    buffers += persistent + loss_transient_bytes(m, t)
     acts = activations(m, t).peak_bytes
     states = params + grads + optimizer
+    step = step_transient_bytes(t, stage, shard)
     return StageMemory(stage=stage, params_bytes=params, grads_bytes=grads,
                        optimizer_bytes=optimizer, model_states_bytes=states,
                        activations_bytes=acts, buffers_bytes=buffers, host_bytes=host,
-                       peak_bytes=states + acts + buffers)
+                       step_bytes=step, peak_bytes=max(states + acts + buffers,
+                                                       states + persistent + step))
 
 
 def fits(scenario: Scenario, peak_bytes: int) -> bool:
@@ -163,6 +211,7 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     row = stage_memory(scenario, stage)
     acts = activations(scenario.model, scenario.training)
     stored = acts.peak_bytes - acts.recompute_bytes
-    states = row.model_states_bytes
+    states = row.model_states_bytes + persistent_buffer_bytes(
+        scenario.training, stage, total_params(scenario.model))
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]
     return {after_forward: states + stored, after_backward: states, after_step: states}

@@ -25,6 +25,10 @@ MLPS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
+FRAMEWORKS = ("zero", "deepspeed", "fsdp2", "ddp")
+# The ZeRO stages each framework runs (FSDP2: reshard_after_forward False ~ 2, True ~ 3).
+FRAMEWORK_STAGES = {"zero": STAGES, "deepspeed": STAGES, "fsdp2": (2, 3), "ddp": (0,)}
+REDUCE_DTYPES = ("param", "fp32")
 
 # Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
 SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
@@ -161,6 +165,20 @@ class TrainingConfig:
     gradient_reduction: str = "reduce_scatter"
     """Stages 1-2: "reduce_scatter" gradients to their owners (the ZeRO paper's 2Ψ per step with
     the parameter all-gather), or "all_reduce" them first as DeepSpeed does by default (3Ψ)."""
+    framework: str = "zero"
+    """Whose memory to model where they differ. "zero": the ZeRO paper's accounting, which
+    zero_real implements (nothing beyond states, activations and the stage's buffers). The
+    others add what their code holds, including the loss computed in fp32 over the vocabulary:
+    "deepspeed" (each reduced gradient partition converted to fp32 for the optimizer step),
+    "fsdp2" (stages 2-3), "ddp" (stage 0: buckets copy the gradients unless
+    gradient_as_bucket_view)."""
+    reduce_dtype: str = "param"
+    """Stages 2-3: gradients reduce-scattered and kept sharded in the parameters' dtype ("param")
+    or in "fp32" (FSDP2's MixedPrecisionPolicy(reduce_dtype=float32), torchtitan's default):
+    twice the bytes of a 16-bit gradient, on the wire and in the shard."""
+    gradient_as_bucket_view: bool = False
+    """DDP: gradients live in the bucket buffers themselves (PyTorch's default False keeps a
+    second copy of every gradient in its buckets)."""
 
     def __post_init__(self) -> None:
         if self.zero_stage not in STAGES:
@@ -184,6 +202,12 @@ class TrainingConfig:
             within_cap(f"training.{key} in bytes", value * 2**20, f"{value:g} * 2**20")
         _positive("training.prefetch_layers", self.prefetch_layers, allow_zero=True)
         _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
+        _one_of("training.framework", self.framework, FRAMEWORKS)
+        _one_of("training.reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        if self.zero_stage not in FRAMEWORK_STAGES[self.framework]:
+            raise InputError(f"training.framework = {self.framework!r} runs ZeRO stage(s) "
+                             f"{', '.join(map(str, FRAMEWORK_STAGES[self.framework]))}, not "
+                             f"training.zero_stage = {self.zero_stage}")
 
     @property
     def tokens_per_rank(self) -> int:

@@ -48,6 +48,8 @@ class DDP:
         for category, size in (("params", mem.params_bytes), ("grads", mem.grads_bytes),
                                ("optimizer", mem.optimizer_bytes)):
             self.ctx.alloc(category, category, size)
+        if self.shape.persistent_bytes:  # DDP's bucket copies of the gradients
+            self.ctx.alloc("bucket copies", "buckets", self.shape.persistent_bytes)
         self.ctx.mark("after_init")
         steps = self.shape.gradient_accumulation
         for micro in range(steps):
@@ -77,9 +79,19 @@ class DDP:
         self.start_gathers("forward", range(self.layers))
         for unit in range(self.layers):
             yield from self.gathered(unit, "forward")
+            self.loss(unit, "forward")
             yield from self.ctx.compute(self.shape.forward_s[unit], "forward", "forward", unit)
             self.ctx.alloc(("activations", unit), "activations", self.shape.activation_bytes[unit])
+            self.loss(unit, "forward", done=True)
             self.release(unit, "forward")
+
+    def loss(self, unit: int, phase: str, done: bool = False) -> None:
+        """The loss's fp32 transients around the head's compute (memory.loss_transient_bytes)."""
+        if unit == self.layers - 1 and self.shape.loss_bytes:
+            if done:
+                self.ctx.free(("loss", phase))
+            else:
+                self.ctx.alloc(("loss", phase), "activations", self.shape.loss_bytes)
 
     def backward(self) -> Iterator:
         self.start_gathers("backward", reversed(range(self.layers)))
@@ -87,7 +99,9 @@ class DDP:
             self.unit = unit
             yield from self.gathered(unit, "backward")
             self.ctx.alloc(("recompute", unit), "activations", self.shape.recompute_bytes[unit])
+            self.loss(unit, "backward")
             yield from self.produce_gradients(unit)
+            self.loss(unit, "backward", done=True)
             self.ctx.free(("recompute", unit))
             self.ctx.free(("activations", unit))
             self.release(unit, "backward")
@@ -140,8 +154,12 @@ class DDP:
         workspace = round(self.shape.optimizer_workspace_per_element * elements)
         if workspace:
             self.ctx.alloc("optimizer workspace", "workspace", workspace)
+        if self.shape.step_bytes:  # DeepSpeed's fp32 gradient partition
+            self.ctx.alloc("fp32 gradient partition", "grads", self.shape.step_bytes)
         yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
                                     None)
+        if self.shape.step_bytes:
+            self.ctx.free("fp32 gradient partition")
         if workspace:
             self.ctx.free("optimizer workspace")
 

@@ -8,7 +8,9 @@ import math
 from dataclasses import dataclass
 
 from zerosim.errors import InputError
-from zerosim.memory import MOMENTS, StageMemory, shard_elements, stage_memory
+from zerosim.memory import (MOMENTS, StageMemory, grad_bytes_per_element, loss_transient_bytes,
+                            persistent_buffer_bytes, shard_elements, stage_memory,
+                            step_transient_bytes)
 from zerosim.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops)
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
@@ -44,6 +46,12 @@ class StepShape:
     overlap_comm: bool
     gradient_accumulation: int
     """Micro-steps (forward and backward of one micro-batch) per optimizer step."""
+    persistent_bytes: int
+    """Buffers alive all step beyond the model states (DDP's bucket copies)."""
+    loss_bytes: int
+    """The loss's fp32 transients, during the head's forward and backward."""
+    step_bytes: int
+    """What the optimizer step holds for its duration (DeepSpeed's fp32 gradient partition)."""
     workspace_bytes: int
     """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
     residue_bytes: int
@@ -77,7 +85,7 @@ def _check_size(stage: int, units: int, grad_bytes: int, bucket_bytes: int, para
 
 def step_shape(scenario, stage: int) -> StepShape:
     m, t = scenario.model, scenario.training
-    bp = bg = BYTES_PER_ELEMENT[t.precision]
+    bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
     moments = MOMENTS[t.optimizer]
     # Bytes the optimizer moves over HBM per element of its partition: read the gradient, read and
     # write the fp32 master (or the fp32 parameter itself) and each fp32 moment, and under mixed
@@ -110,5 +118,8 @@ def step_shape(scenario, stage: int) -> StepShape:
         optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
+        persistent_bytes=persistent_buffer_bytes(t, stage, psi),
+        loss_bytes=loss_transient_bytes(m, t),
+        step_bytes=step_transient_bytes(t, stage, shard_elements(psi, scenario.world_size)),
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))
