@@ -5,7 +5,7 @@ kernel) and holds the arithmetic; the tags in the comments name the sources list
 
 None: no published figure was found. "proxy" marks a figure measured on a sister SKU with the
 same die, for a quantity the difference between the SKUs does not touch (say so if you use it).
-Nothing imports this module yet.
+sim/op_costs.py reads it (cluster.compute_model = "op").
 """
 
 from __future__ import annotations
