@@ -81,9 +81,10 @@ class ClusterConfig:
     """"flat": FLOPs / (peak x compute_efficiency). "op": a model given by shape on a GPU preset
     is timed op by op (sim/op_costs.py: GEMMs, attention and memory-bound ops from data sheets
     and microbenchmarks; a bare Ψ keeps the flat model). With a calibration profile, layers are
-    timed from its measurements instead. "op" is not the default yet: it leaves out what slows
-    real kernels below their microbenchmarks (NCCL's kernels taking SMs during overlap, framework
-    overheads), and comes out 41% fast on references/ where "flat" is 20% off."""
+    timed from its measurements instead; NCCL's kernels take their SMs from compute while they
+    run. "op" is not the default yet: it leaves out what else slows real kernels below their
+    microbenchmarks (GEMM shapes below the best case, framework overheads), and comes out 33%
+    fast on references/ where "flat" is 20% off (bench/references_compute_models.py)."""
     compute_efficiency: float | None = None
     """Fraction of peak_tflops that compute achieves under the flat model (unset:
     DEFAULT_COMPUTE_EFFICIENCY). With a calibration profile, layers are timed from its

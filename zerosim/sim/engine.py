@@ -29,7 +29,8 @@ from zerosim.scenario.config import Scenario
 from zerosim.scenario.variation import VariationConfig
 from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import FLAT, Group, representatives, run_phases
-from zerosim.sim.costs import price_phases
+from zerosim.sim.costs import op_by_op, price_phases
+from zerosim.sim.gpu_specs import GPU_SPECS
 from zerosim.sim.network import Cluster
 from zerosim.sim.rank import RankContext
 from zerosim.sim.stages import STAGE_PROGRAMS
@@ -82,6 +83,9 @@ class Engine:
                 raise InputError(f"{len(self.compute_ranks)} slow ranks are more than the "
                                  f"{MAX_PER_RANK} ranks the engine simulates one by one")
         self.cluster = Cluster(self.env, scenario, self.link_ranks)
+        self.sm_share = sm_share(scenario, self.library)
+        """The share of a GPU's SMs one collective's kernel takes from compute (op-by-op compute
+        only: the flat fraction of peak already stands for everything a step loses)."""
         self.keep_events = keep_events
         self.keep_samples = keep_events
         self._pending: dict[tuple[str, int], list] = {}
@@ -247,6 +251,15 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
         mode=engine.mode,
         ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
         notes=_notes(scenario))
+
+
+def sm_share(scenario: Scenario, library) -> float:
+    """NCCL runs a collective as one thread block per channel, each on an SM of its own, for as
+    long as the kernel runs (NCCL's channels: collectives.comm.Comm.channels); under
+    cluster.compute_model = "op" compute gets the SMs left (gpu_specs' SM count)."""
+    if not op_by_op(scenario) or library.comm is None:
+        return 0.0
+    return library.comm.channels / GPU_SPECS[scenario.cluster.gpu].sm_count
 
 
 def algorithms_used(engine: Engine) -> str:

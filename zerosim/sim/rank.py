@@ -45,6 +45,11 @@ class RankState:
     comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
+# Compute never stops for communication: at most this share of the SMs goes to NCCL's kernels
+# (a guard for a scenario whose channels outnumber the SMs).
+MIN_COMPUTE_RATE = 0.05
+
+
 class RankContext:
     """What a stage program may do on its rank: compute, launch collectives, allocate, free."""
 
@@ -60,6 +65,9 @@ class RankContext:
         self._rng = np.random.default_rng([v.seed, rank]) if self._jitter else None
         self._streams: dict[str, simpy.Store] = {}
         self._launched: dict[str, int] = defaultdict(int)
+        self._communicating = 0
+        """Collectives whose kernels occupy this rank's SMs now (engine.sm_share each)."""
+        self._changed = self.env.event()
 
     # compute stream
     def compute(self, duration_s: float, name: str, phase: str, layer: int | None) -> Iterator:
@@ -70,10 +78,30 @@ class RankContext:
             duration_s *= 1 + self._jitter * float(self._rng.uniform(-1.0, 1.0))
         start_s = self.env.now
         if duration_s > 0:
-            yield self.env.timeout(duration_s)
+            if self.engine.sm_share:
+                yield from self._share_sms(duration_s)
+            else:
+                yield self.env.timeout(duration_s)
         if name != OTHER:
-            self.state.compute_s += duration_s
+            self.state.compute_s += self.env.now - start_s
         self._record(COMPUTE, name, phase, layer, None, 0, start_s)
+
+    def _share_sms(self, work_s: float) -> Iterator:
+        """Compute at the rate the SMs that NCCL's kernels leave it: each collective in flight on
+        this rank runs its channels as thread blocks, one SM each (engine.sm_share of them)."""
+        while True:
+            rate = max(1.0 - self._communicating * self.engine.sm_share, MIN_COMPUTE_RATE)
+            start_s, timer = self.env.now, self.env.timeout(work_s / rate)
+            fired = yield timer | self._changed
+            if timer in fired:
+                return
+            work_s -= (self.env.now - start_s) * rate
+
+    def _communication(self, delta: int) -> None:
+        """A collective's kernels start (+1) or end (-1) on this rank."""
+        self._communicating += delta
+        changed, self._changed = self._changed, self.env.event()
+        changed.succeed()
 
     # memory
     def alloc(self, key: object, category: str, size_bytes: int) -> None:
@@ -102,6 +130,7 @@ class RankContext:
             request: CommRequest = yield queue.get()
             if request.before is not None:
                 yield from request.before()
+            self._communication(+1)  # NCCL's kernel takes its SMs from launch to completion
             if len(self.engine.compute_ranks) > 1:  # wait until every simulated rank joins
                 key = (stream, self._launched[stream])
                 self._launched[stream] += 1
@@ -109,6 +138,7 @@ class RankContext:
             else:  # the only simulated rank: no one to wait for, no extra process
                 start_s = self.env.now
                 sent_bytes = yield from self.engine.move(request.op, request.size_bytes)
+            self._communication(-1)
             self.state.comm_bytes[request.op] += sent_bytes
             self.state.comm_s += self.env.now - start_s
             self._record(COMM, request.name, request.phase, request.layer, request.op,
