@@ -41,14 +41,14 @@ def claims(out_dir: str, with_real: bool) -> list[tuple[str, str, list[str]]]:
     zerosim = command("zerosim")
     sweep = ["sweep", PAPER, "--vary", "training.zero_stage=0,1,2,3",
              "--vary", "cluster.nodes=1,2,4,8,16,32,64,128", "--out", f"{out_dir}/sweep.csv"]
-    rows = [("simulates ... in 0.27 s", f"zerosim simulate {PAPER}",
+    rows = [("simulates ... in 0.32 s", f"zerosim simulate {PAPER}",
              [*zerosim, "simulate", PAPER]),
-            ("memory (0.16 s)", f"zerosim memory {PAPER}", [*zerosim, "memory", PAPER]),
+            ("memory (0.17 s)", f"zerosim memory {PAPER}", [*zerosim, "memory", PAPER]),
             ("plan, in 0.52 s", f"zerosim plan {PAPER}", [*zerosim, "plan", PAPER]),
-            ("sweep, 32 points, 0.52 s on 2 cores", "zerosim sweep ... --out sweep.csv",
+            ("sweep, 32 points, 0.62 s on 2 cores", "zerosim sweep ... --out sweep.csv",
              [*zerosim, *sweep])]
     if with_real:
-        rows.append(("zero-real run, in 4.8 s",
+        rows.append(("zero-real run, in 4.5 s",
                      f"zero-real run {TINY} --stage 3 --nproc 2 --out m.json",
                      [*command("zero-real"), "run", TINY, "--stage", "3", "--nproc", "2",
                       "--out", f"{out_dir}/m.json"]))
