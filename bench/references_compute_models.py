@@ -12,11 +12,12 @@ from pathlib import Path
 from zerosim.calibration.references import references_report
 
 REFERENCES = Path(__file__).resolve().parents[1] / "references"
-MODELS = {"flat (0.5 of peak)": {}, "op by op": {"compute_model": "op"}}
+MODELS = {"flat (0.5 of peak)": {}, "op by op": {"cluster": {"compute_model": "op"}}}
 
 
 def main() -> None:
-    reports = {name: references_report(REFERENCES, cluster) for name, cluster in MODELS.items()}
+    reports = {name: references_report(REFERENCES, overrides)
+               for name, overrides in MODELS.items()}
     names = list(reports)
     rows = {name: {(r["reference"], r["category"]): r for r in report["rows"]}
             for name, report in reports.items()}

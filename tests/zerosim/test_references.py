@@ -112,3 +112,18 @@ def test_the_repository_references_read_and_run():
     listed = {row["reference"] for row in report["rows"]} | {
         row["reference"] for row in report["not_expressible"]}
     assert listed == {path.stem for path in folder.glob("*.toml")}  # none dropped
+
+
+def test_set_applies_to_every_reference(tmp_path):
+    r = simulated()
+    write(tmp_path, "a", f"tokens_per_s_per_gpu = {r.tokens_per_s_per_gpu!r}\n")
+    plain = run_zerosim("validate", "--references", str(tmp_path), "--json").json
+    halved = run_zerosim("validate", "--references", str(tmp_path), "--json",
+                         "--set", "cluster.compute_efficiency=0.25").json
+    assert plain["rows"][0]["error_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert halved["rows"][0]["error_pct"] < -30  # half the rate: far slower than "measured"
+    assert halved["overrides"] == {"cluster": {"compute_efficiency": 0.25}}
+    assert_one_line_error(run_zerosim("validate", "--references", str(tmp_path), "--set",
+                                      "cluster.nope=1"), "unknown key cluster.nope")
+    assert_one_line_error(run_zerosim("validate", "m.json", "--set", "cluster.gpu=CPU"),
+                          "--set applies to --references only")

@@ -122,14 +122,16 @@ def _row(ref: Reference, category: str, metric: str, measured: float, simulated:
             "error_pct": 100.0 * (simulated - measured) / measured, "note": note}
 
 
-def compare(ref: Reference, cluster: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The reference's figures against one simulated step of its scenario's stage (with
-    `cluster` keys set over the reference's own, to compare models)."""
+def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
+            ) -> list[dict[str, Any]]:
+    """The reference's figures against one simulated step of its scenario's stage, with
+    `overrides` ({table: {key: value}}) set over the reference's own keys (to compare models)."""
     from zerosim.sim.engine import simulate
 
     tables = {"variation": {}, **{name: dict(ref.scenario.get(name, {}))
                                   for name in SCENARIO_TABLES}}
-    tables["cluster"].update(cluster or {})
+    for table, keys in (overrides or {}).items():
+        tables[table].update(keys)
     try:
         scenario = build_scenario(tables, base_dir=ref.path.parent, source=str(ref.path))
         result = simulate(scenario, scenario.training.zero_stage, keep_events=False)
@@ -149,12 +151,12 @@ def compare(ref: Reference, cluster: dict[str, Any] | None = None) -> list[dict[
 
 
 def references_report(folder: str | Path,
-                      cluster: dict[str, Any] | None = None) -> dict[str, Any]:
+                      overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     refs = read_references(folder)
     rows, not_expressible = [], []
     for ref in refs:
         if ref.info["expressible"]:
-            rows += compare(ref, cluster)
+            rows += compare(ref, overrides)
         else:
             not_expressible.append({"reference": ref.name, "title": ref.info["title"],
                                     "why": ref.info["why"]})
@@ -164,7 +166,8 @@ def references_report(folder: str | Path,
         summary[category] = {"count": len(errors),
                              "mean_abs_error_pct": sum(errors) / len(errors) if errors else None,
                              "worst_abs_error_pct": max(errors) if errors else None}
-    return {"folder": str(folder), "references": len(refs), "rows": rows,
+    return {"folder": str(folder), "references": len(refs), "overrides": overrides or {},
+            "rows": rows,
             "not_expressible": not_expressible, "summary": summary,
             "bar": {"mean_pct": MEAN_BAR_PCT, "worst_pct": WORST_BAR_PCT}}
 
@@ -184,8 +187,10 @@ def format_references(report: dict[str, Any]) -> str:
              f"{r['error_pct']:+.1f}%"] + ([f"({r['note']})"] if r["note"] else [])
             for r in report["rows"]]
     widths = [max(len(str(x[i])) for x in [head] + body) for i in range(len(head))]
+    given = ", ".join(f"{table}.{key}={value!r}" for table, keys in report["overrides"].items()
+                      for key, value in keys.items())
     lines = [f"{report['references']} published runs in {report['folder']} (a test set: nothing "
-             f"is fitted to them)", "",
+             f"is fitted to them)" + (f"; every scenario with {given}" if given else ""), "",
              "  ".join(h.ljust(w) for h, w in zip(head, widths))]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths + [0])).rstrip()
               for row in body]

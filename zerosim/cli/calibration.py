@@ -11,6 +11,7 @@ from zerosim.cli.common import Command, positive_float
 from zerosim.contract import (DEFAULT_MEMORY_TOLERANCE_PCT, DEFAULT_TIME_TOLERANCE_PCT,
                               EXIT_FAILED, EXIT_OK)
 from zerosim.errors import InputError
+from zerosim.scenario.load import parse_override
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -19,6 +20,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
     if args.references is not None:
         return _run_references(args)
+    if args.overrides:
+        raise InputError("--set applies to --references only (a measurement's scenario is "
+                         "what was run)")
     if not args.measurements:
         raise InputError("validate needs measurement files (zero-real run --out) or "
                          "--references DIR")
@@ -46,7 +50,11 @@ def _run_references(args: argparse.Namespace) -> int:
 
     if args.measurements:
         raise InputError("give measurement files or --references DIR, not both")
-    report = references_report(args.references)
+    overrides: dict = {}
+    for text in args.overrides:
+        table, key, value = parse_override(text)
+        overrides.setdefault(table, {})[key] = value
+    report = references_report(args.references, overrides)
     print(json.dumps(report, indent=2) if args.json else format_references(report))
     return EXIT_OK if judge_references(report) else EXIT_FAILED
 
@@ -55,6 +63,10 @@ def _validate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--references", metavar="DIR",
                         help="instead of measurements: every published run in DIR/*.toml "
                              "(references/) against the simulation, with the error of each")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="TABLE.KEY=VALUE",
+                        help="with --references: set a key in every reference's scenario, e.g. "
+                             "cluster.compute_model=op")
     parser.add_argument("measurements", nargs="*", metavar="MEASUREMENT.json",
                         help="zero-real run --out file; several runs of one configuration are "
                              "validated together (their spread is the measurement's noise)")
