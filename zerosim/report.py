@@ -7,6 +7,7 @@ from typing import Any
 
 from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
 from zerosim.sim.costs import op_by_op
+from zerosim.sim.device import overhead_bytes
 from zerosim.memory import StageMemory, fits, optimizer_bytes_per_param
 from zerosim.model import total_params
 from zerosim.scenario.config import Scenario
@@ -30,8 +31,10 @@ def memory_json(scenario: Scenario, rows: list[StageMemory]) -> dict[str, Any]:
         "optimizer_bytes_per_param": optimizer_bytes_per_param(t),
         "gpu": c.gpu,
         "gpu_memory_GiB": c.hbm_GiB,
+        "overhead_bytes": overhead_bytes(scenario),
         "stages": [{**row.as_dict(), "name": STAGE_NAMES[row.stage],
-                    "fits_gpu_memory": fits(scenario, row.peak_bytes)} for row in rows],
+                    "fits_gpu_memory": fits(scenario, row.peak_bytes + overhead_bytes(scenario))}
+                   for row in rows],
     }
 
 
@@ -192,17 +195,21 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
     """The per-rank table: one row per stage, decimal units, peak also in binary units."""
     unit, scale, unit_def, bunit, bscale, bunit_def = _unit(max(r.peak_bytes for r in rows))
     limit = f"fits {scenario.cluster.hbm_GiB:g} GiB"
+    overhead = overhead_bytes(scenario)
     header = (["stage"] + [name for name, _ in _COLUMNS] + [f"peak {bunit}", limit])
     body = []
     for r in rows:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
         cells = [f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}"]
         cells += [f"{getattr(r, key) / scale:.2f}" for _, key in _COLUMNS]
-        cells += [f"{r.peak_bytes / bscale:.2f}", "yes" if fits(scenario, r.peak_bytes) else "NO"]
+        cells += [f"{r.peak_bytes / bscale:.2f}",
+                  "yes" if fits(scenario, r.peak_bytes + overhead) else "NO"]
         body.append(cells)
     lines = _describe(scenario)
     lines += ["", f"per-rank memory in {unit} (1 {unit} = {unit_def} bytes), peak also in {bunit} "
                   f"(1 {bunit} = {bunit_def} bytes)",
               "host = CPU memory (optimizer offload), all other columns GPU memory; "
-              "* = training.zero_stage"]
+              "* = training.zero_stage",
+              f"fits: peak + {overhead / bscale:.2f} {bunit} of CUDA context and NCCL buffers "
+              f"(simulate adds the allocator's rounding)"]
     return "\n".join(lines + _columns(header, body))

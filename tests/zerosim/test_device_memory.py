@@ -8,7 +8,7 @@ import pytest
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import simulate
 
-from tests.conftest import SCENARIOS, ZERO_PAPER
+from tests.conftest import SCENARIOS, ZERO_PAPER, run_zerosim
 
 # One connection's buffers (NCCL src/init.cc lines 810-824): LL 8 x 512 x 8 x 16 B, LL128
 # 120 x 640 x 8 x 8 B, Simple 4 MiB.
@@ -58,3 +58,15 @@ def test_reserved_rounds_every_buffer():
     assert r.peak_reserved_bytes % (2 * 2**20) == 0
     assert r.peak_allocated_bytes % 512 == 0
     assert r.peak_allocated_bytes >= r.peak_bytes
+
+
+def test_memory_and_plan_leave_the_overhead_aside():
+    """ZeRO-1's 31.40625 GB (29.25 GiB) fits 29.5 GiB by itself, not beside the CUDA context and
+    NCCL's buffers (0.99 GiB on 8 V100 nodes): `memory` says NO, and its JSON gives the overhead."""
+    data = run_zerosim("memory", str(ZERO_PAPER), "--set", "cluster.hbm_GiB=29.5", "--json").json
+    assert data["overhead_bytes"] == CONTEXT + 8 * 4 * CONNECTION
+    zero1 = data["stages"][1]
+    assert zero1["peak_bytes"] == 31_406_250_000 < 29.5 * 2**30
+    assert zero1["fits_gpu_memory"] is False
+    assert run_zerosim("memory", str(ZERO_PAPER), "--set", "cluster.hbm_GiB=30.5",
+                       "--json").json["stages"][1]["fits_gpu_memory"] is True

@@ -118,6 +118,9 @@ class ClusterConfig:
                 positive(f"cluster.{f.name}", value,
                          allow_zero=f.name.endswith(("latency_us", "context_MiB")))
         within_cap("GPU memory in bytes", self.hbm_GiB * 2**30, f"{self.hbm_GiB:g} GiB * 2**30")
+        if self.cuda_context_MiB is not None:
+            within_cap("the CUDA context in bytes", self.cuda_context_MiB * 2**20,
+                       f"{self.cuda_context_MiB:g} MiB * 2**20")
         if self.compute_efficiency is not None and self.compute_efficiency > 1:
             raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is a fraction "
                              f"of peak and must be <= 1")

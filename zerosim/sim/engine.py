@@ -244,8 +244,7 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
         peak_allocated_bytes=max(ctx.state.memory.allocator.peak_allocated_bytes
                                  for ctx in contexts),
         peak_reserved_bytes=reserved,
-        device_bytes=(reserved + scenario.cluster.cuda_context_bytes
-                      + engine.library.buffer_bytes),
+        device_bytes=reserved + scenario.cluster.cuda_context_bytes + engine.library.buffer_bytes,
         mfu=model_flops_per_token(scenario.model, t) * tokens_per_s / peak,
         algorithm=algorithms_used(engine),
         mode=engine.mode,

@@ -16,6 +16,7 @@ from zerosim.errors import InputError
 from zerosim.memory import stage_memory
 from zerosim.model import param_counts, total_params
 from zerosim.scenario.checks import MAX_VALUE
+from zerosim.sim.device import overhead_bytes
 from zerosim.scenario.config import SHAPE_KEYS, Scenario
 from zerosim.tradeoffs.sweep import rows_of
 from zerosim.units import GiB, KiB, MiB
@@ -94,21 +95,27 @@ def overflow(row, budget_bytes: int) -> str:
     return f"{gib(row.peak_bytes)} > {gib(budget_bytes)}; {lead} ({listed})"
 
 
-def fewest_gpus(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
-    """(b) The fewest GPUs on which the scenario's model fits whole, or why none do."""
+def fewest_gpus(scenario: Scenario, stage: int, gpu_bytes: int) -> dict[str, Any]:
+    """(b) The fewest GPUs on which the scenario's model fits whole, or why none do; each world
+    size judged on what its GPUs leave beside the CUDA context and NCCL's buffers."""
     def row_at(index: int):
         return stage_memory(with_world(scenario, gpu_count(scenario, index)), stage)
 
+    def fits_at(index: int) -> bool:
+        world = with_world(scenario, gpu_count(scenario, index))
+        return row_at(index).peak_bytes <= gpu_bytes - overhead_bytes(world)
+
     per_node = scenario.cluster.gpus_per_node
     lo, hi = 0, MAX_GPUS // per_node + per_node - 2  # indices of the first and last candidates
-    if row_at(hi).peak_bytes > budget_bytes:
+    if not fits_at(hi):
         how = ("DDP shards nothing, so it always needs" if stage == 0 else
                f"even sharded {gpu_count(scenario, hi):,} ways it needs")
+        budget = gpu_bytes - overhead_bytes(with_world(scenario, gpu_count(scenario, hi)))
         return {"gpus": None, "peak_bytes": None,
-                "why": f"no GPU count fits: {how} {overflow(row_at(hi), budget_bytes)}"}
+                "why": f"no GPU count fits: {how} {overflow(row_at(hi), budget)}"}
     while lo < hi:  # per-rank memory never grows with the world size: bisect
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if row_at(mid).peak_bytes <= budget_bytes else (mid + 1, hi)
+        lo, hi = (lo, mid) if fits_at(mid) else (mid + 1, hi)
     return {"gpus": gpu_count(scenario, lo), "peak_bytes": row_at(lo).peak_bytes, "why": None}
 
 
@@ -128,22 +135,25 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """`progress(done, total)` after each GPU count simulated (jitter makes each take seconds)."""
     n = scenario.world_size
+    overhead = overhead_bytes(scenario)
+    budget = budget_bytes - overhead  # what the buffers may take on the scenario's GPUs
     stages = []
     for stage in STAGES:
         row = stage_memory(scenario, stage)
         stages.append({"stage": stage, "name": STAGE_NAMES[stage],
-                       **largest_model(scenario, stage, budget_bytes),
+                       **largest_model(scenario, stage, budget),
                        "fewest": fewest_gpus(scenario, stage, budget_bytes),
                        "peak_bytes": row.peak_bytes, "host_bytes": row.host_bytes,
-                       "fits": row.peak_bytes <= budget_bytes,
-                       "why_not": None if row.peak_bytes <= budget_bytes
-                       else f"needs {overflow(row, budget_bytes)}"})
+                       "fits": row.peak_bytes <= budget,
+                       "why_not": None if row.peak_bytes <= budget
+                       else f"needs {overflow(row, budget)}"})
     configs, notes = [], []
     if scenario.training.seq_len is not None:  # a bare Ψ without a sequence has no step time
         sizes = candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages])
         for done, gpus in enumerate(sizes, 1):
             world = with_world(scenario, gpus)
-            fitting = [s for s in STAGES if stage_memory(world, s).peak_bytes <= budget_bytes]
+            room = budget_bytes - overhead_bytes(world)
+            fitting = [s for s in STAGES if stage_memory(world, s).peak_bytes <= room]
             try:
                 configs.extend(rows_of(world, fitting, {}, mode))
             except InputError as exc:  # e.g. too many ranks to simulate one by one
@@ -170,7 +180,8 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
     return {"scenario": scenario.source, "model": scenario.model.name,
             "params": total_params(scenario.model), "world_size": n,
             "gpus_per_node": scenario.cluster.gpus_per_node,
-            "gpu_memory_bytes": budget_bytes, "micro_batch": scenario.training.micro_batch,
+            "gpu_memory_bytes": budget_bytes, "overhead_bytes": overhead,
+            "micro_batch": scenario.training.micro_batch,
             "seq_len": scenario.training.seq_len, "stages": stages,
             "configurations": [_config(r) for r in configs], "notes": notes,
             **{k: _config(r) if r else None for k, r in pick.items()}}
@@ -204,7 +215,9 @@ def format_plan(p: dict[str, Any]) -> str:
     budget, n = p["gpu_memory_bytes"], p["world_size"]
     seq = f" x {p['seq_len']} tokens" if p["seq_len"] else ""
     lines = [f"zerosim plan: {p['model'] or p['scenario']} (Ψ = {params_text(p['params'])}) on "
-             f"{n} GPUs, {gib(budget)} per GPU, micro-batch {p['micro_batch']}{seq}", "",
+             f"{n} GPUs, {gib(budget)} per GPU, micro-batch {p['micro_batch']}{seq}",
+             f"({gib(p['overhead_bytes'])} of each GPU is the CUDA context and NCCL's buffers: "
+             f"{gib(budget - p['overhead_bytes'])} left for the model)", "",
              f"Largest model that fits on {n} GPUs:",
              f"  {'stage':<8}{'model states only':>20}{'whole (+ activations, buffers)':>34}"]
     for s in p["stages"]:
