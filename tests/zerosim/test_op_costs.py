@@ -17,6 +17,9 @@ from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
 SM, PEAK, F_GEMM = 108, 312e12, 0.869          # A100: SMs, dense bf16 peak, MAMF 271.2 / 312
 HBM, F_HBM, LAUNCH = 2039e9, 0.852, 2.555e-6   # A100-80GB: HBM, streaming fraction, per kernel
 TM, TN = 256, 128                              # cuBLAS's large-GEMM tile
+FWD, BWD = 230e12, 196.6e12                    # FlashAttention-2's best forward and backward
+BEST = 3.5 / (1 / FWD + 2.5 / BWD)             # the two together (backward = 2.5 x the FLOPs)
+CAUSAL_4K = 173e12                             # FA2 Fig. 4: causal fwd + bwd at 4k, head dim 128
 
 
 def gemm_s(m, n, k, batch=1):
@@ -60,8 +63,10 @@ def test_one_more_tile_can_cost_a_whole_wave(a100):
 def test_flash_attention_and_memory_bound_ops(a100):
     b, s, h = 1, 4096, 4096
     causal = 4 * b * s * s * h / 2
-    assert a100.flash(b, s, h, False).seconds == pytest.approx(LAUNCH + causal / 230e12)
-    assert a100.flash(b, s, h, True).seconds == pytest.approx(LAUNCH + 2.5 * causal / 196.6e12)
+    scale = CAUSAL_4K / BEST  # the rates as measured at this length, causal
+    assert a100.flash(b, s, h, False).seconds == pytest.approx(LAUNCH + causal / (FWD * scale))
+    assert a100.flash(b, s, h, True).seconds == pytest.approx(
+        LAUNCH + 2.5 * causal / (BWD * scale))
     assert a100.traffic(1e9, 3).seconds == pytest.approx(3 * LAUNCH + 1e9 / (HBM * F_HBM))
     assert ops.OpCosts(GPU_SPECS["V100-32GB"], 900).flash(b, s, h, False) is None
 
@@ -73,11 +78,21 @@ def test_a_llama_layer_is_the_sum_of_its_ops(a100):
     m, t = s.model, s.training
     T, h, f = 4096, 4096, 11008
     elementwise = 2 * (2 * 2 * T * h + 2 * 3 * T * h + 3 * T * f + 2 * (T * h + T * h))
-    forward = (gemm_s(T, 3 * h, h) + LAUNCH + 4 * T * T * h / 2 / 230e12 + gemm_s(T, h, h)
+    forward = (gemm_s(T, 3 * h, h) + LAUNCH + 4 * T * T * h / 2 / (FWD * CAUSAL_4K / BEST)
+               + gemm_s(T, h, h)
                + 2 * gemm_s(T, f, h) + gemm_s(T, h, f) + 6 * LAUNCH + elementwise / (HBM * F_HBM))
     assert ops.layer(a100, m, t, backward=False).seconds == pytest.approx(forward, rel=1e-12)
     fwd, bwd = ops.unit_seconds(a100, m, t)
     assert fwd[1:-1] == [pytest.approx(forward, rel=1e-12)] * 32
+
+
+@pytest.mark.parametrize("seq, rate", [
+    (1024, 155e12),                        # below the curve's first point: held at 2k's
+    (2**12.5, (173e12 + 182e12) / 2),      # halfway between 4k and 8k in log2 of the length
+    (8192, 182e12), (65536, 189e12),       # a point; past the last, held at 16k's
+])
+def test_flash_rates_follow_the_measured_causal_curve(seq, rate):
+    assert ops.flash_scale(GPU_SPECS["A100-80GB"], seq) == pytest.approx(rate / BEST, rel=1e-12)
 
 
 @pytest.mark.parametrize("checkpointing", ["none", "selective", "full"])
@@ -113,3 +128,12 @@ def test_bad_compute_models_are_one_line(sets, fragment):
     assert_one_line_error(run_zerosim(*argv), fragment)
     with pytest.raises(InputError):
         load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", sets)
+
+
+def test_the_optimizer_streams_at_the_measured_bandwidth():
+    """Op by op, the optimizer's bytes move at the streaming microbenchmark's share of HBM."""
+    from zerosim.sim.costs import optimizer_cost
+    op = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='op'"])
+    flat = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml")
+    assert optimizer_cost(op, 28, 3).seconds(10**9) == pytest.approx(28e9 / (HBM * F_HBM))
+    assert optimizer_cost(flat, 28, 3).seconds(10**9) == pytest.approx(28e9 / HBM)

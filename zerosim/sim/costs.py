@@ -61,9 +61,11 @@ class OptimizerCost:
     def seconds(self, elements: int) -> float:
         profile, n = self.scenario.profile, self.scenario.world_size
         measured = profile.optimizer_time(n, elements) if profile is not None else None
-        if measured is None:  # the bytes it moves over HBM bandwidth
-            measured = (elements * self.bytes_per_element
-                        / self.scenario.cluster.hardware.hbm_bytes_per_s)
+        if measured is None:  # the bytes it moves over HBM bandwidth (as measured, op by op)
+            bandwidth = self.scenario.cluster.hardware.hbm_bytes_per_s
+            if op_by_op(self.scenario):
+                bandwidth *= op_costs(self.scenario.cluster).spec.hbm_achievable_fraction
+            measured = elements * self.bytes_per_element / bandwidth
         return measured * self.scale
 
 

@@ -63,6 +63,9 @@ class GpuSpec:
     """Fixed time per kernel when small kernels are launched back to back in one stream."""
     gemm_tile: tuple[int, int]
     """Output tile (m, n) of one thread block in the large-GEMM kernels cuBLAS/CUTLASS use."""
+    flash_causal_by_seq: tuple[tuple[int, float], ...] = ()
+    """FlashAttention-2 forward + backward with a causal mask, head dim 128, by sequence length:
+    (tokens, TFLOP/s counted on the causal FLOPs). Empty: unknown (the flat rates apply)."""
 
 
 _TILE = (256, 128)  # [GUIDE] "most efficient"; [CUTL] 128x256 default; cuBLAS kernel names
@@ -94,6 +97,8 @@ GPU_SPECS = MappingProxyType({
         hbm_achievable_fraction=0.889,    # [RRZE-S] a100_40.txt (A100-SXM4-40GB): 1382 / 1555
         kernel_launch_us=2.555,           # [RRZE-K] proxy: A100-SXM4-80GB, a = 2555 ns
         gemm_tile=_TILE,
+        flash_causal_by_seq=((2048, 155.0), (4096, 173.0), (8192, 182.0), (16384, 189.0)),
+        # [FA2] Fig. 4 (A100 80GB; the README image), head dim 128, causal: fwd + bwd
     ),
     "A100-80GB": GpuSpec(
         sm_count=108,                     # [WP-A] Table 3 (same GA100 SKU as 40GB)
@@ -107,6 +112,8 @@ GPU_SPECS = MappingProxyType({
         hbm_achievable_fraction=0.852,    # [RRZE-S] a100_80.txt (A100-SXM4-80GB): 1737 / 2039
         kernel_launch_us=2.555,           # [RRZE-K] A100_80: a = 2555 ns
         gemm_tile=_TILE,
+        flash_causal_by_seq=((2048, 155.0), (4096, 173.0), (8192, 182.0), (16384, 189.0)),
+        # [FA2] Fig. 4 (A100 80GB; the README image), head dim 128, causal: fwd + bwd
     ),
     "H100-80GB": GpuSpec(
         sm_count=132,                     # [WP-H] Table 3, H100 SXM5
@@ -121,6 +128,8 @@ GPU_SPECS = MappingProxyType({
                                           # same GH100 die): 3174 / 4000
         kernel_launch_us=2.433,           # [RRZE-K] proxy: H200, a = 2433 ns
         gemm_tile=_TILE,
+        flash_causal_by_seq=((2048, 265.0), (4096, 294.0), (8192, 308.0), (16384, 328.0)),
+        # [FA2] Fig. 7 (H100 SXM5), head dim 128, causal: fwd + bwd
     ),
     "H200-141GB": GpuSpec(
         sm_count=132,                     # not on [DS-H]; GH100 as H100 SXM5 (RRZE roofline
@@ -136,5 +145,7 @@ GPU_SPECS = MappingProxyType({
         hbm_achievable_fraction=0.684,    # [RRZE-K] h200.txt, SCALE at 275 MB: 3282 / 4800
         kernel_launch_us=2.433,           # [RRZE-K] H200: a = 2433 ns
         gemm_tile=_TILE,
+        flash_causal_by_seq=((2048, 265.0), (4096, 294.0), (8192, 308.0), (16384, 328.0)),
+        # [FA2] Fig. 7 (H100 SXM5), head dim 128, causal: fwd + bwd
     ),
 })

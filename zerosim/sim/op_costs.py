@@ -8,7 +8,8 @@ Every kernel costs its launch overhead plus the longer of its compute and its me
                          compute = waves x 2 tm tn K / (peak x f_gemm / SMs)
                          memory  = 2 (MK + KN + MN) bytes / (HBM x f_hbm)
     flash attention      4 b s^2 h / 2 (causal) FLOPs at the FlashAttention-2 forward rate, 2.5x
-                         that at its backward rate
+                         that at its backward rate, both scaled to its measured causal rate at
+                         the sequence length
     memory-bound op      bytes read and written / (HBM x f_hbm)
 
 with f_gemm the best measured GEMM over peak (MAMF), f_hbm the best measured streaming bandwidth
@@ -72,15 +73,37 @@ class OpCosts:
         return Kernels(kernels * self.launch + nbytes / self.bandwidth, kernels)
 
     def flash(self, b: int, s: int, h: int, backward: bool) -> Kernels | None:
-        """Causal flash attention, or None where FlashAttention does not run (Volta)."""
+        """Causal flash attention, or None where FlashAttention does not run (Volta). The
+        kernel's best forward and backward rates, scaled to its measured causal rate at this
+        sequence length (flash_scale)."""
         spec = self.spec
         if spec.flash_fwd_tflops is None or spec.flash_bwd_tflops is None:
             return None
         forward = 4 * b * s * s * h / 2  # QK^T and AV over half the pairs (causal)
+        scale = flash_scale(spec, s)
         if backward:
             return Kernels(self.launch + FLASH_BACKWARD_FLOPS * forward
-                           / (spec.flash_bwd_tflops * 1e12), 1)
-        return Kernels(self.launch + forward / (spec.flash_fwd_tflops * 1e12), 1)
+                           / (spec.flash_bwd_tflops * 1e12 * scale), 1)
+        return Kernels(self.launch + forward / (spec.flash_fwd_tflops * 1e12 * scale), 1)
+
+
+def flash_scale(spec: GpuSpec, seq_len: int) -> float:
+    """The measured causal forward + backward rate at seq_len (gpu_specs.flash_causal_by_seq,
+    interpolated in log2 of the length, held at the ends) over the rate the best forward and
+    backward rates give together: 3.5 / (1/fwd + 2.5/bwd). 1 where no curve is known."""
+    curve = spec.flash_causal_by_seq
+    if not curve:
+        return 1.0
+    best = (1 + FLASH_BACKWARD_FLOPS) / (1 / spec.flash_fwd_tflops
+                                         + FLASH_BACKWARD_FLOPS / spec.flash_bwd_tflops)
+    x = math.log2(seq_len)
+    points = [(math.log2(n), rate) for n, rate in curve]
+    if x <= points[0][0]:
+        return points[0][1] / best
+    for (x0, r0), (x1, r1) in zip(points, points[1:]):
+        if x <= x1:
+            return (r0 + (r1 - r0) * (x - x0) / (x1 - x0)) / best
+    return points[-1][1] / best
 
 
 def op_costs(cluster) -> OpCosts | None:
