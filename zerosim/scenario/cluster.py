@@ -83,8 +83,8 @@ class ClusterConfig:
     and microbenchmarks; a bare Ψ keeps the flat model). With a calibration profile, layers are
     timed from its measurements instead; NCCL's kernels take their SMs from compute while they
     run. "op" is not the default yet: it leaves out what else slows real kernels below their
-    microbenchmarks (GEMM shapes below the best case, framework overheads), and comes out 31.5%
-    fast on references/ where "flat" is 20% off (bench/references_compute_models.py)."""
+    microbenchmarks (GEMM shapes below the best case, framework overheads), and comes out 38%
+    fast on references/ where "flat" is 23% off (bench/references_compute_models.py)."""
     compute_efficiency: float | None = None
     """Fraction of peak_tflops that compute achieves under the flat model (unset:
     DEFAULT_COMPUTE_EFFICIENCY). With a calibration profile, layers are timed from its
