@@ -211,3 +211,16 @@ def test_standard_library_only():
                 for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= {"__future__", "bisect", "dataclasses"}
+
+
+def test_a_block_freed_on_one_stream_is_not_reused_by_another():
+    """BlockComparatorSize orders pools by stream first: 12 MiB freed on the compute stream
+    serves the next compute request, not the gather stream's, which takes a segment of its own."""
+    a = CachingAllocator()
+    a.malloc("x", 12 << 20)
+    a.free("x")
+    a.malloc("y", 12 << 20, stream="gather")
+    assert a.reserved_bytes == 24 << 20
+    a.free("y")
+    a.malloc("z", 12 << 20)  # the compute stream's own block again
+    assert a.reserved_bytes == 24 << 20

@@ -13,8 +13,9 @@ is PyTorch's default: max_split_size unlimited, roundup_power2_divisions unset, 
 off, no garbage_collection_threshold, no memory fraction.
 
 What is left out, on purpose:
-- one stream; the real pools order free blocks by stream first (BlockComparatorSize), so blocks
-  freed on one stream are never reused by another: no cross-stream reuse or record_stream events;
+- streams only as the caller names them: each has its own pools, as the real pools order free
+  blocks by stream first (BlockComparatorSize); no record_stream events (a block used by another
+  stream is freed at once);
 - no device capacity, so never an OOM and never the cache release that malloc tries before one
   (release_available_cached_blocks, release_cached_blocks); segments are never returned
   (no empty_cache), so reserved bytes only grow;
@@ -76,12 +77,13 @@ class _Block:
     """A piece of one segment: the real Block's size, ptr, allocated flag and its prev/next
     neighbours in the segment (which are set only when the segment was split)."""
 
-    __slots__ = ("address", "allocated", "next", "prev", "size", "small")
+    __slots__ = ("address", "allocated", "next", "prev", "size", "small", "stream")
 
-    def __init__(self, address: int, size: int, small: bool) -> None:
+    def __init__(self, address: int, size: int, small: bool, stream: object) -> None:
         self.address = address
         self.size = size
         self.small = small
+        self.stream = stream
         self.allocated = False
         self.prev: _Block | None = None
         self.next: _Block | None = None
@@ -103,13 +105,16 @@ class SegmentInfo:
 
 
 class CachingAllocator:
-    """The default CUDA caching allocator of one device, one stream. malloc and free take the
-    caller's key for a buffer, as MemoryTimeline.alloc and free do."""
+    """The default CUDA caching allocator of one device. malloc and free take the caller's key
+    for a buffer, as MemoryTimeline.alloc and free do, and malloc the stream it is for: each
+    stream has its own pools (a block is reused only by the stream that allocated it)."""
 
     def __init__(self) -> None:
         # Free cached blocks per pool as (size, address), sorted: BlockPool.blocks ordered by
         # BlockComparatorSize, so the first entry not below (request, 0) is the best fit.
-        self._free: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
+        # One pool per (stream, small): BlockComparatorSize orders by stream first, so a block
+        # freed on one stream is never handed to another's request.
+        self._free: dict[tuple[object, bool], list[tuple[int, int]]] = {}
         self._blocks: dict[int, _Block] = {}  # every block, free or not, by address
         self._live: dict[object, _Block] = {}
         self._empty: set[object] = set()  # keys of zero-size requests, which take no block
@@ -155,7 +160,7 @@ class CachingAllocator:
                                       is_small=head.small, blocks=tuple(blocks)))
         return result
 
-    def malloc(self, key: object, size_bytes: int) -> None:
+    def malloc(self, key: object, size_bytes: int, stream: object = "compute") -> None:
         """DeviceCachingAllocator::malloc: round, pick the pool, take the best-fitting cached
         block (get_free_block) or a new segment (alloc_block), then split it (alloc_found_block).
         A zero-size request takes no memory (NativeCachingAllocator::allocate skips malloc)."""
@@ -168,9 +173,9 @@ class CachingAllocator:
             return
         size = round_size(size_bytes)
         small = is_small(size)
-        block = self._take_free_block(size, small)
+        block = self._take_free_block(size, small, stream)
         if block is None:
-            block = self._new_segment(segment_size(size), small)
+            block = self._new_segment(segment_size(size), small, stream)
         if should_split(block.size, size, small):
             self._split(block, size)
         block.allocated = True
@@ -190,22 +195,25 @@ class CachingAllocator:
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated:
                 self._merge(block, neighbour)
-        insort(self._free[block.small], (block.size, block.address))
+        insort(self._pool(block), (block.size, block.address))
 
-    def _take_free_block(self, size: int, small: bool) -> _Block | None:
+    def _pool(self, block: _Block) -> list[tuple[int, int]]:
+        return self._free.setdefault((block.stream, block.small), [])
+
+    def _take_free_block(self, size: int, small: bool, stream: object) -> _Block | None:
         """get_free_block: the smallest cached block of at least `size` bytes, ties by lowest
         address (lower_bound in BlockComparatorSize order); the max_split_size checks there never
         refuse a block at the default unlimited max_split_size."""
-        free = self._free[small]
+        free = self._free.setdefault((stream, small), [])
         index = bisect_left(free, (size, -1))
         if index == len(free):
             return None
         _, address = free.pop(index)
         return self._blocks[address]
 
-    def _new_segment(self, size: int, small: bool) -> _Block:
+    def _new_segment(self, size: int, small: bool, stream: object) -> _Block:
         """alloc_block: cudaMalloc a segment of get_allocation_size bytes; reserved grows by it."""
-        block = _Block(self._next_address, size, small)
+        block = _Block(self._next_address, size, small, stream)
         self._next_address += size
         self._blocks[block.address] = block
         self._bases.append(block.address)
@@ -216,18 +224,18 @@ class CachingAllocator:
     def _split(self, block: _Block, size: int) -> None:
         """alloc_found_block with split_remainder: the front `size` bytes are handed out and the
         remainder, after them in the same segment, is cached in the pool."""
-        remaining = _Block(block.address + size, block.size - size, block.small)
+        remaining = _Block(block.address + size, block.size - size, block.small, block.stream)
         remaining.prev, remaining.next = block, block.next
         if block.next is not None:
             block.next.prev = remaining
         block.next = remaining
         block.size = size
         self._blocks[remaining.address] = remaining
-        insort(self._free[block.small], (remaining.size, remaining.address))
+        insort(self._pool(block), (remaining.size, remaining.address))
 
     def _merge(self, block: _Block, neighbour: _Block) -> None:
         """try_merge_blocks: `block` absorbs a free neighbour, which leaves the pool's cache."""
-        free = self._free[block.small]
+        free = self._pool(block)
         del free[bisect_left(free, (neighbour.size, neighbour.address))]
         del self._blocks[neighbour.address]
         if neighbour is block.prev:

@@ -104,8 +104,8 @@ class RankContext:
         changed.succeed()
 
     # memory
-    def alloc(self, key: object, category: str, size_bytes: int) -> None:
-        self.state.memory.alloc(self.env.now, key, category, size_bytes)
+    def alloc(self, key: object, category: str, size_bytes: int, stream: str = COMPUTE) -> None:
+        self.state.memory.alloc(self.env.now, key, category, size_bytes, stream)
 
     def free(self, key: object) -> None:
         self.state.memory.free(self.env.now, key)

@@ -247,7 +247,8 @@ class ZeRO3(ZeRO1):
 
             def take_slot(unit=unit, size=size) -> Iterator:
                 yield self.gather_slots.get(1)  # prefetch depth: wait for a free buffer
-                self.ctx.alloc(("gathered", phase, unit), "gathered", size)
+                # allocated for the gather's stream (DeepSpeed and FSDP2 gather on their own)
+                self.ctx.alloc(("gathered", phase, unit), "gathered", size, stream="gather")
 
             self.gathers[phase, unit] = self.ctx.comm("gather", "all_gather", size,
                                                       "parameter all-gather", phase, unit,

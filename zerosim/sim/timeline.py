@@ -33,11 +33,14 @@ class MemoryTimeline:
         self._keep_samples = keep_samples
         self.allocator = CachingAllocator()
 
-    def alloc(self, now_s: float, key: object, category: str, size_bytes: int) -> None:
+    def alloc(self, now_s: float, key: object, category: str, size_bytes: int,
+              stream: str = "compute") -> None:
+        """`stream`: the CUDA stream the buffer is allocated for (the allocator keeps a pool per
+        stream)."""
         if key in self.live:
             raise RuntimeError(f"buffer {key!r} allocated twice on rank {self.rank}")
         self.live[key] = (category, size_bytes)
-        self.allocator.malloc(key, size_bytes)
+        self.allocator.malloc(key, size_bytes, stream)
         self._change(now_s, category, size_bytes)
 
     def free(self, now_s: float, key: object) -> None:
