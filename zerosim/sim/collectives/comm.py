@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from zerosim.sim.collectives import nccl_tables as T
 from zerosim.units import GB
@@ -68,16 +69,18 @@ class Comm:
                    intra_latency_us=_us(hardware.intra.latency_s),
                    inter_latency_us=_us(hardware.inter.latency_s))
 
-    @property
+    # The graphs are searched once per communicator (NCCL searches once, at init); the tuner
+    # asks for them for every (algorithm, protocol) it prices.
+    @cached_property
     def ring(self) -> Graph:
         return ring_graph(self)
 
-    @property
+    @cached_property
     def tree(self) -> Graph:
         """The tree graph (Tree and PAT run on it)."""
         return tree_graph(self)
 
-    @property
+    @cached_property
     def channels(self) -> int:
         """The channels NCCL sets up after its search (comm->nChannels): the ring graph's twice,
         and twice again on Hopper and later across nodes when they are few and fast."""
@@ -89,7 +92,7 @@ class Comm:
             channels = min(T.COMM_CHANNELS_MAX, 2 * channels)
         return channels
 
-    @property
+    @cached_property
     def nvls_graph(self) -> Graph | None:
         return nvls_graph(self) if self.nvls else None
 
