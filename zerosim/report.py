@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
-from zerosim.sim.costs import op_by_op
+from zerosim.sim.costs import op_model
 from zerosim.sim.device import overhead_bytes
 from zerosim.memory import StageMemory, fits, optimizer_bytes_per_param
 from zerosim.model import total_params
@@ -90,7 +90,7 @@ def _compute(scenario) -> str:
     c = scenario.cluster
     if scenario.profile is not None:
         return "compute from the profile"
-    if op_by_op(scenario):
+    if op_model(scenario) is not None:
         return f"compute op by op on {c.gpu}"
     return f"compute at {c.efficiency:g} of {c.peak_tflops:g} TFLOP/s"
 

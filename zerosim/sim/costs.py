@@ -19,23 +19,25 @@ from zerosim.contract import COLLECTIVE_OPS, PASSES
 from zerosim.model import UnitFlops, unit_kinds
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
-from zerosim.sim.op_costs import op_costs, unit_seconds
+from zerosim.sim.op_costs import OpCosts, op_costs, unit_seconds
 
 
-def op_by_op(scenario) -> bool:
-    """Whether compute is timed op by op (sim/op_costs.py): cluster.compute_model = "op", a
-    shaped model on a GPU preset with a spec, no calibration profile."""
+def op_model(scenario) -> OpCosts | None:
+    """The per-op costs that time compute (sim/op_costs.py) when cluster.compute_model = "op",
+    the model has a shape, the GPU preset a spec and no calibration profile times it; else None."""
     c = scenario.cluster
-    return (c.compute_model == "op" and scenario.profile is None
-            and not scenario.model.is_bare and op_costs(c) is not None)
+    if c.compute_model != "op" or scenario.profile is not None or scenario.model.is_bare:
+        return None
+    return op_costs(c)
 
 
 def compute_seconds(scenario, flops: list[UnitFlops],
                     stage: int) -> tuple[list[float], list[float]]:
     """Forward and backward seconds of each unit for one micro-batch on one rank."""
     t, profile = scenario.training, scenario.profile
-    if op_by_op(scenario):
-        return unit_seconds(op_costs(scenario.cluster), scenario.model, t)
+    per_op = op_model(scenario)
+    if per_op is not None:
+        return unit_seconds(per_op, scenario.model, t)
     rate = scenario.cluster.hardware.compute_flops_per_s
     tokens = t.micro_batch * (t.seq_len or 0)
     forward, backward = [], []
@@ -63,8 +65,9 @@ class OptimizerCost:
         measured = profile.optimizer_time(n, elements) if profile is not None else None
         if measured is None:  # the bytes it moves over HBM bandwidth (as measured, op by op)
             bandwidth = self.scenario.cluster.hardware.hbm_bytes_per_s
-            if op_by_op(self.scenario):
-                bandwidth *= op_costs(self.scenario.cluster).spec.hbm_achievable_fraction
+            per_op = op_model(self.scenario)
+            if per_op is not None:
+                bandwidth *= per_op.spec.hbm_achievable_fraction
             measured = elements * self.bytes_per_element / bandwidth
         return measured * self.scale
 

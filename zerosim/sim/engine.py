@@ -29,8 +29,7 @@ from zerosim.scenario.config import Scenario
 from zerosim.scenario.variation import VariationConfig
 from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import FLAT, Group, representatives, run_phases
-from zerosim.sim.costs import op_by_op, price_phases
-from zerosim.sim.gpu_specs import GPU_SPECS
+from zerosim.sim.costs import op_model, price_phases
 from zerosim.sim.network import Cluster
 from zerosim.sim.rank import RankContext
 from zerosim.sim.stages import STAGE_PROGRAMS
@@ -256,9 +255,10 @@ def sm_share(scenario: Scenario, library) -> float:
     """NCCL runs a collective as one thread block per channel, each on an SM of its own, for as
     long as the kernel runs (NCCL's channels: collectives.comm.Comm.channels); under
     cluster.compute_model = "op" compute gets the SMs left (gpu_specs' SM count)."""
-    if not op_by_op(scenario) or library.comm is None:
+    per_op = op_model(scenario)
+    if per_op is None or library.comm is None:
         return 0.0
-    return library.comm.channels / GPU_SPECS[scenario.cluster.gpu].sm_count
+    return library.comm.channels / per_op.spec.sm_count
 
 
 def algorithms_used(engine: Engine) -> str:
