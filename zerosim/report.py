@@ -20,6 +20,7 @@ _COLUMNS = (("params", "params_bytes"), ("grads", "grads_bytes"), ("optimizer", 
 
 def memory_json(scenario: Scenario, rows: list[StageMemory]) -> dict[str, Any]:
     m, c, t = scenario.model, scenario.cluster, scenario.training
+    overhead = overhead_bytes(scenario)
     return {
         "scenario": scenario.source,
         "model": m.name,
@@ -31,10 +32,9 @@ def memory_json(scenario: Scenario, rows: list[StageMemory]) -> dict[str, Any]:
         "optimizer_bytes_per_param": optimizer_bytes_per_param(t),
         "gpu": c.gpu,
         "gpu_memory_GiB": c.hbm_GiB,
-        "overhead_bytes": overhead_bytes(scenario),
+        "overhead_bytes": overhead,
         "stages": [{**row.as_dict(), "name": STAGE_NAMES[row.stage],
-                    "fits_gpu_memory": fits(scenario, row.peak_bytes + overhead_bytes(scenario))}
-                   for row in rows],
+                    "fits_gpu_memory": fits(scenario, row.peak_bytes + overhead)} for row in rows],
     }
 
 

@@ -9,8 +9,13 @@ from zerosim.sim.collectives import Collectives
 from zerosim.sim.collectives.ring import Group
 
 
+def overhead(cluster, collectives: Collectives) -> int:
+    """The CUDA context (cluster.cuda_context_bytes) and NCCL's buffers for `collectives`
+    (Collectives.buffer_bytes)."""
+    return cluster.cuda_context_bytes + collectives.buffer_bytes
+
+
 def overhead_bytes(scenario) -> int:
-    """The CUDA context (cluster.cuda_context_bytes) and NCCL's buffers for a group of the whole
-    world (Collectives.buffer_bytes)."""
+    """overhead() for collectives over the whole world."""
     c = scenario.cluster
-    return c.cuda_context_bytes + Collectives(scenario, Group(c.world_size, c.gpus_per_node)).buffer_bytes
+    return overhead(c, Collectives(scenario, Group(c.world_size, c.gpus_per_node)))

@@ -30,6 +30,7 @@ from zerosim.scenario.variation import VariationConfig
 from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import FLAT, Group, representatives, run_phases
 from zerosim.sim.costs import op_model, price_phases
+from zerosim.sim.device import overhead
 from zerosim.sim.network import Cluster
 from zerosim.sim.rank import RankContext
 from zerosim.sim.stages import STAGE_PROGRAMS
@@ -243,7 +244,7 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
         peak_allocated_bytes=max(ctx.state.memory.allocator.peak_allocated_bytes
                                  for ctx in contexts),
         peak_reserved_bytes=reserved,
-        device_bytes=reserved + scenario.cluster.cuda_context_bytes + engine.library.buffer_bytes,
+        device_bytes=reserved + overhead(scenario.cluster, engine.library),
         mfu=model_flops_per_token(scenario.model, t) * tokens_per_s / peak,
         algorithm=algorithms_used(engine),
         mode=engine.mode,
