@@ -98,25 +98,26 @@ def overflow(row, budget_bytes: int) -> str:
 def fewest_gpus(scenario: Scenario, stage: int, gpu_bytes: int) -> dict[str, Any]:
     """(b) The fewest GPUs on which the scenario's model fits whole, or why none do; each world
     size judged on what its GPUs leave beside the CUDA context and NCCL's buffers."""
-    def row_at(index: int):
-        return stage_memory(with_world(scenario, gpu_count(scenario, index)), stage)
+    def at(index: int):
+        """The stage's memory on the index-th world size, and what its GPUs leave for it."""
+        world = with_world(scenario, gpu_count(scenario, index))
+        return stage_memory(world, stage), gpu_bytes - overhead_bytes(world)
 
     def fits_at(index: int) -> bool:
-        world = with_world(scenario, gpu_count(scenario, index))
-        return row_at(index).peak_bytes <= gpu_bytes - overhead_bytes(world)
+        row, budget = at(index)
+        return row.peak_bytes <= budget
 
     per_node = scenario.cluster.gpus_per_node
     lo, hi = 0, MAX_GPUS // per_node + per_node - 2  # indices of the first and last candidates
     if not fits_at(hi):
         how = ("DDP shards nothing, so it always needs" if stage == 0 else
                f"even sharded {gpu_count(scenario, hi):,} ways it needs")
-        budget = gpu_bytes - overhead_bytes(with_world(scenario, gpu_count(scenario, hi)))
         return {"gpus": None, "peak_bytes": None,
-                "why": f"no GPU count fits: {how} {overflow(row_at(hi), budget)}"}
+                "why": f"no GPU count fits: {how} {overflow(*at(hi))}"}
     while lo < hi:  # per-rank memory never grows with the world size: bisect
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits_at(mid) else (mid + 1, hi)
-    return {"gpus": gpu_count(scenario, lo), "peak_bytes": row_at(lo).peak_bytes, "why": None}
+    return {"gpus": gpu_count(scenario, lo), "peak_bytes": at(lo)[0].peak_bytes, "why": None}
 
 
 def candidate_gpus(scenario: Scenario, fewest: list[int | None]) -> list[int]:
