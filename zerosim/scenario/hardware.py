@@ -22,9 +22,7 @@ class Tier:
 class Fabric:
     """What NCCL's model needs beyond the two tiers."""
 
-    library: str
     generation: str | None
-    gpus_per_node: int
     nics_per_node: int
     nic_bytes_per_s: float
     """One NIC, one direction, as it reaches the spine (oversubscription applied off-rail)."""
@@ -53,8 +51,7 @@ class Hardware:
         # Off-rail every transfer between nodes crosses the oversubscribed spine.
         spine = 1.0 if cluster.rail_optimized else cluster.oversubscription
         per_gpu = cluster.inter_node_bandwidth_GBps * GB / spine
-        fabric = Fabric(library=cluster.collective_library, generation=cluster.generation,
-                        gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics,
+        fabric = Fabric(generation=cluster.generation, nics_per_node=cluster.nics,
                         nic_bytes_per_s=per_gpu * cluster.gpus_per_node / cluster.nics,
                         pcie_gen=cluster.pcie_gen, nvlink_sharp=cluster.nvlink_sharp,
                         host_cpu=cluster.host_cpu)
