@@ -105,7 +105,7 @@ class Collectives:
         scope = INTRA if self.group.nodes == 1 or cost.algorithm == NVLS else INTER
         steps = len(walks) * (k - 1)
         chunk = size_bytes / k
-        scale = self._tier_bw(scope) * cost.bandwidth_s(size_bytes) / (steps * chunk)
+        scale = self._link_scale(scope, cost.bandwidth_s(size_bytes), steps * chunk)
         latency = cost.latency_s(size_bytes) / steps
         return [Phase(walk, scope, k - 1, chunk, latency, scale) for walk in walks]
 
@@ -114,18 +114,19 @@ class Collectives:
         both tiers' transfers at once."""
         g, m, w = cost.gpus_per_node, cost.nodes, cost.walks
         walk = "+".join(RING_WALKS[op])
-        inter_chunk = size_bytes / (g * m)
-        inter = Phase(walk, INTER, w * (m - 1), inter_chunk, 0.0,
-                      self._tier_bw(INTER) * cost.inter_s(size_bytes) / (w * (m - 1) * inter_chunk))
-        intra_chunk = size_bytes / g
-        return Phase(walk, INTRA, w * (g - 1), intra_chunk,
-                     cost.latency_s(size_bytes) / (w * (g - 1)),
-                     self._tier_bw(INTRA) * cost.intra_s(size_bytes) / (w * (g - 1) * intra_chunk),
+        inter_chunk, intra_chunk = size_bytes / (g * m), size_bytes / g
+        inter_steps, intra_steps = w * (m - 1), w * (g - 1)
+        inter = Phase(walk, INTER, inter_steps, inter_chunk, 0.0, self._link_scale(
+            INTER, cost.inter_s(size_bytes), inter_steps * inter_chunk))
+        return Phase(walk, INTRA, intra_steps, intra_chunk,
+                     cost.latency_s(size_bytes) / intra_steps,
+                     self._link_scale(INTRA, cost.intra_s(size_bytes), intra_steps * intra_chunk),
                      alongside=(inter,))
 
-    def _tier_bw(self, scope: str) -> float:
+    def _link_scale(self, scope: str, seconds: float, sent_bytes: float) -> float:
+        """Phase.link_scale that makes sent_bytes take `seconds` on an idle link of `scope`."""
         tier = self.hardware.intra if scope == INTRA else self.hardware.inter
-        return tier.bandwidth_bytes_per_s
+        return tier.bandwidth_bytes_per_s * seconds / sent_bytes
 
 
 __all__ = ["FLAT", "Choice", "Collectives", "Group", "Phase", "bytes_sent_per_rank",
