@@ -2,11 +2,12 @@
 the difference it makes (the ZeRO paper, Rajbhandari et al. 2020, §5 and §7).
 
 A step is: forward unit by unit, backward in reverse producing gradients, their reduction, the
-optimizer step. Under gradient accumulation, forward and backward run once per micro-step; DDP
-and ZeRO-1 reduce only in the last one (DDP's no_sync: gradients add up in the full buffer),
-ZeRO-2 and ZeRO-3 in every one (each micro-step's gradients are reduced into the shard), and the
-communication of a micro-step completes before the next begins (DeepSpeed and FSDP wait for
-their reduction streams at the end of backward). Units are the ZeRO-3 gather units of model.py (embedding, layers, head).
+optimizer step. Units are the ZeRO-3 gather units of model.py (embedding, layers, head). Under
+gradient accumulation, forward and backward run once per micro-step; DDP and ZeRO-1 reduce only
+in the last one (DDP's no_sync: gradients add up in the full buffer), ZeRO-2 and ZeRO-3 in every
+one (each micro-step's gradients are reduced into the shard), and the communication of a
+micro-step completes before the next begins (DeepSpeed and FSDP wait for their reduction streams
+at the end of backward).
 Memory moves exactly as memory.py counts it, so the timeline's steady points equal the analytic
 model byte for byte and its peak never exceeds the analytic peak (without a calibration profile;
 a profile adds what the real stages showed beyond the model: costs.memory_terms):
