@@ -147,7 +147,7 @@ def format_simulation_table(scenario: Scenario, results) -> str:
                                    f"ask for; device: the allocator's segments + CUDA context + "
                                    f"NCCL buffers (nvidia-smi), which fits judges; compute includes the "
                                    f"optimizer step; * = training.zero_stage"]
-    return "\n".join(lines + _columns(header, body) + _choices(scenario, results))
+    return "\n".join(lines + columns(header, body) + _choices(scenario, results))
 
 
 def collective_label(result: dict[str, Any]) -> str:
@@ -178,10 +178,11 @@ def format_collective_sweep(results: list[dict[str, Any]]) -> str:
              r.get("protocol") or "-"] for r in results]
     return "\n".join([f"{first['op']} on {first['ranks']} ranks, simulated"]
                      + [f"note: {note}" for note in first.get("notes", ())]
-                     + _columns(header, body))
+                     + columns(header, body))
 
 
-def _columns(header: list[str], body: list[list[str]]) -> list[str]:
+def columns(header: list[str], body: list[list[str]]) -> list[str]:
+    """Aligned text columns: the first left-aligned, the rest right-aligned."""
     widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
 
     def fmt(cells: list[str]) -> str:
@@ -212,4 +213,4 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
               "* = training.zero_stage",
               f"fits: peak + {overhead / bscale:.2f} {bunit} of CUDA context and NCCL buffers "
               f"(simulate adds the allocator's rounding)"]
-    return "\n".join(lines + _columns(header, body))
+    return "\n".join(lines + columns(header, body))

@@ -16,6 +16,8 @@ from typing import Any
 from zerosim.errors import InputError
 from zerosim.files import read_text
 from zerosim.model import unit_flops
+from zerosim.report import columns
+from zerosim.scenario.checks import is_finite_number
 from zerosim.scenario.load import build_scenario, check_keys
 from zerosim.scenario.parse import TOMLDecodeError, parse_toml
 from zerosim.units import GiB
@@ -74,8 +76,7 @@ def read_reference(path: Path) -> Reference:
     measured = _table(raw, "measured", path, MEASURED)
     for key in NUMBERS:
         value = measured.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not 0 < value < float("inf")):
+        if value is not None and not (is_finite_number(value) and value > 0):
             raise InputError(f"{path}: measured.{key} = {value!r} must be a positive number")
     scenario = _table(raw, "scenario", path, SCENARIO_TABLES)
     for name, table in scenario.items():
@@ -182,18 +183,15 @@ def judge_references(report: dict[str, Any]) -> bool:
 
 
 def format_references(report: dict[str, Any]) -> str:
-    head = ["reference", "metric", "measured", "simulated", "error"]
+    head = ["reference", "metric", "measured", "simulated", "error", "note"]
     body = [[r["reference"], r["metric"], f"{r['measured']:.4g}", f"{r['simulated']:.4g}",
-             f"{r['error_pct']:+.1f}%"] + ([f"({r['note']})"] if r["note"] else [])
+             f"{r['error_pct']:+.1f}%", f"({r['note']})" if r["note"] else ""]
             for r in report["rows"]]
-    widths = [max(len(str(x[i])) for x in [head] + body) for i in range(len(head))]
     given = ", ".join(f"{table}.{key}={value!r}" for table, keys in report["overrides"].items()
                       for key, value in keys.items())
     lines = [f"{report['references']} published runs in {report['folder']} (a test set: nothing "
-             f"is fitted to them)" + (f"; every scenario with {given}" if given else ""), "",
-             "  ".join(h.ljust(w) for h, w in zip(head, widths))]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths + [0])).rstrip()
-              for row in body]
+             f"is fitted to them)" + (f"; every scenario with {given}" if given else ""), ""]
+    lines += columns(head, body)
     for category, stats in report["summary"].items():
         if stats["count"]:
             lines.append(f"{category}: mean |error| {stats['mean_abs_error_pct']:.1f}% over "
