@@ -58,12 +58,13 @@ def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
 
 def loss_transient_bytes(m, t: TrainingConfig) -> int:
     """Cross-entropy over the vocabulary in fp32, as torchtitan and Hugging Face models compute
-    it (any framework but "zero", whose accounting keeps only the fp32 log-probabilities): beside the fp32 log-probabilities that activations() keeps, the 16-bit logits and their
-    fp32 copy live together in forward, and the fp32 gradient and the 16-bit one in backward:
-    (w + 4) tokens V bytes at the head, at the moment every layer's activations are alive."""
+    it (any framework but "zero", whose accounting keeps only the fp32 log-probabilities that
+    activations() counts): beside those, the 16-bit logits and their fp32 copy live together in
+    forward, and the fp32 gradient and the 16-bit one in backward: (w + 4) tokens V bytes at the
+    head, at the moment every layer's activations are alive (w alone under fp32: no copy)."""
     if m.is_bare or t.seq_len is None or t.framework == "zero":
         return 0
-    w = FP32_BYTES if t.precision == "fp32" else 2
+    w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
     return (w + (FP32_BYTES if w != FP32_BYTES else 0)) * t.micro_batch * t.seq_len * m.vocab
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from zerosim.contract import BLOCK, EMBEDDING, HEAD
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import ModelConfig, TrainingConfig
-from zerosim.units import FP32_BYTES
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti §4.1)
 
@@ -118,7 +118,7 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
     the layer total is exactly s*b*h*(34 + 5*a*s/h)."""
     if m.is_bare:
         return ZERO_ACTIVATIONS
-    w = FP32_BYTES if t.precision == "fp32" else 2  # activations are in the compute dtype
+    w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
     s, b, h, a, f = t.seq_len, t.micro_batch, m.hidden, m.heads, m.ffn_width
     sbh, sbf = s * b * h, s * b * f
     sbkv = s * b * m.n_kv_heads * m.head_dim
