@@ -35,7 +35,7 @@ LAYERS = (
     ("real runs: training and launch", ("zero_real.launch", "zero_real.train",
                                         "zero_real.calibrate_bench")),
     ("real runs: calibration", ("zero_real.calibrate",)),
-    ("commands", ("zerosim.cli", "zerosim.__main__", "zero_real.cli")),
+    ("commands", ("zerosim.cli", "zerosim.__main__", "zero_real.cli", "zero_real.__main__")),
 )
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60

@@ -157,7 +157,7 @@ def _units(scenario, device):
     """Embedding, first block and head, materialised alone, with a call and an input each."""
     m, t = scenario.model, scenario.training
     dtype = DTYPES[t.precision]
-    model = build_model(m)
+    model = build_model(m, flash=t.flash_attention)
     embedding = materialize(model.embedding, 0, dtype, device)
     block = materialize(model.blocks[0], 0, dtype, device)
     head = materialize(model.head, 0, dtype, device)

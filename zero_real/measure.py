@@ -122,6 +122,7 @@ class Recorder:
         # CUDA only: the caching allocator's peak reservation (segments it holds from the driver,
         # allocated or not); the profiler has no such figure on CPU.
         self.peak_reserved_bytes: int | None = None
+        self.peak_device_used_bytes: int | None = None  # CUDA: the driver's figure, at the marks
         self._open = None  # the compute segment being timed: (name, phase, layer, start_s)
         self.cuda = device.type == "cuda"
         self._profiler = None
@@ -181,6 +182,9 @@ class Recorder:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             sample["measured_bytes"] = torch.cuda.memory_allocated(self.device)
+            sample["reserved_bytes"] = torch.cuda.memory_reserved(self.device)
+            free, total = torch.cuda.mem_get_info(self.device)
+            sample["device_used_bytes"] = total - free
         elif self.profiling:
             with torch.profiler.record_function(f"{MARK}{len(self.samples)}"):
                 pass
@@ -202,6 +206,8 @@ class Recorder:
     def _finish(self) -> int:
         if self.cuda:
             self.peak_reserved_bytes = torch.cuda.max_memory_reserved(self.device)
+            used = [s["device_used_bytes"] for s in self.samples if "device_used_bytes" in s]
+            self.peak_device_used_bytes = max(used) if used else None
             return torch.cuda.max_memory_allocated(self.device)
         if self._profiler is None:
             return 0

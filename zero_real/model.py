@@ -16,10 +16,21 @@ import zlib
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from zerosim.scenario.config import ModelConfig
 
 INIT_STD = 0.02  # GPT-2's initializer_range
+
+# training.flash_attention: a fused kernel that keeps no s x s matrix (FlashAttention-2,
+# memory-efficient or cuDNN on CUDA, the flash kernel for CPU), or the plain math of
+# softmax(QK^T)V whose softmax output autograd keeps, as zerosim.model.activations counts it.
+# Without the choice made here SDPA picks a fused kernel whenever one applies, and a scenario
+# saying `flash_attention = false` would be measured with flash's memory.
+ATTENTION_KERNELS = {
+    True: [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION],
+    False: [SDPBackend.MATH],
+}
 
 
 def _norm(m: ModelConfig) -> nn.Module:
@@ -60,10 +71,11 @@ class Embedding(nn.Module):
 class Block(nn.Module):
     """Pre-norm attention + MLP; Q, K, V fused in one matrix (same count as three)."""
 
-    def __init__(self, m: ModelConfig):
+    def __init__(self, m: ModelConfig, flash: bool):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = m.heads, m.n_kv_heads, m.head_dim
         self.rope = m.position == "rope"
+        self.attention_kernels = ATTENTION_KERNELS[flash]
         kv = m.n_kv_heads * m.head_dim
         self.norm1, self.norm2 = _norm(m), _norm(m)
         self.qkv = nn.Linear(m.hidden, m.hidden + 2 * kv, bias=m.bias)
@@ -83,8 +95,9 @@ class Block(nn.Module):
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.rope:
             q, k = _rope(q), _rope(k)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                             enable_gqa=self.kv_heads != self.heads)
+        with sdpa_kernel(self.attention_kernels):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                 enable_gqa=self.kv_heads != self.heads)
         return self.proj(out.transpose(1, 2).reshape(b, s, h))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,11 +126,11 @@ class Head(nn.Module):
 class GPT(nn.Module):
     """Units in forward order: [embedding, block 1..L, head] (zerosim.model's gather units)."""
 
-    def __init__(self, m: ModelConfig):
+    def __init__(self, m: ModelConfig, flash: bool = False):
         super().__init__()
         self.config = m
         self.embedding = Embedding(m)
-        self.blocks = nn.ModuleList(Block(m) for _ in range(m.layers))
+        self.blocks = nn.ModuleList(Block(m, flash) for _ in range(m.layers))
         self.head = Head(m)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -127,8 +140,10 @@ class GPT(nn.Module):
         return self.head(x, self.embedding.tok.weight, targets)
 
 
-def build_model(m: ModelConfig, device: str | torch.device = "meta") -> GPT:
-    """The model's skeleton; on "meta" nothing is allocated."""
+def build_model(m: ModelConfig, device: str | torch.device = "meta", *,
+                flash: bool = False) -> GPT:
+    """The model's skeleton; on "meta" nothing is allocated. `flash`: the scenario's
+    training.flash_attention (ATTENTION_KERNELS)."""
     if m.is_bare:
         raise ValueError("zero_real needs a model shape (hidden, heads, ...), not a bare parameter count")
     if m.position == "rope" and m.head_dim % 2:
@@ -136,7 +151,7 @@ def build_model(m: ModelConfig, device: str | torch.device = "meta") -> GPT:
         raise ValueError(f"rope needs an even head dimension; hidden {m.hidden} / heads {m.heads} "
                          f"= {m.head_dim}")
     with torch.device(device):
-        return GPT(m)
+        return GPT(m, flash)
 
 
 def init_tensor(name: str, shape: torch.Size, seed: int, dtype: torch.dtype,

@@ -89,8 +89,6 @@ def check_scenario(scenario, path: str) -> None:
          "optimizer states on the training device only (none)"),
         ("training.activation_checkpointing", t.activation_checkpointing,
          t.activation_checkpointing == "none", "no activation checkpointing (none)"),
-        ("training.flash_attention", str(t.flash_attention).lower(), not t.flash_attention,
-         "plain attention only (false)"),
         ("training.gradient_reduction", t.gradient_reduction,
          t.gradient_reduction == "reduce_scatter", "the ZeRO paper's reduce_scatter only"),
     ]

@@ -59,9 +59,9 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     heartbeat = watch.Heartbeat(cfg.progress_file)
     watch.instrument(recorder, heartbeat)
     comm = Collectives(cfg.collectives, rank, world_size, recorder, cfg.backend)
-    engine = STAGES[cfg.stage](build_model(scenario.model), scenario, rank=rank,
-                               world_size=world_size, comm=comm, recorder=recorder, device=device,
-                               seed=cfg.seed, lr=cfg.lr)
+    model = build_model(scenario.model, flash=scenario.training.flash_attention)
+    engine = STAGES[cfg.stage](model, scenario, rank=rank, world_size=world_size, comm=comm,
+                               recorder=recorder, device=device, seed=cfg.seed, lr=cfg.lr)
     recorder.mark("after_init", 0)
     t = scenario.training
     losses = []
@@ -70,22 +70,30 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     progress.begin("steps", cfg.steps + cfg.timed_steps)
     # Memory is measured over the first `steps` steps; `timed_steps` more run with memory
     # profiling off, so their timings carry no profiler overhead.
-    for step in range(cfg.steps + cfg.timed_steps):
-        if step == cfg.steps and cfg.timed_steps:
-            recorder.finish()
-        # One step is one optimizer step: gradient_accumulation micro-batches, made one by one.
-        batches = micro_batches(scenario.model.vocab, t, rank, world_size, cfg.seed, step, device)
-        heartbeat.step = recorder.step = step
-        losses.append(engine.step(batches, step))
-        progress.tick()
-    params = None
-    if cfg.return_params:
-        params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
+    try:
+        for step in range(cfg.steps + cfg.timed_steps):
+            if step == cfg.steps and cfg.timed_steps:
+                recorder.finish()
+            # One optimizer step: gradient_accumulation micro-batches, made one by one.
+            batches = micro_batches(scenario.model.vocab, t, rank, world_size, cfg.seed, step,
+                                    device)
+            heartbeat.step = recorder.step = step
+            losses.append(engine.step(batches, step))
+            progress.tick()
+        params = None
+        if cfg.return_params:
+            params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
+    finally:
+        # Unhook the stage: autograd holds its gradient hooks from C++, out of the garbage
+        # collector's sight, so a hooked stage would outlive the run with all its buffers.
+        for handle in getattr(engine, "hooks", ()):
+            handle.remove()
     peak = recorder.finish()
     # Memory at each point as last measured (timed steps after the profiler stopped have none).
     phases = {s["point"]: s.get("measured_bytes") for s in recorder.samples
               if s.get("measured_bytes") is not None or s["step"] < cfg.steps}
     return {"rank": rank, "peak_bytes": peak, "peak_reserved_bytes": recorder.peak_reserved_bytes,
+            "peak_device_used_bytes": recorder.peak_device_used_bytes,
             "phases": phases,
             "ledger": recorder.ledger.as_dict(),
             "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},

@@ -143,6 +143,11 @@ class _MeasuredSample(MemorySample):
 class MeasuredSample(_MeasuredSample, total=False):
     measured_bytes: int
     """The allocator's (CUDA) or the profiler's (CPU) figure; absent after profiling stopped."""
+    reserved_bytes: int
+    """CUDA only: the caching allocator's reservation now (torch.cuda.memory_reserved)."""
+    device_used_bytes: int
+    """CUDA only: the device's used memory as the driver reports it (total - free from
+    cudaMemGetInfo): what nvidia-smi shows, the CUDA context and NCCL's buffers included."""
 
 
 class _RankMeasurement(TypedDict):
@@ -158,6 +163,8 @@ class RankMeasurement(_RankMeasurement, total=False):
     peak_reserved_bytes: int
     """CUDA only: the caching allocator's peak reservation (torch.cuda.max_memory_reserved);
     peak_bytes is its peak allocation. Absent on CPU."""
+    peak_device_used_bytes: int
+    """CUDA only: the most device memory in use (cudaMemGetInfo) at any memory point measured."""
 
 
 class _MeasurementCore(TypedDict):

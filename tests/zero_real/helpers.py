@@ -31,7 +31,7 @@ def reference_train(scenario, world_size: int, steps: int, seed: int = SEED, lr:
     """Final parameters and losses of one process training on all ranks' data at once (under
     gradient accumulation, all micro-steps' data too: one step on the mean loss over them)."""
     t = scenario.training
-    model = materialize(build_model(scenario.model), seed)
+    model = materialize(build_model(scenario.model, flash=scenario.training.flash_attention), seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for step in range(steps):
@@ -48,7 +48,7 @@ def reference_train(scenario, world_size: int, steps: int, seed: int = SEED, lr:
 def reference_grads(scenario, world_size: int, seed: int = SEED) -> dict[str, torch.Tensor]:
     """Gradients of the first step's loss over all ranks' (and micro-steps') data, by name."""
     t = scenario.training
-    model = materialize(build_model(scenario.model), seed)
+    model = materialize(build_model(scenario.model, flash=scenario.training.flash_attention), seed)
     idx, targets = random_batch(scenario.model.vocab, global_rows(scenario, world_size),
                                 t.seq_len, seed, 0)
     model(idx, targets).backward()
@@ -75,7 +75,8 @@ def gradient_shards(rank: int, world_size: int, setup: RankSetup, stage: int, sc
     cpu, t = torch.device("cpu"), scenario.training
     recorder = Recorder(rank, cpu, profile_memory=False)
     comm = Collectives("native", rank, world_size, recorder, setup.backend)
-    engine = STAGES[stage](build_model(scenario.model), scenario, rank=rank, world_size=world_size,
+    model = build_model(scenario.model, flash=scenario.training.flash_attention)
+    engine = STAGES[stage](model, scenario, rank=rank, world_size=world_size,
                            comm=comm, recorder=recorder, device=cpu, seed=seed, lr=lr)
     engine.step(micro_batches(scenario.model.vocab, t, rank, world_size, seed, 0), 0)
     flats = engine.groups if stage == 3 else [engine.flat]
@@ -129,6 +130,36 @@ def train_worker(rank: int, world_size: int, setup: RankSetup, *, runs=(), grad_
     for key, stage, scenario in grad_runs:
         out[key] = gradient_shards(rank, world_size, setup, stage, scenario)
     return out
+
+
+def freed_worker(rank: int, world_size: int, setup: RankSetup, *, scenario, steps: int) -> dict:
+    """For each stage, a run by train() and then whether its stage object survived it (after a
+    garbage collection): by stage, True where the stage still lives."""
+    import gc
+    import weakref
+
+    from zero_real import train as train_module
+    from zero_real.stages import STAGES
+
+    alive = {}
+    for stage in sorted(STAGES):
+        built = []
+
+        def tracked(*args, cls=STAGES[stage], **kwargs):
+            engine = cls(*args, **kwargs)
+            built.append(weakref.ref(engine))
+            return engine
+
+        saved, STAGES[stage] = STAGES[stage], tracked
+        try:
+            train_module.train(rank, world_size, run_config(
+                setup, scenario=scenario, stage=stage, collectives="native", seed=SEED, lr=LR,
+                steps=steps, profile_memory=False))
+        finally:
+            STAGES[stage] = saved
+        gc.collect()
+        alive[stage] = built[0]() is not None
+    return alive
 
 
 # ---- faults, injected from here: zero_real's code paths know nothing of them ------------------

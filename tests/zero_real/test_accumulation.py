@@ -19,7 +19,7 @@ from functools import partial  # noqa: E402
 
 from tests.conftest import SCENARIOS  # noqa: E402
 from tests.zero_real.test_memory import UNATTRIBUTED_BYTES, unowned_bytes  # noqa: E402
-from tests.zero_real.helpers import (LR, reference_grads, reference_shard,  # noqa: E402
+from tests.zero_real.helpers import (LR, freed_worker, reference_grads, reference_shard,  # noqa: E402
                                      reference_train, relative_error, train_worker)
 from zerosim.contract import ALL_GATHER, ALL_REDUCE, COLLECTIVE_IMPLS, REDUCE_SCATTER, STAGES  # noqa: E402
 from zerosim.scenario.load import load_scenario  # noqa: E402
@@ -228,20 +228,30 @@ def test_cuda_reserved_memory_is_recorded_through_a_fake_allocator(monkeypatch):
                         lambda device=None: stats["max_allocated"])
     monkeypatch.setattr(torch.cuda, "max_memory_reserved",
                         lambda device=None: stats["max_reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 6 << 20)
+    used = iter([(70 << 20, 80 << 20), (60 << 20, 80 << 20)])  # (free, total) at each mark
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: next(used))
     recorder = Recorder(0, torch.device("cuda", 0))
     assert not recorder.profiling  # no CPU profiler on CUDA
     recorder.mark("after_init", 0)
+    recorder.mark("after_forward", 0)
     assert recorder.samples[0]["measured_bytes"] == 3 << 20
+    assert recorder.samples[0]["reserved_bytes"] == 6 << 20
+    assert [s["device_used_bytes"] for s in recorder.samples] == [10 << 20, 20 << 20]
     assert recorder.finish() == 5 << 20
     assert recorder.peak_reserved_bytes == 8 << 20
+    assert recorder.peak_device_used_bytes == 20 << 20  # the most the driver reported at a mark
     rank = {"rank": 0, "peak_bytes": recorder.peak_bytes,
-            "peak_reserved_bytes": recorder.peak_reserved_bytes, "phases": {"after_init": 3 << 20},
+            "peak_reserved_bytes": recorder.peak_reserved_bytes,
+            "peak_device_used_bytes": recorder.peak_device_used_bytes,
+            "phases": {"after_init": 3 << 20},
             "ledger": recorder.ledger.as_dict(), "ledger_phases": {}, "events": [],
             "memory_samples": recorder.samples, "losses": [5.0], "params": None,
             "hardware": "fake GPU x1", "under_profiler": False}
     m = measurement(_cfg(), [rank], 1)
     assert m["ranks"][0]["peak_bytes"] == 5 << 20
     assert m["ranks"][0]["peak_reserved_bytes"] == 8 << 20
+    assert m["ranks"][0]["peak_device_used_bytes"] == 20 << 20
     assert "peak 5.00 MiB (reserved 8.00 MiB)" in summary(m, None)
 
 
@@ -259,3 +269,38 @@ def test_a_cuda_run_reports_reserved_at_least_allocated():
     for stage in STAGES:
         r = result[stage]
         assert 0 < r["peak_bytes"] <= r["peak_reserved_bytes"], (stage, r["peak_bytes"])
+
+
+def test_every_stage_is_freed_after_its_run():
+    """calibrate runs every stage in one process: a stage still alive after its run keeps its
+    model states, and the next stage on a GPU runs out of memory (seen on an H100: stage 0 of a
+    1.3B model after another stage-0 run). Autograd holds the gradient hooks from C++, out of the
+    garbage collector's sight, so train() must unhook the stage."""
+    from zero_real.launch import spawn
+    from zero_real.runconfig import RankSetup
+
+    setup = RankSetup(backend="gloo", nproc=1, timeout_s=30)
+    result, = spawn(partial(freed_worker, scenario=tiny(1), steps=1), 1, setup, timeout_s=120)
+    assert result == {stage: False for stage in STAGES}
+
+
+def test_flash_attention_keeps_no_score_matrix_and_plain_attention_keeps_it():
+    """training.flash_attention picks the attention kernel: the fused one (no s x s matrix) or
+    the plain math, whose softmax output autograd keeps. Left to itself SDPA takes a fused
+    kernel whenever one applies (an H100 run of a `flash_attention = false` scenario measured
+    flash's memory). The measured activations differ by exactly zerosim's score term."""
+    from zero_real.launch import spawn
+    from zero_real.runconfig import RankSetup
+    from zerosim.model import activations
+
+    # zero_real has no dropout (zero_real.model): without it zerosim keeps the softmax output.
+    plain = tiny(1, "model.dropout=false")
+    flash = tiny(1, "model.dropout=false", "training.flash_attention=true")
+    runs = [("plain", 0, "native", plain), ("flash", 0, "native", flash)]
+    setup = RankSetup(backend="gloo", nproc=1, timeout_s=30)
+    result, = spawn(partial(train_worker, runs=runs, steps=1), 1, setup, timeout_s=120)
+    kept = {k: result[k]["ledger_phases"]["after_forward"]["activations"] for k in result}
+    a_plain, a_flash = activations(plain.model, plain.training), activations(flash.model,
+                                                                             flash.training)
+    scores = plain.model.layers * (a_plain.per_layer_bytes - a_flash.per_layer_bytes)
+    assert scores > 0 and kept["plain"] - kept["flash"] == scores

@@ -126,7 +126,6 @@ def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
     ("training.optimizer=sgd", "training.optimizer = sgd"),
     ("training.optimizer_offload=cpu", "training.optimizer_offload = cpu"),
     ("training.activation_checkpointing=full", "training.activation_checkpointing = full"),
-    ("training.flash_attention=true", "training.flash_attention = true"),
     ("training.gradient_reduction=all_reduce", "training.gradient_reduction = all_reduce"),
 ])
 def test_unsupported_scenario_settings_are_refused(override, fragment):

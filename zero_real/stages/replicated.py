@@ -52,8 +52,8 @@ class DDP:
         self.uses = {p: 1 for p in self.flat.params}
         if self.tied:
             self.uses[self.model.embedding.tok.weight] = 2  # the head's and the embedding's
-        for slot, p in zip(layout.slots, self.flat.params):
-            p.register_post_accumulate_grad_hook(self._make_hook(slot))
+        self.hooks = [p.register_post_accumulate_grad_hook(self._make_hook(slot))  # train()
+                      for slot, p in zip(layout.slots, self.flat.params)]  # removes them
 
     def make_grads(self, device) -> torch.Tensor:
         """The gradient buffer; returns the part the optimizer reads."""

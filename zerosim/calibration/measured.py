@@ -104,13 +104,17 @@ def per_step_figures(m: dict[str, Any]) -> dict[int, dict[str, float]]:
 
 
 def memory_figures(m: dict[str, Any]) -> dict[str, float]:
-    """The largest over ranks at each memory point every rank measured, and of the peaks."""
+    """The largest over ranks at each memory point every rank measured, and of the peaks
+    (allocated; reserved where every rank measured it, i.e. on CUDA)."""
     out = {}
     for point in MEMORY_POINTS:
         values = [r["phases"].get(point) for r in m["ranks"]]
         if values and all(v is not None for v in values):
             out[f"memory_{point}_bytes"] = max(values)
     out["peak_bytes"] = max(r["peak_bytes"] for r in m["ranks"])
+    reserved = [r.get("peak_reserved_bytes") for r in m["ranks"]]
+    if reserved and all(v is not None for v in reserved):  # CUDA runs: the caching allocator's
+        out["peak_reserved_bytes"] = max(reserved)
     return out
 
 

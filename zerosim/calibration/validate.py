@@ -102,6 +102,9 @@ def simulated_metrics(result, with_times: bool) -> dict[str, float]:
     for point in MEMORY_POINTS:
         out[f"memory_{point}_bytes"] = result.memory_at[point]
     out["peak_bytes"] = result.peak_bytes
+    # The allocator model's reservation (sim/allocator.py); compared only where the run measured
+    # one (CUDA), since compare() leaves simulated-only figures without an error.
+    out["peak_reserved_bytes"] = result.peak_reserved_bytes
     return out
 
 
