@@ -86,6 +86,28 @@ def step_transient_bytes(t: TrainingConfig, stage: int, shard: int) -> int:
     return 0
 
 
+def fp32_shards_are_the_master(t: TrainingConfig, stage: int) -> bool:
+    """FSDP2 (fully_shard with a MixedPrecisionPolicy) keeps each sharded parameter in its own
+    dtype, fp32, and casts it to the compute dtype only into the all-gather's input; the
+    optimizer steps those fp32 shards, and their gradients are fp32 whatever reduce_dtype
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param.py and _fsdp_collectives.py: the reduced
+    gradient is cast back to the sharded parameter's dtype). No 16-bit shard, no separate
+    master: 4 + 4 + 4 x moments bytes per element of the shard, 16 for Adam, not the paper's
+    2 + 2 + 12. Measured on an H100 (profiles/h100/fsdp2_memory_2026-11-24.json, Llama-2-7B
+    shape, 8-way): 12.67 GiB allocated after the step, 16 x 842,301,952 bytes = 12.55 GiB."""
+    return t.framework == "fsdp2" and stage == 3 and t.precision != "fp32"
+
+
+def grads_made_in_backward(t: TrainingConfig, stage: int) -> bool:
+    """FSDP2 creates each sharded gradient when its unit's reduce-scatter completes, and the
+    training loop frees them all with optimizer.zero_grad() (set_to_none, torch.optim's default
+    since 2.0) before the next forward: no gradient is alive during forward. The other
+    frameworks keep a persistent gradient buffer (DeepSpeed's contiguous gradients, DDP's
+    buckets, the paper's accounting). Measured on an H100 (profiles/h100/fsdp2_memory_*.json):
+    after forward, allocated = fp32 shard + moments + activations, no gradient."""
+    return t.framework == "fsdp2" and stage == 3
+
+
 def shard_elements(numel: int, world_size: int) -> int:
     """Elements per rank of a flat buffer padded to a multiple of world_size."""
     return -(-numel // world_size)
@@ -132,6 +154,9 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     grads = bg * (shard if stage >= 2 else psi)
     optimizer_numel = shard if stage >= 1 else psi
     optimizer = k * optimizer_numel
+    if fp32_shards_are_the_master(t, stage):
+        params, grads = FP32_BYTES * shard, FP32_BYTES * shard
+        optimizer = FP32_BYTES * MOMENTS[t.optimizer] * shard
     host = 0
     if t.optimizer_offload == "cpu":
         # ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840) §4.1: parameters stay on the GPU; the
@@ -162,10 +187,13 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     acts = activations(m, t).peak_bytes
     states = params + grads + optimizer
     step = step_transient_bytes(t, stage, shard)
+    # At the start of backward gradients made in backward do not exist yet; once all of them
+    # do, the activations are gone: the peak is the larger of the two moments.
+    at_backward = states - grads if grads_made_in_backward(t, stage) else states
     return StageMemory(stage=stage, params_bytes=params, grads_bytes=grads,
                        optimizer_bytes=optimizer, model_states_bytes=states,
                        activations_bytes=acts, buffers_bytes=buffers, host_bytes=host,
-                       step_bytes=step, peak_bytes=max(states + acts + buffers,
+                       step_bytes=step, peak_bytes=max(at_backward + acts + buffers,
                                                        states + persistent + step))
 
 
@@ -207,12 +235,14 @@ def check_scale(scenario: Scenario) -> Scenario:
 
 def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     """GPU bytes at the quiet moments of a step, when no collective or gathered buffer is alive:
-    after forward (model states + every layer's stored activations), after backward and after the
-    optimizer step (model states alone). The engine's memory timeline must pass through these."""
+    after forward (model states + every layer's stored activations; no gradient where backward
+    makes them), after backward and after the optimizer step (model states alone). The engine's memory timeline must pass through these."""
     row = stage_memory(scenario, stage)
     acts = activations(scenario.model, scenario.training)
     stored = acts.peak_bytes - acts.recompute_bytes
     states = row.model_states_bytes + persistent_buffer_bytes(
         scenario.training, stage, total_params(scenario.model))
+    made_in_backward = row.grads_bytes if grads_made_in_backward(scenario.training, stage) else 0
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]
-    return {after_forward: states + stored, after_backward: states, after_step: states}
+    return {after_forward: states - made_in_backward + stored, after_backward: states,
+            after_step: states}

@@ -40,17 +40,52 @@ def test_ddp_buckets_copy_the_gradients_unless_they_are_views(view, copies):
     assert result.peak_bytes <= row.peak_bytes
 
 
-def test_fsdp2_reducing_in_fp32_doubles_the_gradient_bytes():
-    """ZeRO-3 on 64 ranks, fp16: the gradient shard and what is reduce-scattered become fp32."""
+def test_fsdp2_keeps_fp32_shards_and_reducing_in_fp32_doubles_the_wire_bytes():
+    """ZeRO-3 on 64 ranks, fp16: FSDP2 keeps the sharded parameters in fp32 (they are the
+    optimizer's master) and their gradients in fp32 whatever reduce_dtype: 4 + 4 + 8 bytes per
+    shard element for Adam. reduce_dtype sets what is reduce-scattered: fp32 sends twice fp16."""
     base = ["training.framework='fsdp2'", "training.zero_stage=3"]
     half = load_scenario(MEGATRON, base)
     full = load_scenario(MEGATRON, [*base, "training.reduce_dtype='fp32'"])
     shard = -(-MEGATRON_PSI // 64)
-    assert stage_memory(half, 3).grads_bytes == 2 * shard
-    assert stage_memory(full, 3).grads_bytes == 4 * shard
+    for s in (half, full):
+        row = stage_memory(s, 3)
+        assert (row.params_bytes, row.grads_bytes, row.optimizer_bytes) == (
+            4 * shard, 4 * shard, 8 * shard)
+    paper = stage_memory(load_scenario(MEGATRON), 3)  # 2 + 2 + 12: the same 16 bytes, split
+    assert (paper.params_bytes, paper.grads_bytes) == (2 * shard, 2 * shard)
     sent = {r: simulate(s, 3, keep_events=False).comm_bytes_per_rank["reduce_scatter"]
             for r, s in (("half", half), ("full", full))}
     assert sent["full"] == pytest.approx(2 * sent["half"], rel=1e-9)
+
+
+def test_fsdp2_gradients_exist_from_backward_to_the_step_only():
+    """FSDP2 makes each sharded gradient as its reduce-scatter completes; zero_grad frees them
+    before the next forward. After forward: no gradient; after backward: all of them."""
+    fsdp = load_scenario(MEGATRON, ["training.framework='fsdp2'", "training.zero_stage=3"])
+    row, result = stage_memory(fsdp, 3), simulate(fsdp, 3, keep_events=False)
+    grads = row.grads_bytes
+    assert result.memory_at["after_init"] == row.model_states_bytes - grads
+    assert result.memory_at["after_step"] == row.model_states_bytes
+    deepspeed = load_scenario(MEGATRON, ["training.framework='deepspeed'",
+                                         "training.zero_stage=3"])
+    ds = simulate(deepspeed, 3, keep_events=False)  # a persistent buffer from the start
+    assert ds.memory_at["after_init"] == stage_memory(deepspeed, 3).model_states_bytes
+
+
+def test_fsdp2_states_match_the_h100_measurement():
+    """profiles/h100/fsdp2_memory_2026-11-24.json: FSDP2 on one H100 at a fake world of 8,
+    Llama-2-7B shape; after the optimizer step the allocator held the fp32 parameter shard, its
+    gradient and Adam's moments, 16 bytes x 842,301,952 elements, and a little more."""
+    import json
+
+    runs = json.loads((SCENARIOS.parent / "profiles" / "h100" /
+                       "fsdp2_memory_2026-11-24.json").read_text())
+    run = next(r for r in runs if r["config"]["name"] == "llama2_7b_s4096_b2_w8_full")
+    shard = run["params_local_shard"]
+    assert shard == -(-6_738_415_616 // 8)
+    measured = run["steps"][-1]["after_optimizer"]["allocated"]
+    assert 16 * shard <= measured <= 1.01 * 16 * shard
 
 
 def test_the_loss_in_fp32_only_outside_the_papers_accounting():

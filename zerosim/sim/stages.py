@@ -46,7 +46,8 @@ class DDP:
 
     def run(self) -> Iterator:
         mem = self.shape.memory
-        for category, size in (("params", mem.params_bytes), ("grads", mem.grads_bytes),
+        grads = 0 if self.shape.grad_shard_bytes else mem.grads_bytes  # else made in backward
+        for category, size in (("params", mem.params_bytes), ("grads", grads),
                                ("optimizer", mem.optimizer_bytes)):
             self.ctx.alloc(category, category, size)
         if self.shape.persistent_bytes:  # DDP's bucket copies of the gradients
@@ -241,6 +242,7 @@ class ZeRO3(ZeRO1):
         self.grad_slots = simpy.Container(self.env, STAGE3_LIVE_LAYER_GRADS,
                                           init=STAGE3_LIVE_LAYER_GRADS)
         self.gathers: dict[tuple[str, int], object] = {}
+        self.grad_shards: set[int] = set()
 
     def start_gathers(self, phase: str, units) -> None:
         for unit in units:
@@ -281,6 +283,9 @@ class ZeRO3(ZeRO1):
         def reduced() -> None:
             self.ctx.free(key)
             self.grad_slots.put(1)
+            if self.shape.grad_shard_bytes and unit not in self.grad_shards:
+                self.grad_shards.add(unit)  # once: later micro-steps accumulate into it
+                self.ctx.alloc(("grad shard", unit), "grads", self.shape.grad_shard_bytes[unit])
 
         self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
                                           "gradient reduce-scatter", "backward", unit,

@@ -5,10 +5,11 @@ the optimizer's cost, and the limit on how many pieces one simulated step may ha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zerosim.errors import InputError
-from zerosim.memory import (MOMENTS, StageMemory, grad_bytes_per_element, loss_transient_bytes,
+from zerosim.memory import (MOMENTS, StageMemory, grad_bytes_per_element, grads_made_in_backward,
+                            loss_transient_bytes,
                             persistent_buffer_bytes, shard_elements, stage_memory,
                             step_transient_bytes)
 from zerosim.model import (activations, gather_units, gradient_units, total_params,
@@ -58,6 +59,10 @@ class StepShape:
     """Bytes the allocator keeps after backward (a profile's measurement)."""
     other_s: float
     """Seconds per step in neither compute nor a collective (a profile's measurement)."""
+    grad_shard_bytes: list[int] = field(default_factory=list)
+    """Where sharded gradients come into being as each unit's reduce-scatter completes instead
+    of a buffer held all step (memory.grads_made_in_backward: FSDP2), each unit's part of the
+    rank's gradient shard (in proportion to its gradient elements, adding up exactly)."""
 
 
 # A step costs a few simpy events per bucket and per all-gather chunk, and about ten times that
@@ -81,6 +86,11 @@ def _check_size(stage: int, units: int, grad_bytes: int, bucket_bytes: int, para
             f"stage {stage} would simulate {' + '.join(parts)}, more than {MAX_STEP_PIECES:,} "
             f"pieces: raise training.reduce_bucket_MiB or allgather_bucket_MiB, or lower "
             f"model.layers")
+
+
+def _grad_shards(total: int, elements: list[int]) -> list[int]:
+    ends = [total * sum(elements[:i + 1]) // max(1, sum(elements)) for i in range(len(elements))]
+    return [end - start for start, end in zip([0, *ends], ends)]
 
 
 def step_shape(scenario, stage: int) -> StepShape:
@@ -108,6 +118,9 @@ def step_shape(scenario, stage: int) -> StepShape:
                             activation_bytes[:-1] + [max(0, round(extra["activations"]))])
     return StepShape(
         stage=stage, memory=stage_memory(scenario, stage), gather_elements=units,
+        grad_shard_bytes=_grad_shards(stage_memory(scenario, stage).grads_bytes,
+                                      gradient_units(m)) if grads_made_in_backward(t, stage)
+        else [],
         gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
         activation_bytes=activation_bytes,
         recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
