@@ -227,6 +227,10 @@ def run_config(c, out):
     if cuda:  # CUDA context baseline: init + set_device + a tiny tensor, before the model
         torch.cuda.init(), torch.cuda.set_device(dev), torch.ones(1, device=dev)
     res["baseline_context"] = snap(dev)
+    snapshot = os.environ.get("FSDP2_MEMORY_SNAPSHOT") if cuda else None  # the allocator's
+    if snapshot:  # own trace (every alloc and free, stream, segment), no stacks: small
+        torch.cuda.memory._record_memory_history(context=None, stacks="python",
+                                                 max_entries=1_000_000)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=c["world"])
     save()
     try:
@@ -241,6 +245,8 @@ def run_config(c, out):
                    peaks(dev), oom_since_start_peak=peaks(dev, res.get("peak_since_start")))
         print(f"[{c['name']}] OOM in {res['phase']}", flush=True)
     save()
+    if snapshot:
+        torch.cuda.memory._dump_snapshot(f"{snapshot}.{c['name']}.pickle")
     dist.destroy_process_group()
 
 
