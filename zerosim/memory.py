@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from zerosim.contract import MEMORY_POINTS, STAGES
+from zerosim.contract import MEMORY_POINTS, PASSES, STAGES
 from zerosim.model import activations, max_gather_window, total_params
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
@@ -56,16 +56,29 @@ def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
     return BYTES_PER_ELEMENT[t.precision]
 
 
-def loss_transient_bytes(m, t: TrainingConfig) -> int:
-    """Cross-entropy over the vocabulary in fp32, as torchtitan and Hugging Face models compute
-    it (any framework but "zero", whose accounting keeps only the fp32 log-probabilities that
-    activations() counts): beside those, the 16-bit logits and their fp32 copy live together in
-    forward, and the fp32 gradient and the 16-bit one in backward: (w + 4) tokens V bytes at the
-    head, at the moment every layer's activations are alive (w alone under fp32: no copy)."""
+def loss_blocks(m, t: TrainingConfig) -> dict[str, list[int]]:
+    """The tensors cross-entropy over the vocabulary in fp32 allocates beside the activations, in
+    the order it allocates them, per phase, as torchtitan and Hugging Face models compute it
+    (logits.float(), then log_softmax and nll_loss); any framework but "zero", whose accounting
+    keeps only the fp32 log-probabilities that activations() counts. Forward: the 16-bit logits
+    and their fp32 copy (freed once the log-probabilities exist; under fp32 the logits alone).
+    Backward: nll_loss's fp32 gradient and log_softmax's (the 16-bit gradient comes after the
+    first is freed). Read off an H100 allocator trace of FSDP2
+    (profiles/h100/allocator_trace_llama_1b_*.json.gz, events 1396-1415): 2, 4, [4 kept], then
+    4, 4 bytes per token and vocabulary entry."""
     if m.is_bare or t.seq_len is None or t.framework == "zero":
-        return 0
+        return dict.fromkeys(PASSES, [])
     w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
-    return (w + (FP32_BYTES if w != FP32_BYTES else 0)) * t.micro_batch * t.seq_len * m.vocab
+    entries = t.micro_batch * t.seq_len * m.vocab
+    forward = [w * entries] + ([FP32_BYTES * entries] if w != FP32_BYTES else [])
+    return dict(zip(PASSES, (forward, [FP32_BYTES * entries, FP32_BYTES * entries])))
+
+
+def loss_transient_bytes(m, t: TrainingConfig) -> int:
+    """The most loss_blocks holds at once: (w + 4) tokens V bytes in forward, 8 tokens V in
+    backward (w = 2 or 4: backward's is the larger), at the moment every layer's activations
+    are alive."""
+    return max((sum(blocks) for blocks in loss_blocks(m, t).values()), default=0)
 
 
 def persistent_buffer_bytes(t: TrainingConfig, stage: int, psi: int) -> int:

@@ -198,6 +198,25 @@ def gradient_units(m: ModelConfig) -> list[int]:
     return units
 
 
+def unit_tensor_shapes(m: ModelConfig) -> list[list[tuple[int, int]]]:
+    """Each gather unit's parameter tensors as (rows, columns), in module order, torchtitan's
+    Llama layout (separate Q, K, V; nn.Linear weights are (out, in)): what FSDP2 shards
+    tensor by tensor along rows. A tied head owns no tensor. Not for a bare Psi."""
+    h, f, v, kv = m.hidden, m.ffn_width, m.vocab, m.n_kv_heads * m.head_dim
+    bias = m.bias
+    norm = [(h, 1)] * (2 if m.norm == "layernorm" and bias else 1)
+
+    def linear(out: int, inp: int) -> list[tuple[int, int]]:
+        return [(out, inp)] + ([(out, 1)] if bias else [])
+
+    attention = linear(h, h) + linear(kv, h) + linear(kv, h) + linear(h, h)
+    mlp = (linear(f, h) + linear(h, f) if m.mlp == "gelu"
+           else linear(f, h) + linear(h, f) + linear(f, h))
+    embedding = [(v, h)] + ([(m.max_seq_len, h)] if m.position == "learned" else [])
+    head = norm + ([] if m.tied_embeddings else [(v, h)])
+    return [embedding] + [norm + attention + norm + mlp] * m.layers + [head]
+
+
 def unit_activation_bytes(m: ModelConfig, t: TrainingConfig) -> list[int]:
     """What each gather unit keeps from forward to backward: the embedding dropout mask, each
     layer's stored part, the final-norm and head inputs and fp32 logits. Sums to the analytic

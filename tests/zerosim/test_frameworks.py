@@ -31,7 +31,7 @@ def test_deepspeed_holds_an_fp32_gradient_partition_for_the_step():
 def test_ddp_buckets_copy_the_gradients_unless_they_are_views(view, copies):
     s = load_scenario(MEGATRON, ["training.framework='ddp'", "training.zero_stage=0",
                                  f"training.gradient_as_bucket_view={str(view).lower()}"])
-    loss = (2 + 4) * TOKENS * VOCAB  # fp16 logits with their fp32 copy, or the two gradients
+    loss = (4 + 4) * TOKENS * VOCAB  # backward: nll_loss's and log_softmax's fp32 gradients
     plain = stage_memory(load_scenario(MEGATRON), 0)
     row = stage_memory(s, 0)
     assert row.buffers_bytes == plain.buffers_bytes + copies + loss
@@ -91,7 +91,8 @@ def test_fsdp2_states_match_the_h100_measurement():
 def test_the_loss_in_fp32_only_outside_the_papers_accounting():
     zero = stage_memory(load_scenario(MEGATRON), 3)
     fsdp = stage_memory(load_scenario(MEGATRON, ["training.framework='fsdp2'"]), 3)
-    assert fsdp.buffers_bytes - zero.buffers_bytes == (2 + 4) * TOKENS * VOCAB
+    # the most at once: backward's two fp32 gradients (forward: fp16 logits + fp32 copy = 6)
+    assert fsdp.buffers_bytes - zero.buffers_bytes == (4 + 4) * TOKENS * VOCAB
 
 
 @pytest.mark.parametrize("sets, fragment", [
@@ -105,3 +106,64 @@ def test_bad_framework_settings_are_one_line(sets, fragment):
     for text in sets:
         argv += ["--set", text]
     assert_one_line_error(run_zerosim(*argv), fragment)
+
+
+LLAMA2_7B = SCENARIOS / "llama2_7b_64gpu.toml"
+
+
+def test_fsdp2_shards_each_tensor_along_its_rows():
+    """torchtitan's Llama-2-7B layer, counted by hand: attention norm, Q, K, V, O, MLP norm,
+    w1, w2, w3 (nn.Linear weights are (out, in)); at 64 ranks each tensor keeps ceil(rows / 64)
+    rows: norms 64 of 4096 elements... one row of 4096 rows of one column each."""
+    from zerosim.model import gradient_units, unit_tensor_shapes
+
+    m = load_scenario(LLAMA2_7B).model
+    units = unit_tensor_shapes(m)
+    h, f = 4096, 11008
+    assert units[1] == [(h, 1), (h, h), (h, h), (h, h), (h, h), (h, 1), (f, h), (h, f), (f, h)]
+    assert units[0] == [(32000, h)] and units[-1] == [(h, 1), (32000, h)]
+    assert [sum(r * c for r, c in u) for u in units] == gradient_units(m)
+
+
+def test_fsdp2_model_states_are_one_block_per_tensor_and_gradients_live_in_their_stream():
+    """FSDP2's parameters and Adam's moments are one tensor each per parameter (small ones share
+    the allocator's 2 and 20 MiB segments), and each gradient shard is the reduce-scatter's
+    output, allocated on the reduce-scatter stream: its own pool of segments."""
+    from zerosim.sim.step_shape import step_shape
+
+    s = load_scenario(LLAMA2_7B, ["training.framework='fsdp2'"])
+    shape, row = step_shape(s, 3), stage_memory(s, 3)
+    tensors = 1 + 32 * 9 + 2
+    assert [c for c, _ in shape.state_blocks] == ["params"] * tensors + ["optimizer"] * 2 * tensors
+    assert sum(b for c, b in shape.state_blocks if c == "params") == row.params_bytes
+    assert sum(b for c, b in shape.state_blocks if c == "optimizer") == row.optimizer_bytes
+    assert sum(map(sum, shape.grad_shard_bytes)) == row.grads_bytes
+    assert [len(u) for u in shape.grad_shard_bytes] == [1] + [9] * 32 + [2]
+    result = simulate(s, 3)
+    streams = {seg.stream for seg in result.ranks[0].state.memory.allocator.segments}
+    assert streams == {"compute", "gather", "reduce"}
+    zero = simulate(load_scenario(LLAMA2_7B), 3)  # the paper's accounting: flat buffers
+    assert {seg.stream for seg in zero.ranks[0].state.memory.allocator.segments} == {
+        "compute", "gather"}
+
+
+def test_fsdp2_memory_against_our_h100_measurements():
+    """bench/fsdp2_vs_h100.py's comparison as a guard: over the committed FSDP2 runs (one H100,
+    fake worlds of 8 and 64) the simulated peak allocation is within 3.5% of torch's and the
+    reservation within 15% (mean 7.7% low when this was written: the allocator's trace replays
+    to the byte, test_allocator_h100_trace.py; what is left is the order of the real
+    allocations)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("fsdp2_vs_h100", SCENARIOS.parent / "bench" /
+                                                  "fsdp2_vs_h100.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for run in json.loads(bench.MEASURED.read_text()):
+        result = simulate(bench.scenario(run["config"], "flat"), 3, keep_events=False)
+        peaks = run["peak_since_start"]
+        alloc = result.peak_allocated_bytes / peaks["max_memory_allocated"] - 1
+        reserved = result.peak_reserved_bytes / peaks["max_memory_reserved"] - 1
+        assert abs(alloc) <= 0.035 and abs(reserved) <= 0.15, (run["config"]["name"], alloc,
+                                                                reserved)

@@ -98,6 +98,8 @@ class SegmentInfo:
     size_bytes: int
     is_small: bool
     blocks: tuple[tuple[int, bool], ...]
+    stream: object = None
+    """The stream whose pool the segment belongs to."""
 
     @property
     def allocated_bytes(self) -> int:
@@ -157,7 +159,8 @@ class CachingAllocator:
                 blocks.append((block.size, block.allocated))
                 block = block.next
             result.append(SegmentInfo(address=head.address, size_bytes=sum(s for s, _ in blocks),
-                                      is_small=head.small, blocks=tuple(blocks)))
+                                      is_small=head.small, blocks=tuple(blocks),
+                                      stream=head.stream))
         return result
 
     def malloc(self, key: object, size_bytes: int, stream: object = "compute") -> None:

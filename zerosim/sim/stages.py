@@ -47,9 +47,9 @@ class DDP:
     def run(self) -> Iterator:
         mem = self.shape.memory
         grads = 0 if self.shape.grad_shard_bytes else mem.grads_bytes  # else made in backward
-        for category, size in (("params", mem.params_bytes), ("grads", grads),
-                               ("optimizer", mem.optimizer_bytes)):
-            self.ctx.alloc(category, category, size)
+        for i, (category, size) in enumerate(self.shape.state_blocks or (
+                ("params", mem.params_bytes), ("grads", grads), ("optimizer", mem.optimizer_bytes))):
+            self.ctx.alloc((category, i), category, size)
         if self.shape.persistent_bytes:  # DDP's bucket copies of the gradients
             self.ctx.alloc("bucket copies", "buckets", self.shape.persistent_bytes)
         self.ctx.mark("after_init")
@@ -88,12 +88,11 @@ class DDP:
             self.release(unit, "forward")
 
     def loss(self, unit: int, phase: str, done: bool = False) -> None:
-        """The loss's fp32 transients around the head's compute (memory.loss_transient_bytes)."""
-        if unit == self.layers - 1 and self.shape.loss_bytes:
-            if done:
-                self.ctx.free(("loss", phase))
-            else:
-                self.ctx.alloc(("loss", phase), "activations", self.shape.loss_bytes)
+        """The loss's fp32 transients around the head's compute (memory.loss_blocks)."""
+        if unit == self.layers - 1:
+            for i, size in enumerate(self.shape.loss_blocks[phase]):
+                (self.ctx.free(("loss", phase, i)) if done else
+                 self.ctx.alloc(("loss", phase, i), "activations", size))
 
     def backward(self) -> Iterator:
         self.start_gathers("backward", reversed(range(self.layers)))
@@ -284,8 +283,10 @@ class ZeRO3(ZeRO1):
             self.ctx.free(key)
             self.grad_slots.put(1)
             if self.shape.grad_shard_bytes and unit not in self.grad_shards:
-                self.grad_shards.add(unit)  # once: later micro-steps accumulate into it
-                self.ctx.alloc(("grad shard", unit), "grads", self.shape.grad_shard_bytes[unit])
+                self.grad_shards.add(unit)  # once: later micro-steps add into it. FSDP2 makes
+                # them the reduce-scatter's output, on the reduce-scatter stream (its own pool)
+                for i, size in enumerate(self.shape.grad_shard_bytes[unit]):
+                    self.ctx.alloc(("grad shard", unit, i), "grads", size, stream="reduce")
 
         self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
                                           "gradient reduce-scatter", "backward", unit,

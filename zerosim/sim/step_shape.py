@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from zerosim.errors import InputError
 from zerosim.memory import (MOMENTS, StageMemory, grad_bytes_per_element, grads_made_in_backward,
-                            loss_transient_bytes,
+                            loss_blocks,
                             persistent_buffer_bytes, shard_elements, stage_memory,
                             step_transient_bytes)
 from zerosim.model import (activations, gather_units, gradient_units, total_params,
-                           unit_activation_bytes, unit_flops)
+                           unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
                                other_s)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
@@ -49,8 +49,9 @@ class StepShape:
     """Micro-steps (forward and backward of one micro-batch) per optimizer step."""
     persistent_bytes: int
     """Buffers alive all step beyond the model states (DDP's bucket copies)."""
-    loss_bytes: int
-    """The loss's fp32 transients, during the head's forward and backward."""
+    loss_blocks: dict[str, list[int]]
+    """The loss's fp32 transients, during the head's forward and backward, tensor by tensor
+    (memory.loss_blocks)."""
     step_bytes: int
     """What the optimizer step holds for its duration (DeepSpeed's fp32 gradient partition)."""
     workspace_bytes: int
@@ -59,10 +60,14 @@ class StepShape:
     """Bytes the allocator keeps after backward (a profile's measurement)."""
     other_s: float
     """Seconds per step in neither compute nor a collective (a profile's measurement)."""
-    grad_shard_bytes: list[int] = field(default_factory=list)
+    grad_shard_bytes: list[list[int]] = field(default_factory=list)
     """Where sharded gradients come into being as each unit's reduce-scatter completes instead
-    of a buffer held all step (memory.grads_made_in_backward: FSDP2), each unit's part of the
-    rank's gradient shard (in proportion to its gradient elements, adding up exactly)."""
+    of a buffer held all step (memory.grads_made_in_backward: FSDP2), each unit's parameter
+    tensors' parts of the rank's gradient shard."""
+    state_blocks: list[tuple[str, int]] = field(default_factory=list)
+    """Where model states are one tensor per parameter (FSDP2: each sharded parameter, then
+    each of its optimizer moments), (category, bytes) in allocation order; else one block per
+    category. Either way they add up to memory's bytes exactly."""
 
 
 # A step costs a few simpy events per bucket and per all-gather chunk, and about ten times that
@@ -88,9 +93,41 @@ def _check_size(stage: int, units: int, grad_bytes: int, bucket_bytes: int, para
             f"model.layers")
 
 
-def _grad_shards(total: int, elements: list[int]) -> list[int]:
-    ends = [total * sum(elements[:i + 1]) // max(1, sum(elements)) for i in range(len(elements))]
+def _split(total: int, weights: list[int]) -> list[int]:
+    """total in integer parts proportional to weights, adding up exactly."""
+    ends, run, whole = [], 0, max(1, sum(weights))
+    for w in weights:
+        run += w
+        ends.append(total * run // whole)
     return [end - start for start, end in zip([0, *ends], ends)]
+
+
+def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tuple[str, int]]]:
+    """FSDP2's per-parameter states: each tensor sharded along its rows (ceil(rows / N) x
+    columns elements on a rank), the gradient shard per unit and tensor, and the allocation
+    order of parameters then moments (Adam's exp_avg, exp_avg_sq per parameter)."""
+    n, moments = scenario.world_size, MOMENTS[scenario.training.optimizer]
+    units = [[-(-rows // n) * cols for rows, cols in unit]
+             for unit in unit_tensor_shapes(scenario.model)]
+    flat = [w for unit in units for w in unit]
+    grads, at = _split(memory.grads_bytes, flat), 0
+    per_unit = []
+    for unit in units:
+        per_unit.append(grads[at:at + len(unit)])
+        at += len(unit)
+    optimizer = _split(memory.optimizer_bytes, [w for w in flat for _ in range(moments)])
+    return per_unit, ([("params", b) for b in _split(memory.params_bytes, flat)]
+                      + [("optimizer", b) for b in optimizer])
+
+
+def _fsdp2_states(scenario, stage: int) -> dict:
+    if not grads_made_in_backward(scenario.training, stage):
+        return {}
+    if scenario.model.is_bare:  # no tensors: each unit's gradient shard in one piece
+        total = stage_memory(scenario, stage).grads_bytes
+        return {"grad_shard_bytes": [[b] for b in _split(total, gradient_units(scenario.model))]}
+    grads, states = _per_tensor(scenario, stage_memory(scenario, stage))
+    return {"grad_shard_bytes": grads, "state_blocks": states}
 
 
 def step_shape(scenario, stage: int) -> StepShape:
@@ -118,9 +155,7 @@ def step_shape(scenario, stage: int) -> StepShape:
                             activation_bytes[:-1] + [max(0, round(extra["activations"]))])
     return StepShape(
         stage=stage, memory=stage_memory(scenario, stage), gather_elements=units,
-        grad_shard_bytes=_grad_shards(stage_memory(scenario, stage).grads_bytes,
-                                      gradient_units(m)) if grads_made_in_backward(t, stage)
-        else [],
+        **_fsdp2_states(scenario, stage),
         gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
         activation_bytes=activation_bytes,
         recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
@@ -132,7 +167,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
         persistent_bytes=persistent_buffer_bytes(t, stage, psi),
-        loss_bytes=loss_transient_bytes(m, t),
+        loss_blocks=loss_blocks(m, t),
         step_bytes=step_transient_bytes(t, stage, shard_elements(psi, scenario.world_size)),
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))
