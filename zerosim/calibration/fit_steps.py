@@ -25,10 +25,14 @@ from zerosim.scenario.profile import Profile
 from zerosim.sim.engine import simulate
 
 
-def _line_through(tokens, values) -> dict[str, float]:
-    """fixed + per_token·tokens by ordinary least squares (values may be negative or zero)."""
+def _line_through(tokens, values, per_token_if_one=False) -> dict[str, float]:
+    """fixed + per_token·tokens by ordinary least squares (values may be negative or zero).
+    With one token count no line can be told: a constant, or with per_token_if_one a
+    proportion of the tokens (what backward's transients are: gradients of activations)."""
     tokens, values = np.asarray(tokens, float), np.asarray(values, float)
     if len(set(tokens)) < 2:
+        if per_token_if_one and tokens[0] > 0:
+            return {"fixed": 0.0, "per_token": float(values.mean() / tokens[0])}
         return {"fixed": float(values.mean()), "per_token": 0.0}
     slope, fixed = np.polyfit(tokens, values, 1)
     return {"fixed": float(fixed), "per_token": float(slope)}
@@ -99,7 +103,7 @@ def fit_memory(rows: list[dict[str, Any]], scenario, fit: dict[str, Any]) -> dic
                     if r["peak_bytes"] > r["phases"]["after_backward"]
                     + terms["optimizer_per_element"] * e + _PEAK_SLACK_BYTES]
         if backward:
-            terms["workspace"] = _line_through(*zip(*backward))
+            terms["workspace"] = _line_through(*zip(*backward), per_token_if_one=True)
     return memory
 
 
