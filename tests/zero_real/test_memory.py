@@ -53,8 +53,20 @@ def run_stages(scenario, world, backend="gloo", steps=2):
             for r in results]
 
 
-def check_ledger_and_measurement(scenario, per_rank):
+# On a GPU (a fake world runs its one rank there when CUDA is available) the caching allocator
+# also holds cuBLAS's workspaces, allocated through it at the first matrix product: 32 MiB for
+# cuBLAS (CUBLAS_WORKSPACE_CONFIG's default :4096:8, 8 x 4 MiB) and 1 MiB for cuBLASLt
+# (CUBLASLT_WORKSPACE_SIZE's default 1024 KiB), and it rounds every block up to 512 bytes, which
+# the ledger's tensor sizes do not. On an H100 (2026-11-24) stage 0 after forward held
+# 34,607,856 bytes beyond the ledger: 33 MiB + 4,848 bytes of rounding.
+CUDA_WORKSPACES_BYTES = (32 + 1) << 20
+CUDA_ROUNDING_SLACK = 256 << 10
+
+
+def check_ledger_and_measurement(scenario, per_rank, on_gpu=False):
     states = {}
+    workspaces = CUDA_WORKSPACES_BYTES if on_gpu else 0
+    slack = UNATTRIBUTED_BYTES + (CUDA_ROUNDING_SLACK if on_gpu else 0)
     for rank, by_stage in enumerate(per_rank):
         for stage, result in by_stage.items():
             ledger = result["ledger"]
@@ -66,8 +78,9 @@ def check_ledger_and_measurement(scenario, per_rank):
             for point, measured in result["phases"].items():
                 ledger_bytes = sum(result["ledger_phases"][point].values())
                 beyond = measured - ledger_bytes - unowned_bytes(scenario, point)
-                assert 0 <= beyond <= UNATTRIBUTED_BYTES, (rank, stage, point, measured,
-                                                           ledger_bytes, beyond)
+                if stage != min(by_stage) or point != "after_init":  # the workspaces come with
+                    beyond -= workspaces  # the process's first product and stay for its runs
+                assert 0 <= beyond <= slack, (rank, stage, point, measured, ledger_bytes, beyond)
             states[stage] = ledger["model_states"]
         assert states[3] < states[2] < states[1] < states[0], states
 
@@ -117,8 +130,8 @@ def test_fake_world_size_64_matches_zerosim_at_64():
     the tiny model, so that a 64th of its states dwarfs what the allocator holds besides."""
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=64", "model.hidden=512",
                                     "model.ffn=2048", "model.heads=8"])
-    per_rank = run_stages(scenario, 64, backend="fake", steps=1)
+    per_rank = run_stages(scenario, 64, backend="fake", steps=1)  # on the GPU if there is one
     assert len(per_rank) == 1
-    check_ledger_and_measurement(scenario, per_rank)
+    check_ledger_and_measurement(scenario, per_rank, on_gpu=torch.cuda.is_available())
     psi = 4 * (256 * 512 + 32 * 512) + 2 * 4 * (4 * 512 * 512 + 2 * 512 * 2048)  # weights, roughly
     assert per_rank[0][3]["ledger"]["params"] < psi / 32  # sharded 64 ways, not 1
