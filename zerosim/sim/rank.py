@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import numpy as np
 import simpy
 
 from zerosim.contract import COMM, COMPUTE, OTHER, SimulatedEvent
@@ -62,7 +61,11 @@ class RankContext:
         v = engine.scenario.variation
         self._slowdown = v.slowdown if rank in v.slow else 1.0
         self._jitter = v.jitter_pct / 100
-        self._rng = np.random.default_rng([v.seed, rank]) if self._jitter else None
+        self._rng = None
+        if self._jitter:  # numpy only here: commands without jitter never import it
+            import numpy as np
+
+            self._rng = np.random.default_rng([v.seed, rank])
         self._streams: dict[str, simpy.Store] = {}
         self._launched: dict[str, int] = defaultdict(int)
         self._communicating = 0
