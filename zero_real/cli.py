@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Sequence
 
 from zero_real import __version__, flags, preflight
-from zero_real.runconfig import BACKENDS, DEFAULT_TIMEOUT_S, RunConfig, portable_path
+from zero_real.runconfig import (BACKENDS, DEFAULT_TIMEOUT_S, RunConfig, portable_path,
+                                 start_fork_server)
 from zerosim.cli import Parser
 from zerosim.cli.common import dispatch
 from zerosim.contract import COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, STAGES
@@ -105,6 +106,7 @@ def _launch(cfg: RunConfig, under_torchrun: bool):
 
 
 def run_run(args: argparse.Namespace) -> int:
+    start_fork_server()  # before prepare_run imports torch: both import it at once
     cfg, under_torchrun = prepare_run(args)
     from zero_real.launch import RankFailed, Stopped, signals_stop_the_run
     from zero_real.report import summary
@@ -128,6 +130,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    start_fork_server()
     from zero_real.calibrate import calibrate
 
     return calibrate(args)

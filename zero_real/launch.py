@@ -26,13 +26,10 @@ import torch
 import torch.distributed as dist
 
 from zero_real import watch
+from zero_real.runconfig import PRELOAD
 from zerosim.errors import InputError
 
 KILL_GRACE_S = 5.0
-# Ranks start from a fork server that has already imported these: paid once, not once per rank
-# (on a 2-core box four ranks importing torch and sympy take seconds each).
-PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "zero_real.stages",
-           "zero_real.train", "zero_real.launch"]
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 

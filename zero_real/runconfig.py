@@ -11,6 +11,24 @@ from typing import Any
 
 from zerosim.contract import COLLECTIVE_IMPLS
 
+# Ranks start from a fork server that has already imported these: paid once, not once per rank
+# (on a 2-core box four ranks importing torch and sympy take seconds each).
+PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "zero_real.stages",
+           "zero_real.train", "zero_real.launch"]
+
+
+def start_fork_server() -> None:
+    """Start the ranks' fork server now, before this process imports torch, so that it imports
+    PRELOAD while the launcher does (two imports of torch at once instead of one after the
+    other). Not under torchrun, which starts the processes itself. Idempotent."""
+    if "RANK" in os.environ:
+        return
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()
+
 BACKENDS = ("gloo", "nccl")
 """torch.distributed backends a run may ask for ("fake" is chosen by --fake-world-size)."""
 DEFAULT_TIMEOUT_S = 30.0

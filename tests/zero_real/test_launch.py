@@ -71,3 +71,20 @@ def test_ranks_die_with_a_sigkilled_launcher(tmp_path):
     proc.kill()
     proc.communicate(timeout=10)
     assert _wait_for(lambda: all(gone(pid) for pid in children), GONE_GUARD_S)
+
+
+def test_the_fork_server_starts_before_the_launcher_imports_torch():
+    """`zero-real run` starts the ranks' fork server first, so it imports torch while the
+    launcher does; not under torchrun (RANK set), which starts the processes itself."""
+    probe = ("import sys\n"
+             "from multiprocessing import forkserver\n"
+             "from zero_real.runconfig import start_fork_server\n"
+             "start_fork_server()\n"
+             "print('torch' in sys.modules, forkserver._forkserver._forkserver_pid is not None)\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert run.stdout.split() == ["False", "True"]
+    env = {**os.environ, "RANK": "0"}
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    assert run.stdout.split() == ["False", "False"]
