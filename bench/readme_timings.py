@@ -48,7 +48,7 @@ def claims(out_dir: str, with_real: bool) -> list[tuple[str, str, list[str]]]:
             ("sweep, 32 points, 0.62 s on 2 cores", "zerosim sweep ... --out sweep.csv",
              [*zerosim, *sweep])]
     if with_real:
-        rows.append(("zero-real run, in 4.5 s",
+        rows.append(("zero-real run, in 3.9 s",
                      f"zero-real run {TINY} --stage 3 --nproc 2 --out m.json",
                      [*command("zero-real"), "run", TINY, "--stage", "3", "--nproc", "2",
                       "--out", f"{out_dir}/m.json"]))

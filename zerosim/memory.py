@@ -89,13 +89,22 @@ def persistent_buffer_bytes(t: TrainingConfig, stage: int, psi: int) -> int:
     return 0
 
 
-def step_transient_bytes(t: TrainingConfig, stage: int, shard: int) -> int:
-    """DeepSpeed's optimizer step under mixed precision converts the rank's reduced gradient
-    partition to fp32 (stage_1_and_2.py and stage3.py: the fp32 partition's .grad), 4 bytes per
-    element of the shard, for the step's duration (on the host under offload)."""
-    if (t.framework == "deepspeed" and stage >= 1 and t.precision != "fp32"
-            and t.optimizer_offload == "none"):
-        return FP32_BYTES * shard
+def step_transient_bytes(t: TrainingConfig, stage: int, elements: int) -> int:
+    """What the optimizer step holds beyond the states, over the `elements` it updates:
+    - DeepSpeed under mixed precision converts the rank's reduced gradient partition to fp32
+      (stage_1_and_2.py and stage3.py: the fp32 partition's .grad), 4 bytes per element, for the
+      step's duration (on the host under offload);
+    - torch's Adam and AdamW, as FSDP2 and DDP runs use them (foreach, the default on CUDA),
+      take the square root of every second moment into new tensors (torch/optim/adam.py,
+      _multi_tensor_adam: torch._foreach_sqrt(device_exp_avg_sqs)), 4 bytes per element: on an
+      H100, 4,000,002,048 bytes beyond the states for 10^9 elements, and none with fused=True
+      (profiles/h100/microbench_2026-11-24.json)."""
+    if t.optimizer_offload != "none":
+        return 0
+    if t.framework == "deepspeed" and stage >= 1 and t.precision != "fp32":
+        return FP32_BYTES * elements
+    if t.framework in ("fsdp2", "ddp") and t.optimizer in ("adam", "adamw"):
+        return FP32_BYTES * elements
     return 0
 
 
@@ -199,7 +208,7 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     buffers += persistent + loss_transient_bytes(m, t)
     acts = activations(m, t).peak_bytes
     states = params + grads + optimizer
-    step = step_transient_bytes(t, stage, shard)
+    step = step_transient_bytes(t, stage, optimizer_numel)
     # At the start of backward gradients made in backward do not exist yet; once all of them
     # do, the activations are gone: the peak is the larger of the two moments.
     at_backward = states - grads if grads_made_in_backward(t, stage) else states

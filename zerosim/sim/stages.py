@@ -155,12 +155,12 @@ class DDP:
         workspace = round(self.shape.optimizer_workspace_per_element * elements)
         if workspace:
             self.ctx.alloc("optimizer workspace", "workspace", workspace)
-        if self.shape.step_bytes:  # DeepSpeed's fp32 gradient partition
-            self.ctx.alloc("fp32 gradient partition", "grads", self.shape.step_bytes)
+        for i, (category, size) in enumerate(self.shape.step_blocks):  # DeepSpeed's fp32
+            self.ctx.alloc(("step", i), category, size)  # gradients, foreach Adam's square roots
         yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
                                     None)
-        if self.shape.step_bytes:
-            self.ctx.free("fp32 gradient partition")
+        for i in range(len(self.shape.step_blocks)):
+            self.ctx.free(("step", i))
         if workspace:
             self.ctx.free("optimizer workspace")
 

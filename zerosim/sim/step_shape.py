@@ -52,7 +52,7 @@ class StepShape:
     loss_blocks: dict[str, list[int]]
     """The loss's fp32 transients, during the head's forward and backward, tensor by tensor
     (memory.loss_blocks)."""
-    step_bytes: int
+    step_blocks: list[tuple[str, int]]
     """What the optimizer step holds for its duration (DeepSpeed's fp32 gradient partition)."""
     workspace_bytes: int
     """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
@@ -120,6 +120,19 @@ def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tu
                       + [("optimizer", b) for b in optimizer])
 
 
+def _step_blocks(scenario, stage: int) -> list[tuple[str, int]]:
+    """memory.step_transient_bytes as allocated: DeepSpeed's fp32 gradient partition in one
+    buffer; foreach Adam's square roots one tensor per parameter (per shard of it), under
+    FSDP2's sharding along rows or whole under DDP."""
+    total, t = stage_memory(scenario, stage).step_bytes, scenario.training
+    if not total or t.framework == "deepspeed" or scenario.model.is_bare:
+        return [("grads" if t.framework == "deepspeed" else "workspace", total)] if total else []
+    n = scenario.world_size if stage >= 1 else 1
+    weights = [-(-rows // n) * cols for unit in unit_tensor_shapes(scenario.model)
+               for rows, cols in unit]
+    return [("workspace", b) for b in _split(total, weights)]
+
+
 def _fsdp2_states(scenario, stage: int) -> dict:
     if not grads_made_in_backward(scenario.training, stage):
         return {}
@@ -168,6 +181,6 @@ def step_shape(scenario, stage: int) -> StepShape:
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
         persistent_bytes=persistent_buffer_bytes(t, stage, psi),
         loss_blocks=loss_blocks(m, t),
-        step_bytes=step_transient_bytes(t, stage, shard_elements(psi, scenario.world_size)),
+        step_blocks=_step_blocks(scenario, stage),
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))
