@@ -13,10 +13,12 @@ Shards are one contiguous slice of a flat buffer padded to a multiple of N, so �
 ceil(Ψ / N) elements: what a real implementation allocates, and exactly Ψ/N when N divides Ψ.
 
 Everything alive at once at the start of backward is counted: model states, all activations
-(model.activations), the buffers of the stage in flight and the loss's fp32 transients; or,
-when larger, what the optimizer step holds (DeepSpeed's fp32 gradient partition). That is the
-peak of the step. Framework terms (training.framework, reduce_dtype, gradient_as_bucket_view)
-are the functions above stage_memory.
+(model.activations), the buffers of the stage in flight and the loss's fp32 transients (without
+FSDP2's gradients, which backward makes, but then also the end of backward: every gradient and
+the last unit's buffers); or, when larger, what the optimizer step holds (DeepSpeed's fp32
+gradient partition, foreach Adam's square roots). That is the peak of the step. Framework
+terms (training.framework, reduce_dtype, gradient_as_bucket_view) are the functions above
+stage_memory.
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ def fp32_shards_are_the_master(t: TrainingConfig, stage: int) -> bool:
     master: 4 + 4 + 4 x moments bytes per element of the shard, 16 for Adam, not the paper's
     2 + 2 + 12. Measured on an H100 (profiles/h100/fsdp2_memory_2026-11-24.json, Llama-2-7B
     shape, 8-way): 12.67 GiB allocated after the step, 16 x 842,301,952 bytes = 12.55 GiB."""
-    return t.framework == "fsdp2" and stage == 3 and t.precision != "fp32"
+    return (t.framework == "fsdp2" and stage == 3 and t.precision != "fp32"
+            and t.optimizer_offload == "none")  # offload: the (DeepSpeed) accounting below
 
 
 def grads_made_in_backward(t: TrainingConfig, stage: int) -> bool:
@@ -128,6 +131,12 @@ def grads_made_in_backward(t: TrainingConfig, stage: int) -> bool:
     buckets, the paper's accounting). Measured on an H100 (profiles/h100/fsdp2_memory_*.json):
     after forward, allocated = fp32 shard + moments + activations, no gradient."""
     return t.framework == "fsdp2" and stage == 3
+
+
+def made_in_backward(t: TrainingConfig, stage: int) -> bool:
+    """grads_made_in_backward, and no earlier micro-step has made them already (gradient
+    accumulation keeps the first micro-step's gradients through the later ones)."""
+    return grads_made_in_backward(t, stage) and t.gradient_accumulation == 1
 
 
 def shard_elements(numel: int, world_size: int) -> int:
@@ -149,8 +158,9 @@ class StageMemory:
     host_bytes: int
     step_bytes: int
     """Held during the optimizer step beyond the model states and persistent buffers
-    (DeepSpeed's fp32 gradient partition); peak = max(states + activations + buffers,
-    states + persistent buffers + this)."""
+    (step_transient_bytes: DeepSpeed's fp32 gradient partition, foreach Adam's square roots);
+    peak = max(states + activations + buffers, states + persistent buffers + this), FSDP2's
+    gradients made in backward aside (stage_memory)."""
     peak_bytes: int
 
     def as_dict(self) -> dict[str, int]:
@@ -209,14 +219,17 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     acts = activations(m, t).peak_bytes
     states = params + grads + optimizer
     step = step_transient_bytes(t, stage, optimizer_numel)
-    # At the start of backward gradients made in backward do not exist yet; once all of them
-    # do, the activations are gone: the peak is the larger of the two moments.
-    at_backward = states - grads if grads_made_in_backward(t, stage) else states
+    # Gradients made in backward do not exist at its start (in the first micro-step: later ones
+    # add into them); backward then trades activations for gradients unit by unit, so its peak
+    # lies at one end: every activation and no gradient, or every gradient with the last
+    # unit's buffers still alive.
+    made = grads if made_in_backward(t, stage) else 0
+    peak = max(states - made + acts + buffers, states + buffers if made else 0,
+               states + persistent + step)
     return StageMemory(stage=stage, params_bytes=params, grads_bytes=grads,
                        optimizer_bytes=optimizer, model_states_bytes=states,
                        activations_bytes=acts, buffers_bytes=buffers, host_bytes=host,
-                       step_bytes=step, peak_bytes=max(at_backward + acts + buffers,
-                                                       states + persistent + step))
+                       step_bytes=step, peak_bytes=peak)
 
 
 def fits(scenario: Scenario, peak_bytes: int) -> bool:
@@ -258,13 +271,13 @@ def check_scale(scenario: Scenario) -> Scenario:
 def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     """GPU bytes at the quiet moments of a step, when no collective or gathered buffer is alive:
     after forward (model states + every layer's stored activations; no gradient where backward
-    makes them), after backward and after the optimizer step (model states alone). The engine's memory timeline must pass through these."""
+    makes them), after backward and after the optimizer step (model states alone). The engine's
+    memory timeline must pass through these."""
     row = stage_memory(scenario, stage)
     acts = activations(scenario.model, scenario.training)
     stored = acts.peak_bytes - acts.recompute_bytes
     states = row.model_states_bytes + persistent_buffer_bytes(
         scenario.training, stage, total_params(scenario.model))
-    made_in_backward = row.grads_bytes if grads_made_in_backward(scenario.training, stage) else 0
+    made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]
-    return {after_forward: states - made_in_backward + stored, after_backward: states,
-            after_step: states}
+    return {after_forward: states - made + stored, after_backward: states, after_step: states}

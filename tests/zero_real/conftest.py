@@ -40,6 +40,7 @@ def dry_run(monkeypatch):
 
     monkeypatch.setattr(launch, "spawn", spawn)
     monkeypatch.setattr(train, "spawn", spawn)
+    monkeypatch.setattr(cli, "start_fork_server", lambda: None)  # no process, no rank
 
     def call(*argv) -> DryRun:
         asked.clear()

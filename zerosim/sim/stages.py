@@ -47,8 +47,8 @@ class DDP:
     def run(self) -> Iterator:
         mem = self.shape.memory
         grads = 0 if self.shape.grad_shard_bytes else mem.grads_bytes  # else made in backward
-        for i, (category, size) in enumerate(self.shape.state_blocks or (
-                ("params", mem.params_bytes), ("grads", grads), ("optimizer", mem.optimizer_bytes))):
+        lumps = (("params", mem.params_bytes), ("grads", grads), ("optimizer", mem.optimizer_bytes))
+        for i, (category, size) in enumerate(self.shape.state_blocks or lumps):
             self.ctx.alloc((category, i), category, size)
         if self.shape.persistent_bytes:  # DDP's bucket copies of the gradients
             self.ctx.alloc("bucket copies", "buckets", self.shape.persistent_bytes)

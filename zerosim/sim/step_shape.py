@@ -53,7 +53,8 @@ class StepShape:
     """The loss's fp32 transients, during the head's forward and backward, tensor by tensor
     (memory.loss_blocks)."""
     step_blocks: list[tuple[str, int]]
-    """What the optimizer step holds for its duration (DeepSpeed's fp32 gradient partition)."""
+    """What the optimizer step holds for its duration, (category, bytes) per allocation
+    (_step_blocks: DeepSpeed's fp32 gradient partition, foreach Adam's square roots)."""
     workspace_bytes: int
     """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
     residue_bytes: int
