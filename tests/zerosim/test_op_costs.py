@@ -137,3 +137,34 @@ def test_the_optimizer_streams_at_the_measured_bandwidth():
     flat = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml")
     assert optimizer_cost(op, 28, 3).seconds(10**9) == pytest.approx(28e9 / (HBM * F_HBM))
     assert optimizer_cost(flat, 28, 3).seconds(10**9) == pytest.approx(28e9 / HBM)
+
+
+def test_fsdp2_copies_around_its_collectives_are_memory_bound_traffic():
+    """Under FSDP2's ZeRO-3 each unit's forward adds the copy out of the all-gather buffer
+    (read and write 16-bit: 4 bytes per gathered element) and its backward that again plus the
+    chunk_cat into the reduce buffer (read 2, write 4 under an fp32 reduce), each a launch plus
+    bytes over the streaming bandwidth; the paper's accounting has none of it."""
+    from zerosim.model import gather_units
+    from zerosim.sim.costs import compute_seconds
+
+    path, sets = SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='op'"]
+    zero = load_scenario(path, sets)
+    fsdp = load_scenario(path, [*sets, "training.framework='fsdp2'", "training.reduce_dtype='fp32'"])
+    fwd0, bwd0 = compute_seconds(zero, [], 3)
+    fwd, bwd = compute_seconds(fsdp, [], 3)
+    layer = gather_units(fsdp.model)[1]
+    copy_out = LAUNCH + 4 * layer / (HBM * F_HBM)
+    assert fwd[1] - fwd0[1] == pytest.approx(copy_out)
+    assert bwd[1] - bwd0[1] == pytest.approx(copy_out + LAUNCH + 6 * layer / (HBM * F_HBM))
+    assert compute_seconds(fsdp, [], 2) == (fwd0, bwd0)  # stage 2 here: no per-unit gathers
+
+
+def test_foreach_adam_moves_80_bytes_per_element():
+    """FSDP2's and DDP's torch AdamW, foreach: eight passes over fp32 tensors, 80 bytes per
+    element (step_shape.FOREACH_ADAM_BYTES); the fused or DeepSpeed step moves 28."""
+    from zerosim.sim.step_shape import step_shape
+
+    path = SCENARIOS / "llama2_7b_64gpu.toml"
+    fsdp = step_shape(load_scenario(path, ["training.framework='fsdp2'"]), 3)
+    zero = step_shape(load_scenario(path), 3)
+    assert fsdp.optimizer.bytes_per_element == 80 and zero.optimizer.bytes_per_element == 28

@@ -16,10 +16,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from zerosim.contract import COLLECTIVE_OPS, PASSES
-from zerosim.model import UnitFlops, unit_kinds
+from zerosim.model import UnitFlops, gather_units, gradient_units, unit_kinds
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
-from zerosim.sim.op_costs import OpCosts, op_costs, unit_seconds
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
+from zerosim.sim.op_costs import OpCosts, fsdp2_copies, op_costs, unit_seconds
 
 
 def op_model(scenario) -> OpCosts | None:
@@ -37,7 +38,14 @@ def compute_seconds(scenario, flops: list[UnitFlops],
     t, profile = scenario.training, scenario.profile
     per_op = op_model(scenario)
     if per_op is not None:
-        return unit_seconds(per_op, scenario.model, t)
+        forward, backward = unit_seconds(per_op, scenario.model, t)
+        if t.framework == "fsdp2" and stage == 3:
+            m = scenario.model
+            reduce_bytes = FP32_BYTES if t.reduce_dtype == "fp32" else BYTES_PER_ELEMENT[t.precision]
+            copies = fsdp2_copies(per_op, gather_units(m), gradient_units(m), reduce_bytes)
+            forward = [f + c for f, c in zip(forward, copies[0])]
+            backward = [b + c for b, c in zip(backward, copies[1])]
+        return forward, backward
     rate = scenario.cluster.hardware.compute_flops_per_s
     tokens = t.micro_batch * (t.seq_len or 0)
     forward, backward = [], []

@@ -94,6 +94,17 @@ def _check_size(stage: int, units: int, grad_bytes: int, bucket_bytes: int, para
             f"model.layers")
 
 
+# HBM bytes per element of torch's foreach Adam (FSDP2's and DDP's optimizer; fp32 parameters,
+# gradients and moments), pass by pass as torch/optim/adam.py's _multi_tensor_adam makes them:
+# AdamW's decay mul_ (read and write the parameter, 8), lerp_ of exp_avg (read it and the
+# gradient, write it, 12), mul_ and addcmul_ of exp_avg_sq (8 + 12), sqrt into new tensors (8),
+# div_ and add_ eps on those (8 + 8), addcdiv_ into the parameter (read it, exp_avg and the
+# roots, write it, 16): 80; Adam without decoupled decay 72. A fused step moves 28. On the H100
+# (profiles/h100/microbench_2026-11-24.json) foreach took 0.0298 ns and fused 0.0107 ns per
+# element: 2.8x, as 80 / 28 = 2.9 says.
+FOREACH_ADAM_BYTES = {"adamw": 80, "adam": 72}
+
+
 def _split(total: int, weights: list[int]) -> list[int]:
     """total in integer parts proportional to weights, adding up exactly."""
     ends, run, whole = [], 0, max(1, sum(weights))
@@ -152,6 +163,7 @@ def step_shape(scenario, stage: int) -> StepShape:
     # write the fp32 master (or the fp32 parameter itself) and each fp32 moment, and under mixed
     # precision write back the 16-bit working copy.
     master = 2 * FP32_BYTES + bp if t.precision != "fp32" else 2 * bp
+    traffic = FOREACH_ADAM_BYTES.get(t.optimizer, 0) if t.framework in ("fsdp2", "ddp") else 0
     recompute = activations(m, t).recompute_bytes
     psi = total_params(m)
     # Checked before the unit list is built: a bare Ψ may ask for 2**53 layers.
@@ -176,7 +188,8 @@ def step_shape(scenario, stage: int) -> StepShape:
         params=psi, shard=shard_elements(psi, scenario.world_size),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
-        optimizer=optimizer_cost(scenario, bg + master + 2 * FP32_BYTES * moments, stage),
+        optimizer=optimizer_cost(scenario, traffic or bg + master + 2 * FP32_BYTES * moments,
+                                 stage),
         optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
