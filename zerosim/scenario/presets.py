@@ -79,7 +79,10 @@ GPUS_PER_NIC = MappingProxyType({"V100-32GB": 2, "A100-40GB": 1, "A100-80GB": 1,
 # process (https://discuss.pytorch.org/t/what-is-the-reason-for-pytorchs-gpu-memory-floor/73021;
 # "~700+MB depending on the CUDA version and device" in
 # https://discuss.pytorch.org/t/high-gpu-memory-overhead/81330). Lazy module loading (CUDA >=
-# 11.7) makes it smaller: cluster.cuda_context_MiB overrides it. A CPU process has none.
+# 11.7) makes it smaller: cluster.cuda_context_MiB overrides it. A CPU process has none. Seen
+# on an H100 (torch 2.11 + CUDA 13, 2026-11-24, profiles/measurements/h100_2026-11-24/*: the
+# driver's used memory minus the allocator's reservation): 619 MiB after init, 767 MiB once a
+# training step's kernels had loaded; 830 MiB in FSDP2 runs (profiles/h100/fsdp2_memory_*).
 CUDA_CONTEXT_MIB = MappingProxyType({name: (0.0 if name == "CPU" else 723.0) for name, *_ in _ROWS})
 
 DEFAULT_GPU = "A100-80GB"
