@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from zerosim.contract import MEMORY_POINTS, PASSES, STAGES
-from zerosim.model import activations, max_gather_window, total_params
+from zerosim.model import activations, gather_units, max_gather_window, total_params
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.scenario.profile_schema import MEMORY_TERMS
@@ -111,15 +111,13 @@ def step_transient_bytes(t: TrainingConfig, stage: int, elements: int) -> int:
 
 
 def fp32_shards_are_the_master(t: TrainingConfig, stage: int) -> bool:
-    """FSDP2 (fully_shard with a MixedPrecisionPolicy) keeps each sharded parameter in its own
-    dtype, fp32, and casts it to the compute dtype only into the all-gather's input; the
-    optimizer steps those fp32 shards, and their gradients are fp32 whatever reduce_dtype
-    (torch/distributed/fsdp/_fully_shard/_fsdp_param.py and _fsdp_collectives.py: the reduced
-    gradient is cast back to the sharded parameter's dtype). No 16-bit shard, no separate
-    master: 4 + 4 + 4 x moments bytes per element of the shard, 16 for Adam, not the paper's
-    2 + 2 + 12. Measured on an H100 (profiles/h100/fsdp2_memory_2026-11-24.json, Llama-2-7B
-    shape, 8-way): 12.67 GiB allocated after the step, 16 x 842,301,952 bytes = 12.55 GiB."""
-    return (t.framework == "fsdp2" and stage == 3 and t.precision != "fp32"
+    """FSDP2 (fully_shard, MixedPrecisionPolicy) keeps each parameter shard in fp32 and casts
+    it only into the all-gather's input; the optimizer steps those shards, and their gradients
+    are fp32 whatever reduce_dtype (_fully_shard/_fsdp_param.py, _fsdp_collectives.py): 4 + 4
+    + 4 x moments bytes per shard element, 16 for Adam, not 2 + 2 + 12. On an H100 (profiles/
+    h100/fsdp2_memory_2026-11-24.json, Llama-2-7B, 8-way): 12.67 GiB after the step, 16 x
+    842,301,952 bytes = 12.55 GiB."""
+    return (t.framework == "fsdp2" and stage >= 2 and t.precision != "fp32"
             and t.optimizer_offload == "none")  # offload: the (DeepSpeed) accounting below
 
 
@@ -130,12 +128,19 @@ def grads_made_in_backward(t: TrainingConfig, stage: int) -> bool:
     frameworks keep a persistent gradient buffer (DeepSpeed's contiguous gradients, DDP's
     buckets, the paper's accounting). Measured on an H100 (profiles/h100/fsdp2_memory_*.json):
     after forward, allocated = fp32 shard + moments + activations, no gradient."""
-    return t.framework == "fsdp2" and stage == 3
+    return t.framework == "fsdp2" and stage >= 2
+
+
+def keeps_gathered_parameters(t: TrainingConfig, stage: int) -> bool:
+    """FSDP2 at stage 2 is fully_shard(reshard_after_forward=False), FSDP's SHARD_GRAD_OP:
+    each unit's parameters are all-gathered before its forward and kept, unsharded in the
+    compute dtype, until its backward is done (no gather in backward); between steps only the
+    fp32 shards remain. The other frameworks' stage 2 keeps the whole parameters all step."""
+    return t.framework == "fsdp2" and stage == 2
 
 
 def made_in_backward(t: TrainingConfig, stage: int) -> bool:
-    """grads_made_in_backward, and no earlier micro-step has made them already (gradient
-    accumulation keeps the first micro-step's gradients through the later ones)."""
+    """grads_made_in_backward, and no earlier micro-step made them (accumulation keeps them)."""
     return grads_made_in_backward(t, stage) and t.gradient_accumulation == 1
 
 
@@ -172,6 +177,25 @@ def _bucket_bytes(bucket_MiB: float, total_bytes: int, count: int) -> int:
     return min(count * mib_to_bytes(bucket_MiB), total_bytes)
 
 
+def _stage_buffers(m, t: TrainingConfig, stage: int, psi: int, bp: int,
+                   bg: int) -> tuple[int, int]:
+    """(kept, buffers): the stage's buffers in flight at the start of backward, and the part of
+    them that is FSDP2's stage-2 parameters kept from forward (0 elsewhere)."""
+    if keeps_gathered_parameters(t, stage):
+        kept = bp * sum(gather_units(m))  # every unit's, at the start of backward
+        return kept, kept + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
+    if stage == 2:
+        # Non-owned gradients are freed, so buckets are separate buffers (stages 0-1 reduce in
+        # place on the persistent flat gradient buffer: their buckets are slices of it).
+        return 0, _bucket_bytes(t.reduce_bucket_MiB, bg * psi, STAGE2_LIVE_BUCKETS)
+    if stage == 3:
+        # Whole layers gathered for compute (the current one plus prefetch), and full layer
+        # gradients awaiting their reduce-scatter (ZeRO paper §5.3, "P_p").
+        gathered = bp * max_gather_window(m, 1 + t.prefetch_layers)
+        return 0, gathered + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
+    return 0, 0
+
+
 def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     """Per-rank memory of `stage` for the scenario's model, cluster size and training settings."""
     m, t = scenario.model, scenario.training
@@ -202,18 +226,7 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
         if stage >= 2:
             grads = 0  # each reduced gradient partition is copied out as its bucket completes
 
-    if stage == 2:
-        # Non-owned gradients are freed, so buckets are separate buffers (stages 0-1 reduce in
-        # place on the persistent flat gradient buffer: their buckets are slices of it).
-        buffers = _bucket_bytes(t.reduce_bucket_MiB, bg * psi, STAGE2_LIVE_BUCKETS)
-    elif stage == 3:
-        # Whole layers gathered for compute (the current one plus prefetch), and full layer
-        # gradients awaiting their reduce-scatter (ZeRO paper §5.3, "P_p").
-        gathered = bp * max_gather_window(m, 1 + t.prefetch_layers)
-        buffers = gathered + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
-    else:
-        buffers = 0
-
+    kept, buffers = _stage_buffers(m, t, stage, psi, bp, bg)
     persistent = persistent_buffer_bytes(t, stage, psi)
     buffers += persistent + loss_transient_bytes(m, t)
     acts = activations(m, t).peak_bytes
@@ -224,7 +237,7 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     # lies at one end: every activation and no gradient, or every gradient with the last
     # unit's buffers still alive.
     made = grads if made_in_backward(t, stage) else 0
-    peak = max(states - made + acts + buffers, states + buffers if made else 0,
+    peak = max(states - made + acts + buffers, states + buffers - kept if made else 0,
                states + persistent + step)
     return StageMemory(stage=stage, params_bytes=params, grads_bytes=grads,
                        optimizer_bytes=optimizer, model_states_bytes=states,
@@ -278,6 +291,10 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     stored = acts.peak_bytes - acts.recompute_bytes
     states = row.model_states_bytes + persistent_buffer_bytes(
         scenario.training, stage, total_params(scenario.model))
-    made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
+    t, m = scenario.training, scenario.model
+    made = row.grads_bytes if made_in_backward(t, stage) else 0
+    kept = BYTES_PER_ELEMENT[t.precision] * sum(gather_units(m)) if keeps_gathered_parameters(
+        t, stage) else 0  # FSDP2's stage 2: every unit's gathered parameters, until backward
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]
-    return {after_forward: states - made + stored, after_backward: states, after_step: states}
+    return {after_forward: states - made + stored + kept, after_backward: states,
+            after_step: states}

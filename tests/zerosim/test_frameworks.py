@@ -187,3 +187,23 @@ def test_foreach_adam_takes_one_fp32_square_root_per_parameter_element_for_the_s
     assert {c for c, _ in blocks} == {"workspace"}
     result = simulate(fsdp, 3)
     assert result.memory_at["after_step"] == stage_memory(fsdp, 3).model_states_bytes  # freed
+
+
+def test_fsdp2_stage_2_keeps_what_forward_gathered_until_backward():
+    """FSDP2's stage 2 is fully_shard(reshard_after_forward=False): forward all-gathers every
+    unit once and keeps it (16-bit) until the unit's backward; backward gathers nothing, so a
+    rank all-gathers half what ZeRO-3 does, and nothing after the step (ZeRO-2 gathers the
+    updated parameters there). Between steps only FSDP2's fp32 shards and moments remain."""
+    from zerosim.model import gather_units
+
+    two = load_scenario(LLAMA2_7B, ["training.framework='fsdp2'", "training.zero_stage=2"])
+    three = load_scenario(LLAMA2_7B, ["training.framework='fsdp2'"])
+    r2, r3 = simulate(two, 2), simulate(three, 3)
+    assert r2.comm_bytes_per_rank["all_gather"] == pytest.approx(
+        r3.comm_bytes_per_rank["all_gather"] / 2, rel=1e-9)
+    assert r2.comm_bytes_per_rank["reduce_scatter"] == r3.comm_bytes_per_rank["reduce_scatter"]
+    row2, row3 = stage_memory(two, 2), stage_memory(three, 3)
+    assert row2.model_states_bytes == row3.model_states_bytes  # the same fp32 shards
+    kept = 2 * sum(gather_units(two.model))
+    assert r2.memory_at["after_forward"] - r3.memory_at["after_forward"] == kept
+    assert r2.memory_at["after_step"] == r3.memory_at["after_step"] == row2.model_states_bytes

@@ -39,10 +39,11 @@ def compute_seconds(scenario, flops: list[UnitFlops],
     per_op = op_model(scenario)
     if per_op is not None:
         forward, backward = unit_seconds(per_op, scenario.model, t)
-        if t.framework == "fsdp2" and stage == 3:
+        if t.framework == "fsdp2" and stage >= 2:
             m = scenario.model
             reduce_bytes = FP32_BYTES if t.reduce_dtype == "fp32" else BYTES_PER_ELEMENT[t.precision]
-            copies = fsdp2_copies(per_op, gather_units(m), gradient_units(m), reduce_bytes)
+            copies = fsdp2_copies(per_op, gather_units(m), gradient_units(m), reduce_bytes,
+                                  regather=stage == 3)
             forward = [f + c for f, c in zip(forward, copies[0])]
             backward = [b + c for b, c in zip(backward, copies[1])]
         return forward, backward

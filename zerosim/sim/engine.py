@@ -33,7 +33,7 @@ from zerosim.sim.costs import op_model, price_phases
 from zerosim.sim.device import overhead
 from zerosim.sim.network import Cluster
 from zerosim.sim.rank import RankContext
-from zerosim.sim.stages import STAGE_PROGRAMS
+from zerosim.sim.stage_fsdp2 import stage_program
 from zerosim.sim.step_shape import step_shape
 
 # Simulating every rank costs O(ranks) processes per collective phase: about 25 s per stage at
@@ -135,7 +135,8 @@ class Engine:
         shape = step_shape(self.scenario, self.stage)
         contexts = [RankContext(self, rank) for rank in self.compute_ranks]
         for ctx in contexts:
-            self.env.process(self._rank_step(ctx, STAGE_PROGRAMS[self.stage](ctx, shape).run()))
+            program = stage_program(self.scenario.training, self.stage)
+            self.env.process(self._rank_step(ctx, program(ctx, shape).run()))
         self.env.run()
         if self._pending:
             raise RuntimeError(f"collectives never completed: {sorted(self._pending)}")

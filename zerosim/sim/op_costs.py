@@ -202,15 +202,17 @@ def unit_seconds(costs: OpCosts, m, t) -> tuple[list[float], list[float]]:
     return forward, backward
 
 
-def fsdp2_copies(costs: OpCosts, gathered: list[int], reduced: list[int],
-                 reduce_bytes: int) -> tuple[list[float], list[float]]:
+def fsdp2_copies(costs: OpCosts, gathered: list[int], reduced: list[int], reduce_bytes: int,
+                 regather: bool = True) -> tuple[list[float], list[float]]:
     """What FSDP2 (ZeRO-3) copies on the compute stream around its collectives, per unit, as
     memory-bound traffic (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): after each
     all-gather, split_with_sizes_copy out of the gathered buffer into the unsharded parameters
-    (read and write 16-bit: 4 bytes per gathered element), once in forward and again in
-    backward; before each reduce-scatter, chunk_cat of the 16-bit gradients into the reduce
+    (read and write 16-bit: 4 bytes per gathered element), once in forward and, when backward
+    gathers again (`regather`: ZeRO-3, not reshard_after_forward=False), in backward; before
+    each reduce-scatter, chunk_cat of the 16-bit gradients into the reduce
     buffer (read 2, write reduce_bytes). The shard-sized copies (the gather's input, the
     reduced shard into the gradient) are 1/N of these and left out."""
     out = [costs.traffic(BYTES * 2 * g).seconds for g in gathered]
-    back = [o + costs.traffic((BYTES + reduce_bytes) * r).seconds for o, r in zip(out, reduced)]
+    back = [(o if regather else 0.0) + costs.traffic((BYTES + reduce_bytes) * r).seconds
+            for o, r in zip(out, reduced)]
     return out, back
