@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from zerosim.contract import MEMORY_POINTS, PASSES, STAGES
-from zerosim.model import activations, gather_units, max_gather_window, total_params
+from zerosim.model import activations, gathered_elements, max_gather_window, total_params
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.scenario.profile_schema import MEMORY_TERMS
@@ -59,17 +59,15 @@ def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
 
 
 def loss_blocks(m, t: TrainingConfig) -> dict[str, list[int]]:
-    """The tensors cross-entropy over the vocabulary in fp32 allocates beside the activations, in
-    the order it allocates them, per phase, as torchtitan and Hugging Face models compute it
-    (logits.float(), then log_softmax and nll_loss); any framework but "zero", whose accounting
-    keeps only the fp32 log-probabilities that activations() counts. Forward: the 16-bit logits
-    and their fp32 copy (freed once the log-probabilities exist; under fp32 the logits alone).
-    Backward: nll_loss's fp32 gradient and log_softmax's (the 16-bit gradient comes after the
-    first is freed). Read off an H100 allocator trace of FSDP2
-    (profiles/h100/allocator_trace_llama_1b_*.json.gz, events 1396-1415): 2, 4, [4 kept], then
-    4, 4 bytes per token and vocabulary entry."""
+    """The tensors fp32 cross-entropy over the vocabulary allocates beside the activations, per
+    phase in order, as torchtitan and Hugging Face compute it (logits.float(), log_softmax,
+    nll_loss); not under "zero", whose accounting keeps only the log-probabilities activations()
+    counts. Forward: the 16-bit logits and their fp32 copy (under fp32 the logits alone).
+    Backward: nll_loss's and log_softmax's fp32 gradients. Read off an H100 FSDP2 trace
+    (profiles/h100/allocator_trace_llama_1b_*.json.gz, events 1396-1415): 2, 4, [4 kept], 4, 4
+    bytes per token and vocabulary entry."""
     if m.is_bare or t.seq_len is None or t.framework == "zero":
-        return dict.fromkeys(PASSES, [])
+        return {phase: [] for phase in PASSES}
     w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
     entries = t.micro_batch * t.seq_len * m.vocab
     forward = [w * entries] + ([FP32_BYTES * entries] if w != FP32_BYTES else [])
@@ -77,9 +75,8 @@ def loss_blocks(m, t: TrainingConfig) -> dict[str, list[int]]:
 
 
 def loss_transient_bytes(m, t: TrainingConfig) -> int:
-    """The most loss_blocks holds at once: (w + 4) tokens V bytes in forward, 8 tokens V in
-    backward (w = 2 or 4: backward's is the larger), at the moment every layer's activations
-    are alive."""
+    """The most loss_blocks holds at once, every layer's activations alive: (w + 4) tokens V
+    bytes in forward, 8 tokens V in backward (w = 2 or 4: backward's is the larger)."""
     return max((sum(blocks) for blocks in loss_blocks(m, t).values()), default=0)
 
 
@@ -96,18 +93,21 @@ def step_transient_bytes(t: TrainingConfig, stage: int, elements: int) -> int:
     - DeepSpeed under mixed precision converts the rank's reduced gradient partition to fp32
       (stage_1_and_2.py and stage3.py: the fp32 partition's .grad), 4 bytes per element, for the
       step's duration (on the host under offload);
-    - torch's Adam and AdamW, as FSDP2 and DDP runs use them (foreach, the default on CUDA),
-      take the square root of every second moment into new tensors (torch/optim/adam.py,
-      _multi_tensor_adam: torch._foreach_sqrt(device_exp_avg_sqs)), 4 bytes per element: on an
-      H100, 4,000,002,048 bytes beyond the states for 10^9 elements, and none with fused=True
-      (profiles/h100/microbench_2026-11-24.json)."""
+    - foreach_adam takes the square root of every second moment into new tensors
+      (torch/optim/adam.py, _multi_tensor_adam: _foreach_sqrt), 4 bytes per element: on an H100
+      4,000,002,048 bytes for 10^9 elements, none fused (profiles/h100/microbench_2026-11-24.json)."""
     if t.optimizer_offload != "none":
         return 0
     if t.framework == "deepspeed" and stage >= 1 and t.precision != "fp32":
         return FP32_BYTES * elements
-    if t.framework in ("fsdp2", "ddp") and t.optimizer in ("adam", "adamw"):
+    if foreach_adam(t):
         return FP32_BYTES * elements
     return 0
+
+
+def foreach_adam(t: TrainingConfig) -> bool:
+    """torch.optim's Adam/AdamW, foreach (CUDA's default), as FSDP2 and DDP runs step it."""
+    return t.framework in ("fsdp2", "ddp") and t.optimizer in ("adam", "adamw")
 
 
 def fp32_shards_are_the_master(t: TrainingConfig, stage: int) -> bool:
@@ -122,21 +122,23 @@ def fp32_shards_are_the_master(t: TrainingConfig, stage: int) -> bool:
 
 
 def grads_made_in_backward(t: TrainingConfig, stage: int) -> bool:
-    """FSDP2 creates each sharded gradient when its unit's reduce-scatter completes, and the
-    training loop frees them all with optimizer.zero_grad() (set_to_none, torch.optim's default
-    since 2.0) before the next forward: no gradient is alive during forward. The other
-    frameworks keep a persistent gradient buffer (DeepSpeed's contiguous gradients, DDP's
-    buckets, the paper's accounting). Measured on an H100 (profiles/h100/fsdp2_memory_*.json):
-    after forward, allocated = fp32 shard + moments + activations, no gradient."""
+    """FSDP2 makes each sharded gradient as its unit's reduce-scatter completes; zero_grad
+    (set_to_none, torch's default since 2.0) frees them before the next forward. The others keep
+    a persistent gradient buffer. On an H100 (profiles/h100/fsdp2_memory_*.json) forward's end
+    held the fp32 shard, the moments and the activations: no gradient."""
     return t.framework == "fsdp2" and stage >= 2
 
 
 def keeps_gathered_parameters(t: TrainingConfig, stage: int) -> bool:
-    """FSDP2 at stage 2 is fully_shard(reshard_after_forward=False), FSDP's SHARD_GRAD_OP:
-    each unit's parameters are all-gathered before its forward and kept, unsharded in the
-    compute dtype, until its backward is done (no gather in backward); between steps only the
-    fp32 shards remain. The other frameworks' stage 2 keeps the whole parameters all step."""
+    """FSDP2's stage 2, reshard_after_forward=False (SHARD_GRAD_OP): each unit gathered before
+    its forward stays, 16-bit, to the end of its backward (which gathers nothing)."""
     return t.framework == "fsdp2" and stage == 2
+
+
+def kept_parameter_bytes(m, t: TrainingConfig, stage: int) -> int:
+    """What keeps_gathered_parameters holds once forward is done: every unit, 16-bit; else 0."""
+    return BYTES_PER_ELEMENT[t.precision] * gathered_elements(m) if keeps_gathered_parameters(
+        t, stage) else 0
 
 
 def made_in_backward(t: TrainingConfig, stage: int) -> bool:
@@ -181,8 +183,8 @@ def _stage_buffers(m, t: TrainingConfig, stage: int, psi: int, bp: int,
                    bg: int) -> tuple[int, int]:
     """(kept, buffers): the stage's buffers in flight at the start of backward, and the part of
     them that is FSDP2's stage-2 parameters kept from forward (0 elsewhere)."""
-    if keeps_gathered_parameters(t, stage):
-        kept = bp * sum(gather_units(m))  # every unit's, at the start of backward
+    kept = kept_parameter_bytes(m, t, stage)  # FSDP2's stage 2: every unit's, gathered
+    if kept:
         return kept, kept + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
     if stage == 2:
         # Non-owned gradients are freed, so buckets are separate buffers (stages 0-1 reduce in
@@ -262,8 +264,7 @@ def check_scale(scenario: Scenario) -> Scenario:
     rank sends per step. Inputs are capped one by one (scenario.checks); this caps what they make
     together. Searches over hypothetical models (plan) call stage_memory without it."""
     m, t = scenario.model, scenario.training
-    psi = total_params(m)
-    gathered = psi + (m.vocab * m.hidden if not m.is_bare and m.tied_embeddings else 0)
+    gathered = gathered_elements(m)
     bytes_per_element = BYTES_PER_ELEMENT[t.precision]
     within_cap("the bytes a rank sends per step", MAX_SENDS_PER_ELEMENT * gathered *
                bytes_per_element, f"up to {MAX_SENDS_PER_ELEMENT} x {gathered:,} gathered "
@@ -291,10 +292,8 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     stored = acts.peak_bytes - acts.recompute_bytes
     states = row.model_states_bytes + persistent_buffer_bytes(
         scenario.training, stage, total_params(scenario.model))
-    t, m = scenario.training, scenario.model
-    made = row.grads_bytes if made_in_backward(t, stage) else 0
-    kept = BYTES_PER_ELEMENT[t.precision] * sum(gather_units(m)) if keeps_gathered_parameters(
-        t, stage) else 0  # FSDP2's stage 2: every unit's gathered parameters, until backward
+    made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
+    kept = kept_parameter_bytes(scenario.model, scenario.training, stage)  # FSDP2's stage 2
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]
     return {after_forward: states - made + stored + kept, after_backward: states,
             after_step: states}

@@ -181,6 +181,13 @@ def gather_units(m: ModelConfig) -> list[int]:
     return [c.embedding] + [c.per_layer] * c.layers + [c.final_norm + (c.lm_head or m.vocab * m.hidden)]
 
 
+def gathered_elements(m: ModelConfig) -> int:
+    """Every gather unit's elements together, gather_units' sum in closed form (no list, so a
+    bare Psi of any layer count costs nothing): Psi, plus the embedding matrix once more where
+    a tied head gathers it again."""
+    return total_params(m) + (m.vocab * m.hidden if not m.is_bare and m.tied_embeddings else 0)
+
+
 def unit_kinds(m: ModelConfig) -> list[str]:
     """The kind of each gather unit of gather_units (contract.UNIT_KINDS): what a calibration
     profile prices it by. A bare Ψ is blocks only."""

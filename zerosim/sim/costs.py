@@ -19,8 +19,8 @@ from zerosim.contract import COLLECTIVE_OPS, PASSES
 from zerosim.model import UnitFlops, gather_units, gradient_units, unit_kinds
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
-from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 from zerosim.sim.op_costs import OpCosts, fsdp2_copies, op_costs, unit_seconds
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 
 def op_model(scenario) -> OpCosts | None:

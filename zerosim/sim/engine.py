@@ -133,9 +133,9 @@ class Engine:
     def run(self) -> list[RankContext]:
         """Every simulated rank runs the stage's program to the end of the step."""
         shape = step_shape(self.scenario, self.stage)
+        program = stage_program(self.scenario.training, self.stage)
         contexts = [RankContext(self, rank) for rank in self.compute_ranks]
         for ctx in contexts:
-            program = stage_program(self.scenario.training, self.stage)
             self.env.process(self._rank_step(ctx, program(ctx, shape).run()))
         self.env.run()
         if self._pending:

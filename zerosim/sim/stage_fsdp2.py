@@ -6,7 +6,7 @@ all-gather after the step."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from zerosim.memory import keeps_gathered_parameters
 from zerosim.scenario.config import TrainingConfig

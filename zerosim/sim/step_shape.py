@@ -8,10 +8,9 @@ import math
 from dataclasses import dataclass, field
 
 from zerosim.errors import InputError
-from zerosim.memory import (MOMENTS, StageMemory, grad_bytes_per_element, grads_made_in_backward,
-                            loss_blocks,
-                            persistent_buffer_bytes, shard_elements, stage_memory,
-                            step_transient_bytes)
+from zerosim.memory import (MOMENTS, StageMemory, foreach_adam, grad_bytes_per_element,
+                            grads_made_in_backward, loss_blocks, persistent_buffer_bytes,
+                            shard_elements, stage_memory)
 from zerosim.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
@@ -114,13 +113,18 @@ def _split(total: int, weights: list[int]) -> list[int]:
     return [end - start for start, end in zip([0, *ends], ends)]
 
 
+def _tensor_shards(scenario, n: int) -> list[list[int]]:
+    """Each unit's parameter tensors as a rank holds them, sharded along their rows over n ranks
+    (ceil(rows / n) x columns elements; n = 1: whole)."""
+    return [[-(-rows // n) * cols for rows, cols in unit]
+            for unit in unit_tensor_shapes(scenario.model)]
+
+
 def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tuple[str, int]]]:
-    """FSDP2's per-parameter states: each tensor sharded along its rows (ceil(rows / N) x
-    columns elements on a rank), the gradient shard per unit and tensor, and the allocation
+    """FSDP2's per-parameter states: the gradient shard per unit and tensor, and the allocation
     order of parameters then moments (Adam's exp_avg, exp_avg_sq per parameter)."""
-    n, moments = scenario.world_size, MOMENTS[scenario.training.optimizer]
-    units = [[-(-rows // n) * cols for rows, cols in unit]
-             for unit in unit_tensor_shapes(scenario.model)]
+    moments = MOMENTS[scenario.training.optimizer]
+    units = _tensor_shards(scenario, scenario.world_size)
     flat = [w for unit in units for w in unit]
     grads, at = _split(memory.grads_bytes, flat), 0
     per_unit = []
@@ -132,26 +136,25 @@ def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tu
                       + [("optimizer", b) for b in optimizer])
 
 
-def _step_blocks(scenario, stage: int) -> list[tuple[str, int]]:
+def _step_blocks(scenario, stage: int, memory: StageMemory) -> list[tuple[str, int]]:
     """memory.step_transient_bytes as allocated: DeepSpeed's fp32 gradient partition in one
     buffer; foreach Adam's square roots one tensor per parameter (per shard of it), under
     FSDP2's sharding along rows or whole under DDP."""
-    total, t = stage_memory(scenario, stage).step_bytes, scenario.training
+    total, t = memory.step_bytes, scenario.training
     if not total or t.framework == "deepspeed" or scenario.model.is_bare:
         return [("grads" if t.framework == "deepspeed" else "workspace", total)] if total else []
-    n = scenario.world_size if stage >= 1 else 1
-    weights = [-(-rows // n) * cols for unit in unit_tensor_shapes(scenario.model)
-               for rows, cols in unit]
+    weights = [w for unit in _tensor_shards(scenario, scenario.world_size if stage >= 1 else 1)
+               for w in unit]
     return [("workspace", b) for b in _split(total, weights)]
 
 
-def _fsdp2_states(scenario, stage: int) -> dict:
+def _fsdp2_states(scenario, stage: int, memory: StageMemory) -> dict:
     if not grads_made_in_backward(scenario.training, stage):
         return {}
     if scenario.model.is_bare:  # no tensors: each unit's gradient shard in one piece
-        total = stage_memory(scenario, stage).grads_bytes
+        total = memory.grads_bytes
         return {"grad_shard_bytes": [[b] for b in _split(total, gradient_units(scenario.model))]}
-    grads, states = _per_tensor(scenario, stage_memory(scenario, stage))
+    grads, states = _per_tensor(scenario, memory)
     return {"grad_shard_bytes": grads, "state_blocks": states}
 
 
@@ -163,7 +166,8 @@ def step_shape(scenario, stage: int) -> StepShape:
     # write the fp32 master (or the fp32 parameter itself) and each fp32 moment, and under mixed
     # precision write back the 16-bit working copy.
     master = 2 * FP32_BYTES + bp if t.precision != "fp32" else 2 * bp
-    traffic = FOREACH_ADAM_BYTES.get(t.optimizer, 0) if t.framework in ("fsdp2", "ddp") else 0
+    traffic = FOREACH_ADAM_BYTES[t.optimizer] if foreach_adam(t) else 0
+    memory = stage_memory(scenario, stage)
     recompute = activations(m, t).recompute_bytes
     psi = total_params(m)
     # Checked before the unit list is built: a bare Ψ may ask for 2**53 layers.
@@ -180,8 +184,8 @@ def step_shape(scenario, stage: int) -> StepShape:
                              for a in activation_bytes] if total else
                             activation_bytes[:-1] + [max(0, round(extra["activations"]))])
     return StepShape(
-        stage=stage, memory=stage_memory(scenario, stage), gather_elements=units,
-        **_fsdp2_states(scenario, stage),
+        stage=stage, memory=memory, gather_elements=units,
+        **_fsdp2_states(scenario, stage, memory),
         gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
         activation_bytes=activation_bytes,
         recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
@@ -195,6 +199,6 @@ def step_shape(scenario, stage: int) -> StepShape:
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
         persistent_bytes=persistent_buffer_bytes(t, stage, psi),
         loss_blocks=loss_blocks(m, t),
-        step_blocks=_step_blocks(scenario, stage),
+        step_blocks=_step_blocks(scenario, stage, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))
