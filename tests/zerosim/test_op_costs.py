@@ -10,11 +10,12 @@ from zerosim.errors import InputError
 from zerosim.scenario.load import load_scenario
 from zerosim.sim import op_costs as ops
 from zerosim.sim.engine import simulate
-from zerosim.sim.gpu_specs import GPU_SPECS
+from zerosim.sim.gpu_specs import GPU_SPECS, TRAINING_GEMMS_OVER_BEST
 
 from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
 
 SM, PEAK, F_GEMM = 108, 312e12, 0.869          # A100: SMs, dense bf16 peak, MAMF 271.2 / 312
+F_TRAIN = 0.898                                # training-shape GEMMs over MAMF's best (H100)
 HBM, F_HBM, LAUNCH = 2039e9, 0.852, 2.555e-6   # A100-80GB: HBM, streaming fraction, per kernel
 TM, TN = 256, 128                              # cuBLAS's large-GEMM tile
 FWD, BWD = 230e12, 196.6e12                    # FlashAttention-2's best forward and backward
@@ -24,7 +25,7 @@ CAUSAL_4K = 173e12                             # FA2 Fig. 4: causal fwd + bwd at
 
 def gemm_s(m, n, k, batch=1):
     waves = math.ceil(batch * math.ceil(m / TM) * math.ceil(n / TN) / SM)
-    compute = waves * 2 * TM * TN * k / (PEAK * F_GEMM / SM)
+    compute = waves * 2 * TM * TN * k / (PEAK * F_GEMM * F_TRAIN / SM)
     memory = batch * 2 * (m * k + k * n + m * n) / (HBM * F_HBM)
     return LAUNCH + max(compute, memory)
 
@@ -35,6 +36,7 @@ def a100():
     assert (spec.sm_count, spec.peak_dense_16bit_tflops, spec.gemm_achievable_fraction,
             spec.hbm_achievable_fraction, spec.kernel_launch_us, spec.gemm_tile) == (
         SM, PEAK / 1e12, F_GEMM, F_HBM, LAUNCH * 1e6, (TM, TN))
+    assert TRAINING_GEMMS_OVER_BEST == F_TRAIN
     return ops.OpCosts(spec, HBM / 1e9)
 
 
@@ -47,7 +49,7 @@ def test_tiny_shapes_are_launch_bound_and_large_ones_compute_bound(a100):
     tiny = a100.gemm(8, 8, 8).seconds
     assert LAUNCH <= tiny < 1.1 * LAUNCH  # one tile of one wave: 0.2 us beside 2.6 of launch
     big = a100.gemm(8192, 8192, 8192).seconds
-    compute = math.ceil(32 * 64 / SM) * 2 * TM * TN * 8192 / (PEAK * F_GEMM / SM)
+    compute = math.ceil(32 * 64 / SM) * 2 * TM * TN * 8192 / (PEAK * F_GEMM * F_TRAIN / SM)
     assert big == pytest.approx(LAUNCH + compute, rel=1e-12)
     assert compute > 10 * 2 * 3 * 8192**2 / (HBM * F_HBM)  # 4.1 ms against 0.23 ms of HBM
 
@@ -73,17 +75,67 @@ def test_flash_attention_and_memory_bound_ops(a100):
 
 def test_a_llama_layer_is_the_sum_of_its_ops(a100):
     """Llama-2-7B, micro-batch 1 x 4096, flash, no dropout: QKV, flash, output, gate, up, down,
-    plus 5 elementwise kernels (2 RMSNorms, 2 residual adds, SwiGLU) and rope's 1."""
+    plus 5 elementwise kernels (2 RMSNorms, 2 residual adds, SwiGLU) and rope's 1, each moving
+    its minimum bytes times its measured eager factor; backward: the norms read x and dy and write
+    dx, SwiGLU reads a, b, dy and writes da, db, the residual gradients are summed."""
     s = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='op'"])
     m, t = s.model, s.training
     T, h, f = 4096, 4096, 11008
-    elementwise = 2 * (2 * 2 * T * h + 2 * 3 * T * h + 3 * T * f + 2 * (T * h + T * h))
+    norm, swiglu, single, rope = (1.483, 2.296), (1.652, 1.774), 1.172, (8.637, 8.655)
+    forward_bytes = 2 * (2 * 2 * T * h * norm[0] + 2 * 3 * T * h * single + 3 * T * f * swiglu[0]
+                         + 2 * (T * h + T * h) * rope[0])
+    backward_bytes = 2 * (2 * 3 * T * h * norm[1] + 2 * 3 * T * h * single
+                          + 5 * T * f * swiglu[1] + 2 * (T * h + T * h) * rope[1])
     forward = (gemm_s(T, 3 * h, h) + LAUNCH + 4 * T * T * h / 2 / (FWD * CAUSAL_4K / BEST)
                + gemm_s(T, h, h)
-               + 2 * gemm_s(T, f, h) + gemm_s(T, h, f) + 6 * LAUNCH + elementwise / (HBM * F_HBM))
+               + 2 * gemm_s(T, f, h) + gemm_s(T, h, f) + 6 * LAUNCH + forward_bytes / (HBM * F_HBM))
     assert ops.layer(a100, m, t, backward=False).seconds == pytest.approx(forward, rel=1e-12)
-    fwd, bwd = ops.unit_seconds(a100, m, t)
+    fwd, _ = ops.unit_seconds(a100, m, t)
     assert fwd[1:-1] == [pytest.approx(forward, rel=1e-12)] * 32
+    backward_gemms = sum(gemm_s(T, k, n) + gemm_s(k, n, T)
+                         for k, n in ((h, 3 * h), (h, h), (h, f), (h, f), (f, h)))
+    attention = LAUNCH + 2.5 * 4 * T * T * h / 2 / (BWD * CAUSAL_4K / BEST)
+    assert ops.layer(a100, m, t, backward=True).seconds == pytest.approx(
+        backward_gemms + attention + 6 * LAUNCH + backward_bytes / (HBM * F_HBM), rel=1e-12)
+
+
+def test_eager_factors_are_the_committed_h100_measurement():
+    """The memory-bound ops' factors, cross-entropy's bytes per logit, the training-shape GEMM
+    share and the H100's streaming fraction, recomputed from profiles/h100/microbench_*.json."""
+    import json
+
+    from tests.conftest import ROOT
+
+    bench = json.loads((ROOT / "profiles/h100/microbench_2026-11-24.json").read_text())
+    rows = {(r["op"], r["pass"]): r for r in bench["memory_bound"]}
+    copy = rows["copy", "fwd"]["bytes"] / rows["copy", "fwd"]["median_s"]
+    assert GPU_SPECS["H100-80GB"].hbm_achievable_fraction == pytest.approx(copy / 3350e9, abs=5e-4)
+
+    def factors(op):
+        fwd, both = rows[op, "fwd"], rows.get((op, "fwd_bwd"))
+        forward = fwd["median_s"] * copy / fwd["bytes"]
+        if both is None:
+            return forward, forward
+        return forward, ((both["median_s"] - fwd["median_s"]) * copy
+                         / (both["bytes"] - fwd["bytes"]))
+
+    for name, op in (("norm", "rms_norm"), ("swiglu", "swiglu"), ("single", "residual_add"),
+                     ("rotary", "rotary")):
+        assert ops.EAGER_FACTORS[name] == pytest.approx(factors(op), abs=1e-3)
+    logits = 4096 * 128256  # the bench's cross-entropy: T/4 tokens over Llama 3's vocabulary
+    forward, backward = factors("cross_entropy")
+    assert ops.CROSS_ENTROPY_BYTES == pytest.approx((forward * 2, backward * 4), abs=0.01)
+    assert rows["cross_entropy", "fwd"]["bytes"] == 2 * logits
+    spec = GPU_SPECS["H100-80GB"]
+    model = measured = 0.0
+    for row in bench["gemm"]:
+        if row["model"] != "square":
+            ideal = ops.OpCosts(spec, spec.hbm_GBps)
+            model += ideal.gemm(row["M"], row["N"], row["K"]).seconds - ideal.launch
+            measured += row["median_s"]
+    # the model's time is the measured one when the share it applies is the measured share
+    assert model / measured * TRAINING_GEMMS_OVER_BEST == pytest.approx(TRAINING_GEMMS_OVER_BEST,
+                                                                        abs=1e-3)
 
 
 @pytest.mark.parametrize("seq, rate", [

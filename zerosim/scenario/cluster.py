@@ -82,9 +82,8 @@ class ClusterConfig:
     is timed op by op (sim/op_costs.py: GEMMs, attention and memory-bound ops from data sheets
     and microbenchmarks; a bare Ψ keeps the flat model). With a calibration profile, layers are
     timed from its measurements instead; NCCL's kernels take their SMs from compute while they
-    run. "op" is not the default yet: it leaves out what else slows real kernels below their
-    microbenchmarks (GEMM shapes below the best case, framework overheads), and comes out 38%
-    fast on references/ where "flat" is 23% off (bench/references_compute_models.py)."""
+    run. "op" is not the default yet: on references/ it comes out 20.5% off (fast on every H100
+    run, by 15-57%), where "flat" is 23.4% off (bench/references_compute_models.py)."""
     compute_efficiency: float | None = None
     """Fraction of peak_tflops that compute achieves under the flat model (unset:
     DEFAULT_COMPUTE_EFFICIENCY). With a calibration profile, layers are timed from its

@@ -35,6 +35,16 @@ from types import MappingProxyType
 #          Dimensions In cuBLAS And Performance" (256x128 and 128x256 most efficient).
 # [CUTL]   NVIDIA/cutlass include/cutlass/gemm/device/default_gemm_configuration.h
 #          (OpClassTensorOp Sm70: 128x256x32, Sm80: 128x256x64).
+# [H100-MB] Our own microbenchmark on one H100 80GB HBM3 (SXM, 700 W, torch 2.11 + CUDA 13.0,
+#          2026-11-24): bench/h100/microbench.py, results in profiles/h100/microbench_2026-11-24.json
+#          (rows named in the comments; docs/research/compute_model.md sec. 8).
+
+# The GEMMs of training are not MAMF's best shape. [H100-MB] "gemm": the forward, dX and dW
+# products of four Llama layers (7B, 8B, 13B, 70B) at 2k, 8k and 16k tokens, 144 in all, run at
+# 0.7212 of peak in total (FLOPs over time, each shape's wave-quantized cost as op_costs.gemm
+# counts it); MAMF's best shape on the same SKU runs at 0.803. Their ratio scales every GPU's
+# MAMF figure (proxy for the others: the same cuBLAS kernel families and shape mix).
+TRAINING_GEMMS_OVER_BEST = 0.898
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,8 +134,8 @@ GPU_SPECS = MappingProxyType({
         gemm_achievable_fraction=0.803,   # [MAMF] H100 SXM: 794.5 / 989.4
         flash_fwd_tflops=370.0,           # [FA3] Fig. 5(c), FlashAttention-2 bar at 16k
         flash_bwd_tflops=322.0,           # [FA3] Fig. 6(b), FlashAttention-2 bar at 16k
-        hbm_achievable_fraction=0.794,    # [RRZE-S] proxy: gh200.txt (GH200 480GB, HBM3 4 TB/s,
-                                          # same GH100 die): 3174 / 4000
+        hbm_achievable_fraction=0.898,    # [H100-MB] "copy" (clone of 1 GiB: one load and one
+                                          # store stream): 3009 / 3350 GB/s
         kernel_launch_us=2.433,           # [RRZE-K] proxy: H200, a = 2433 ns
         gemm_tile=_TILE,
         flash_causal_by_seq=((2048, 265.0), (4096, 294.0), (8192, 308.0), (16384, 328.0)),

@@ -10,13 +10,15 @@ Every kernel costs its launch overhead plus the longer of its compute and its me
     flash attention      4 b s^2 h / 2 (causal) FLOPs at the FlashAttention-2 forward rate, 2.5x
                          that at its backward rate, both scaled to its measured causal rate at
                          the sequence length
-    memory-bound op      bytes read and written / (HBM x f_hbm)
+    memory-bound op      eager factor x bytes it must read and write / (HBM x f_hbm)
 
-with f_gemm the best measured GEMM over peak (MAMF), f_hbm the best measured streaming bandwidth
-over the data sheet's. Backward runs two GEMMs per forward one (dX and dW, each with its own
+with f_gemm the best measured GEMM over peak (MAMF) times the share of it training's shapes reach
+(gpu_specs.TRAINING_GEMMS_OVER_BEST), f_hbm the best measured streaming bandwidth over the data
+sheet's, and each eager op's factor measured on an H100 (EAGER_FACTORS). Backward runs two GEMMs per forward one (dX and dW, each with its own
 tiles) and each elementwise op reads its input and the incoming gradient and writes the outgoing
 one. Activation checkpointing recomputes the layer's forward ("full"), the attention core
-("selective"), or the matmuls and elementwise ops it did not keep ("selective_op"). Tensors are 16-bit (2 bytes); cross-entropy works in fp32 over the vocabulary.
+("selective"), or the matmuls and elementwise ops it did not keep ("selective_op"). Tensors are
+16-bit (2 bytes).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from zerosim.sim.gpu_specs import GPU_SPECS, GpuSpec
+from zerosim.sim.gpu_specs import GPU_SPECS, TRAINING_GEMMS_OVER_BEST, GpuSpec
 
 BYTES = 2  # bf16 / fp16 activations and weights
 FP32 = 4
@@ -49,7 +51,8 @@ class OpCosts:
 
     def __init__(self, spec: GpuSpec, hbm_GBps: float) -> None:
         self.spec = spec
-        self.flops = spec.peak_dense_16bit_tflops * 1e12 * spec.gemm_achievable_fraction
+        self.flops = (spec.peak_dense_16bit_tflops * 1e12 * spec.gemm_achievable_fraction
+                      * TRAINING_GEMMS_OVER_BEST)
         self.bandwidth = hbm_GBps * 1e9 * spec.hbm_achievable_fraction
         self.launch = (spec.kernel_launch_us or 0.0) * 1e-6
 
@@ -130,19 +133,48 @@ def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
     return gemms + softmax
 
 
+# Eager PyTorch's memory-bound ops move more than the bytes they must read and write: several
+# kernels per op with intermediates in HBM (rotary as mul, cat, mul, add), reductions that read
+# twice. Each factor is the op's measured time over the time a plain copy of its minimum bytes
+# takes on the same GPU, from our H100 microbenchmark ([H100-MB] in gpu_specs.py; rows
+# "memory_bound", against its "copy" row, 3009 GB/s; backward = the fwd_bwd row less the fwd
+# row); tests/zerosim/test_op_costs.py recomputes them from the committed file. They are applied
+# on every GPU (proxy: the same kernels, so the same extra passes over HBM).
+EAGER_FACTORS = {
+    # op: (forward, backward), minimum bytes per element in the comments (16-bit elements)
+    "norm": (1.483, 2.296),      # rms_norm: fwd x in, y out; bwd x, dy in, dx out
+    "swiglu": (1.652, 1.774),    # silu(a) * b: fwd a, b in, y out; bwd a, b, dy in, da, db out
+    "single": (1.172, 1.172),    # one elementwise kernel (residual add, read 2 write 1); GELU,
+                                 # dropout and the gradient sum at a residual branch as proxy
+    "rotary": (8.637, 8.655),    # x * cos + rotate_half(x) * sin: x in, y out (+ cos, sin)
+}
+# Cross-entropy over 16-bit logits (F.cross_entropy): bytes of a plain copy that its measured time
+# is worth, per logit (the minimum is 2 forward, 4 backward).
+CROSS_ENTROPY_BYTES = (8.04, 10.02)
+
+
 def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
-    """Bytes and kernels of one layer's memory-bound ops (forward; backward reads the saved input
-    and the incoming gradient and writes one gradient: 1.5x the bytes, one kernel each)."""
+    """Bytes and kernels of one layer's memory-bound ops, each the minimum it must move times its
+    eager factor (EAGER_FACTORS). Forward: two norms, two residual adds, the MLP activation,
+    rotary on queries and keys, two dropouts; backward: their gradients, the residual ones being
+    the sum of the two branches' gradients."""
     tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
     kv = m.n_kv_heads * m.head_dim
-    norms = 2 * (2 * tokens * h)                      # read x, write y
-    residuals = 2 * (3 * tokens * h)                  # read two, write one
-    act = (3 if m.mlp == "swiglu" else 2) * tokens * f
-    rope = 2 * (tokens * h + tokens * kv) if m.position == "rope" else 0
-    dropout = 2 * (2 * tokens * h) if m.dropout else 0
+    pass_ = 1 if backward else 0
+    norms = 2 * (3 if backward else 2) * tokens * h * EAGER_FACTORS["norm"][pass_]
+    residuals = 2 * 3 * tokens * h * EAGER_FACTORS["single"][pass_]
+    if m.mlp == "swiglu":
+        act = (5 if backward else 3) * tokens * f * EAGER_FACTORS["swiglu"][pass_]
+    else:
+        act = (3 if backward else 2) * tokens * f * EAGER_FACTORS["single"][pass_]
+    rope = 0.0
+    if m.position == "rope":
+        rope = 2 * (tokens * h + tokens * kv) * EAGER_FACTORS["rotary"][pass_]
+    dropout = 0.0
+    if m.dropout:
+        dropout = 2 * (3 if backward else 2) * tokens * h * EAGER_FACTORS["single"][pass_]
     kernels = 5 + (1 if rope else 0) + (2 if dropout else 0)
-    nbytes = BYTES * (norms + residuals + act + rope + dropout)
-    return (1.5 * nbytes if backward else nbytes), kernels
+    return BYTES * (norms + residuals + act + rope + dropout), kernels
 
 
 def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
@@ -161,11 +193,12 @@ def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
 
 
 def head(costs: OpCosts, m, t, backward: bool) -> Kernels:
-    """The final norm, the logits GEMM and cross-entropy in fp32 over the vocabulary (read the
-    16-bit logits, write fp32 log-probabilities; backward reads them, writes a 16-bit gradient)."""
+    """The final norm, the logits GEMM and cross-entropy over the vocabulary, each memory-bound
+    op at its eager cost (EAGER_FACTORS, CROSS_ENTROPY_BYTES)."""
     tokens, h, v = t.micro_batch * t.seq_len, m.hidden, m.vocab
-    norm = costs.traffic(BYTES * 2 * tokens * h * (1.5 if backward else 1))
-    loss = costs.traffic(tokens * v * (FP32 + BYTES), 1)
+    factor = EAGER_FACTORS["norm"][1 if backward else 0]
+    norm = costs.traffic(BYTES * (3 if backward else 2) * tokens * h * factor)
+    loss = costs.traffic(tokens * v * CROSS_ENTROPY_BYTES[1 if backward else 0], 1)
     return costs.linear(tokens, h, v, backward) + norm + loss
 
 
