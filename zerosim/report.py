@@ -90,9 +90,10 @@ def _compute(scenario) -> str:
     c = scenario.cluster
     if scenario.profile is not None:
         return "compute from the profile"
+    power = f" at a {c.power_limit_W:g} W power limit" if c.power_limit_W is not None else ""
     if op_model(scenario) is not None:
-        return f"compute op by op on {c.gpu}"
-    return f"compute at {c.efficiency:g} of {c.peak_tflops:g} TFLOP/s"
+        return f"compute op by op on {c.gpu}{power}"
+    return f"compute at {c.efficiency:g} of {c.peak_tflops:g} TFLOP/s{power}"
 
 
 def _accumulation(t) -> str:

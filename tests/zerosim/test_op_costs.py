@@ -223,3 +223,40 @@ def test_foreach_adam_moves_80_bytes_per_element():
     fsdp = step_shape(load_scenario(path, ["training.framework='fsdp2'"]), 3)
     zero = step_shape(load_scenario(path), 3)
     assert fsdp.optimizer.bytes_per_element == 80 and zero.optimizer.bytes_per_element == 28
+
+
+H100_500W, H100_700W = 557.2, 712.9  # cuBLAS 8192^3 TFLOP/s: Meta's 500 W run, our 700 W one
+
+
+@pytest.mark.parametrize("watts, scale", [(None, 1.0), (500, H100_500W / H100_700W),
+                                          (600, (H100_500W + H100_700W) / 2 / H100_700W),
+                                          (700, 1.0)])
+def test_a_power_limit_slows_compute_bound_work_only(watts, scale):
+    """Under cluster.power_limit_W GEMMs and attention run at the measured GEMM rate at that
+    limit over the default's (interpolated between measured limits); HBM traffic does not, and
+    the flat model's rate scales alike."""
+    sets = ["cluster.gpu='H100-80GB'"] + ([] if watts is None else [f"cluster.power_limit_W={watts}"])
+    cluster = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", sets).cluster
+    assert cluster.power_scale == pytest.approx(scale, rel=1e-12)
+    capped, full = ops.op_costs(cluster), ops.OpCosts(GPU_SPECS["H100-80GB"], 3350)
+    launch = full.launch
+    assert capped.gemm(8192, 8192, 8192).seconds - launch == pytest.approx(
+        (full.gemm(8192, 8192, 8192).seconds - launch) / scale, rel=1e-12)
+    assert capped.flash(2, 8192, 4096, True).seconds - launch == pytest.approx(
+        (full.flash(2, 8192, 4096, True).seconds - launch) / scale, rel=1e-12)
+    assert capped.traffic(1e9).seconds == full.traffic(1e9).seconds
+    assert cluster.hardware.compute_flops_per_s == pytest.approx(989e12 * 0.5 * scale, rel=1e-12)
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["cluster.power_limit_W=500"], "no GEMM throughput under a power limit is known for gpu = "
+                                    "'A100-80GB' (known for: H100-80GB)"),
+    (["cluster.gpu='H100-80GB'", "cluster.power_limit_W=300"],
+     "cluster.power_limit_W = 300 is outside the measured 500-700 W for H100-80GB"),
+    (["cluster.gpu='H100-80GB'", "cluster.power_limit_W=-5"], "cluster.power_limit_W"),
+])
+def test_power_limits_without_a_measurement_are_one_line(sets, fragment):
+    argv = ["simulate", str(SCENARIOS / "llama2_7b_64gpu.toml")]
+    for text in sets:
+        argv += ["--set", text]
+    assert_one_line_error(run_zerosim(*argv), fragment)

@@ -9,8 +9,8 @@ from zerosim.contract import COLLECTIVE_IMPLS
 from zerosim.errors import InputError
 from zerosim.scenario.checks import one_of, positive, within_cap
 from zerosim.scenario.hardware import Hardware
-from zerosim.scenario.presets import (CUDA_CONTEXT_MIB, DEFAULT_GPU, GENERATION, GPU_PRESETS,
-                                     GPUS_PER_NIC)
+from zerosim.scenario.presets import (CUDA_CONTEXT_MIB, DEFAULT_GPU, GEMM_TFLOPS_BY_POWER_W,
+                                     GENERATION, GPU_PRESETS, GPUS_PER_NIC)
 
 _DEFAULT = GPU_PRESETS[DEFAULT_GPU]
 
@@ -84,6 +84,11 @@ class ClusterConfig:
     timed from its measurements instead; NCCL's kernels take their SMs from compute while they
     run. "op" is not the default yet: on references/ it comes out 20.5% off (fast on every H100
     run, by 15-57%), where "flat" is 23.4% off (bench/references_compute_models.py)."""
+    power_limit_W: float | None = None
+    """Board power limit below the part's default (nvidia-smi -pl): compute-bound work runs at
+    the GEMM throughput measured at that limit over the one at the default, interpolated
+    between measured limits (presets.GEMM_TFLOPS_BY_POWER_W; H100: 500-700 W). Unset: the
+    default limit."""
     compute_efficiency: float | None = None
     """Fraction of peak_tflops that compute achieves under the flat model (unset:
     DEFAULT_COMPUTE_EFFICIENCY). With a calibration profile, layers are timed from its
@@ -136,6 +141,33 @@ class ClusterConfig:
             raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is the flat "
                              f"model's; cluster.compute_model = 'op' times each op instead")
         self._check_library()
+        self._check_power_limit()
+
+    def _check_power_limit(self) -> None:
+        if self.power_limit_W is None:
+            return
+        curve = GEMM_TFLOPS_BY_POWER_W.get(self.gpu)
+        if curve is None:
+            measured = ", ".join(GEMM_TFLOPS_BY_POWER_W)
+            raise InputError(f"cluster.power_limit_W = {self.power_limit_W:g}: no GEMM "
+                             f"throughput under a power limit is known for gpu = '{self.gpu}' "
+                             f"(known for: {measured})")
+        low, high = curve[0][0], curve[-1][0]
+        if not low <= self.power_limit_W <= high:
+            raise InputError(f"cluster.power_limit_W = {self.power_limit_W:g} is outside the "
+                             f"measured {low:g}-{high:g} W for {self.gpu}")
+
+    @property
+    def power_scale(self) -> float:
+        """Compute-bound throughput at power_limit_W over that at the default limit (1 unset)."""
+        if self.power_limit_W is None:
+            return 1.0
+        curve = GEMM_TFLOPS_BY_POWER_W[self.gpu]
+        for (w0, r0), (w1, r1) in zip(curve, curve[1:]):
+            if self.power_limit_W <= w1:
+                rate = r0 + (r1 - r0) * (self.power_limit_W - w0) / (w1 - w0)
+                return rate / curve[-1][1]
+        return 1.0
 
     def _check_library(self) -> None:
         library = self.collective_library

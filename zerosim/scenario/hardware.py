@@ -37,7 +37,7 @@ class Hardware:
     """Device memory per GPU."""
     compute_flops_per_s: float
     """What compute achieves as one fraction of peak: the dense 16-bit peak x
-    cluster.compute_efficiency (or its default)."""
+    cluster.compute_efficiency (or its default) x the power limit's share (power_scale)."""
     hbm_bytes_per_s: float
     intra: Tier
     inter: Tier
@@ -56,7 +56,7 @@ class Hardware:
                         pcie_gen=cluster.pcie_gen, nvlink_sharp=cluster.nvlink_sharp,
                         host_cpu=cluster.host_cpu)
         return cls(memory_bytes=cluster.hbm_GiB * GiB,
-                   compute_flops_per_s=peak * cluster.efficiency,
+                   compute_flops_per_s=peak * cluster.efficiency * cluster.power_scale,
                    hbm_bytes_per_s=cluster.hbm_bandwidth_GBps * GB,
                    intra=Tier(cluster.intra_node_bandwidth_GBps * GB,
                               _seconds(cluster.intra_node_latency_us)),

@@ -85,6 +85,18 @@ GPUS_PER_NIC = MappingProxyType({"V100-32GB": 2, "A100-40GB": 1, "A100-80GB": 1,
 # training step's kernels had loaded; 830 MiB in FSDP2 runs (profiles/h100/fsdp2_memory_*).
 CUDA_CONTEXT_MIB = MappingProxyType({name: (0.0 if name == "CPU" else 723.0) for name, *_ in _ROWS})
 
+# Dense 16-bit GEMM throughput under a board power limit below the part's default, for
+# cluster.power_limit_W: (watts, TFLOP/s) of the same product, cuBLAS 8192 x 8192 x 8192, the
+# last point at the default limit. Compute-bound work (GEMMs, attention) runs at the ratio of
+# the interpolated figure to the last; HBM traffic is left as it is.
+# H100: 500 W, 557.2 TFLOP/s (FP16, the same tensor-core rate as BF16): Meta's
+# facebookexperimental/triton commit ac9e9d9ffcfbe466d43ae03f3d99be271f6dc83b (PR #854,
+# 2026-02-06), test plan "Change 3", after third_party/tlx/denoise.sh printed "Locking GPU 4
+# power cap to 500 W" (an H100 96GB part by its nvidia-smi listing). 700 W, 712.9 TFLOP/s
+# (BF16, median of 20): our H100 80GB HBM3 SXM, profiles/h100/microbench_2026-11-24.json, row
+# gemm "square" 8192.
+GEMM_TFLOPS_BY_POWER_W = MappingProxyType({"H100-80GB": ((500.0, 557.2), (700.0, 712.9))})
+
 DEFAULT_GPU = "A100-80GB"
 
 assert all(len(row) == 1 + len(PRESET_KEYS) for row in _ROWS)  # zip would drop a missing value

@@ -49,10 +49,12 @@ class Kernels:
 class OpCosts:
     """The per-op costs of one GPU (a preset with a GpuSpec)."""
 
-    def __init__(self, spec: GpuSpec, hbm_GBps: float) -> None:
+    def __init__(self, spec: GpuSpec, hbm_GBps: float, power_scale: float = 1.0) -> None:
         self.spec = spec
+        self.power_scale = power_scale
+        """Compute-bound throughput under a power limit over the default's (cluster key)."""
         self.flops = (spec.peak_dense_16bit_tflops * 1e12 * spec.gemm_achievable_fraction
-                      * TRAINING_GEMMS_OVER_BEST)
+                      * TRAINING_GEMMS_OVER_BEST * power_scale)
         self.bandwidth = hbm_GBps * 1e9 * spec.hbm_achievable_fraction
         self.launch = (spec.kernel_launch_us or 0.0) * 1e-6
 
@@ -83,7 +85,7 @@ class OpCosts:
         if spec.flash_fwd_tflops is None or spec.flash_bwd_tflops is None:
             return None
         forward = 4 * b * s * s * h / 2  # QK^T and AV over half the pairs (causal)
-        scale = flash_scale(spec, s)
+        scale = flash_scale(spec, s) * self.power_scale
         if backward:
             return Kernels(self.launch + FLASH_BACKWARD_FLOPS * forward
                            / (spec.flash_bwd_tflops * 1e12 * scale), 1)
@@ -112,7 +114,7 @@ def flash_scale(spec: GpuSpec, seq_len: int) -> float:
 def op_costs(cluster) -> OpCosts | None:
     """The per-op model of the cluster's GPU, or None (a CPU preset, a GPU without a spec)."""
     spec = GPU_SPECS.get(cluster.gpu)
-    return None if spec is None else OpCosts(spec, cluster.hbm_bandwidth_GBps)
+    return None if spec is None else OpCosts(spec, cluster.hbm_bandwidth_GBps, cluster.power_scale)
 
 
 def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
