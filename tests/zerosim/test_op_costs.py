@@ -158,12 +158,21 @@ def test_recomputation_adds_the_forward_it_repeats(a100, checkpointing):
     assert ops.unit_seconds(a100, m, t)[1][1] == pytest.approx(plain + again, rel=1e-12)
 
 
-def test_the_engine_times_compute_op_by_op_only_when_asked():
-    path = SCENARIOS / "llama2_7b_64gpu.toml"
-    flat = simulate(load_scenario(path, ["cluster.nodes=1", "cluster.gpus_per_node=1"]), 0)
-    op = simulate(load_scenario(path, ["cluster.nodes=1", "cluster.gpus_per_node=1",
-                                       "cluster.compute_model='op'"]), 0)
+def test_the_engine_times_compute_op_by_op_unless_the_flat_model_is_asked_for():
+    """"op" is the default; compute_model = "flat", or a compute_efficiency alone, picks the flat
+    model, which the explicit override then times: FLOPs over that fraction of peak."""
+    path, one = SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.nodes=1", "cluster.gpus_per_node=1"]
+    default = simulate(load_scenario(path, one), 0)
+    op = simulate(load_scenario(path, [*one, "cluster.compute_model='op'"]), 0)
+    flat = simulate(load_scenario(path, [*one, "cluster.compute_model='flat'"]), 0)
+    quarter, eighth = (simulate(load_scenario(path, [*one, f"cluster.compute_efficiency={e}"]), 0)
+                       for e in (0.25, 0.125))
+    assert default.compute_s == op.compute_s
     assert op.compute_s != pytest.approx(flat.compute_s, rel=1e-3)
+    # FLOPs / (peak x efficiency) plus an optimizer step that does not depend on it: halving
+    # the efficiency from 0.25 adds twice what halving it from 0.5 (the default) added
+    assert eighth.compute_s - quarter.compute_s == pytest.approx(
+        2 * (quarter.compute_s - flat.compute_s), rel=1e-9)
     bare = SCENARIOS / "zero_paper_7b5_64gpu.toml"  # a bare Ψ has no ops: the flat model stays
     assert simulate(load_scenario(bare, ["cluster.compute_model='op'"]), 3).compute_s == \
         simulate(load_scenario(bare), 3).compute_s
@@ -186,7 +195,7 @@ def test_the_optimizer_streams_at_the_measured_bandwidth():
     """Op by op, the optimizer's bytes move at the streaming microbenchmark's share of HBM."""
     from zerosim.sim.costs import optimizer_cost
     op = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='op'"])
-    flat = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml")
+    flat = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='flat'"])
     assert optimizer_cost(op, 28, 3).seconds(10**9) == pytest.approx(28e9 / (HBM * F_HBM))
     assert optimizer_cost(flat, 28, 3).seconds(10**9) == pytest.approx(28e9 / HBM)
 

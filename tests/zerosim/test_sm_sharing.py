@@ -21,7 +21,9 @@ def test_the_share_is_nccls_channels_over_the_sms():
     """One A100 node: the ring graph's 12 channels, set up twice over = 24 thread blocks, of the
     A100's 108 SMs. The flat model already stands for every loss: no share there."""
     assert engine("cluster.compute_model='op'").sm_share == 24 / 108
-    assert engine().sm_share == 0.0
+    assert engine().sm_share == 24 / 108  # "op" is the default
+    assert engine("cluster.compute_model='flat'").sm_share == 0.0
+    assert engine("cluster.compute_efficiency=0.5").sm_share == 0.0
 
 
 @pytest.mark.parametrize("overlap_s, busy, expected_s", [

@@ -66,7 +66,7 @@ def _validate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="TABLE.KEY=VALUE",
                         help="with --references: set a key in every reference's scenario, e.g. "
-                             "cluster.compute_model=op")
+                             "cluster.compute_model=flat")
     parser.add_argument("measurements", nargs="*", metavar="MEASUREMENT.json",
                         help="zero-real run --out file; several runs of one configuration are "
                              "validated together (their spread is the measurement's noise)")

@@ -77,13 +77,14 @@ class ClusterConfig:
     cuda_context_MiB: float | None = None
     """Device memory of the CUDA context, MiB, counted in device_bytes (what nvidia-smi shows).
     Unset: the preset's measured figure (presets.CUDA_CONTEXT_MIB)."""
-    compute_model: str = "flat"
-    """"flat": FLOPs / (peak x compute_efficiency). "op": a model given by shape on a GPU preset
-    is timed op by op (sim/op_costs.py: GEMMs, attention and memory-bound ops from data sheets
-    and microbenchmarks; a bare Ψ keeps the flat model). With a calibration profile, layers are
-    timed from its measurements instead; NCCL's kernels take their SMs from compute while they
-    run. "op" is not the default yet: on references/ it comes out 20.5% off (fast on every H100
-    run, by 15-57%), where "flat" is 23.4% off (bench/references_compute_models.py)."""
+    compute_model: str | None = None
+    """"op": a model given by shape on a GPU preset is timed op by op (sim/op_costs.py: GEMMs,
+    attention and memory-bound ops from data sheets and microbenchmarks; a bare Ψ, a CPU preset
+    or a GPU without a spec keep the flat model). "flat": FLOPs / (peak x compute_efficiency).
+    Unset: "op", or "flat" when compute_efficiency is set (the explicit override). With a
+    calibration profile, layers are timed from its measurements instead; under "op" NCCL's
+    kernels take their SMs from compute while they run. On references/ "op" is 14.2% off and
+    "flat" 16.9% (bench/references_compute_models.py)."""
     power_limit_W: float | None = None
     """Board power limit below the part's default (nvidia-smi -pl): compute-bound work runs at
     the GEMM throughput measured at that limit over the one at the default, interpolated
@@ -136,7 +137,8 @@ class ClusterConfig:
         one_of("cluster.pcie_gen", self.pcie_gen, PCIE_GENS)
         one_of("cluster.host_cpu", self.host_cpu, HOST_CPUS)
         one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
-        one_of("cluster.compute_model", self.compute_model, COMPUTE_MODELS)
+        if self.compute_model is not None:
+            one_of("cluster.compute_model", self.compute_model, COMPUTE_MODELS)
         if self.compute_model == "op" and self.compute_efficiency is not None:
             raise InputError(f"cluster.compute_efficiency = {self.compute_efficiency} is the flat "
                              f"model's; cluster.compute_model = 'op' times each op instead")
@@ -156,6 +158,13 @@ class ClusterConfig:
         if not low <= self.power_limit_W <= high:
             raise InputError(f"cluster.power_limit_W = {self.power_limit_W:g} is outside the "
                              f"measured {low:g}-{high:g} W for {self.gpu}")
+
+    @property
+    def timing(self) -> str:
+        """The compute model in use: compute_model, else "op" unless compute_efficiency is set."""
+        if self.compute_model is not None:
+            return self.compute_model
+        return "flat" if self.compute_efficiency is not None else "op"
 
     @property
     def power_scale(self) -> float:

@@ -24,10 +24,11 @@ from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 
 def op_model(scenario) -> OpCosts | None:
-    """The per-op costs that time compute (sim/op_costs.py) when cluster.compute_model = "op",
-    the model has a shape, the GPU preset a spec and no calibration profile times it; else None."""
+    """The per-op costs that time compute (sim/op_costs.py) under the "op" model (the default
+    unless cluster.compute_efficiency is set), when the model has a shape, the GPU preset a spec
+    and no calibration profile times it; else None (the flat model)."""
     c = scenario.cluster
-    if c.compute_model != "op" or scenario.profile is not None or scenario.model.is_bare:
+    if c.timing != "op" or scenario.profile is not None or scenario.model.is_bare:
         return None
     return op_costs(c)
 
