@@ -82,10 +82,11 @@ def test_a_llama_layer_is_the_sum_of_its_ops(a100):
     m, t = s.model, s.training
     T, h, f = 4096, 4096, 11008
     norm, swiglu, single, rope = (1.483, 2.296), (1.652, 1.774), 1.172, (8.637, 8.655)
+    d = 128  # rotary reads cos and sin (T x d each) for the queries and again for the keys
     forward_bytes = 2 * (2 * 2 * T * h * norm[0] + 2 * 3 * T * h * single + 3 * T * f * swiglu[0]
-                         + 2 * (T * h + T * h) * rope[0])
+                         + (2 * (T * h + T * h) + 4 * T * d) * rope[0])
     backward_bytes = 2 * (2 * 3 * T * h * norm[1] + 2 * 3 * T * h * single
-                          + 5 * T * f * swiglu[1] + 2 * (T * h + T * h) * rope[1])
+                          + 5 * T * f * swiglu[1] + (2 * (T * h + T * h) + 4 * T * d) * rope[1])
     forward = (gemm_s(T, 3 * h, h) + LAUNCH + 4 * T * T * h / 2 / (FWD * CAUSAL_4K / BEST)
                + gemm_s(T, h, h)
                + 2 * gemm_s(T, f, h) + gemm_s(T, h, f) + 6 * LAUNCH + forward_bytes / (HBM * F_HBM))
@@ -263,8 +264,11 @@ def test_a_power_limit_slows_compute_bound_work_only(watts, scale):
     (["cluster.gpu='H100-80GB'", "cluster.power_limit_W=300"],
      "cluster.power_limit_W = 300 is outside the measured 500-700 W for H100-80GB"),
     (["cluster.gpu='H100-80GB'", "cluster.power_limit_W=-5"], "cluster.power_limit_W"),
+    (["cluster.gpu='H100-80GB'", "cluster.profile='profiles/h100_gpt1b3.json'",
+      "cluster.power_limit_W=500"], "the profile's compute was measured at its GPU's own power"),
 ])
-def test_power_limits_without_a_measurement_are_one_line(sets, fragment):
+def test_power_limits_without_a_measurement_are_one_line(sets, fragment, monkeypatch):
+    monkeypatch.chdir(SCENARIOS.parent)  # the profile's path as a user in the repository types it
     argv = ["simulate", str(SCENARIOS / "llama2_7b_64gpu.toml")]
     for text in sets:
         argv += ["--set", text]

@@ -83,7 +83,7 @@ class ClusterConfig:
     or a GPU without a spec keep the flat model). "flat": FLOPs / (peak x compute_efficiency).
     Unset: "op", or "flat" when compute_efficiency is set (the explicit override). With a
     calibration profile, layers are timed from its measurements instead; under "op" NCCL's
-    kernels take their SMs from compute while they run. On references/ "op" is 14.2% off and
+    kernels take their SMs from compute while they run. On references/ "op" is 14.1% off and
     "flat" 16.9% (bench/references_compute_models.py)."""
     power_limit_W: float | None = None
     """Board power limit below the part's default (nvidia-smi -pl): compute-bound work runs at
@@ -148,6 +148,10 @@ class ClusterConfig:
     def _check_power_limit(self) -> None:
         if self.power_limit_W is None:
             return
+        if self.profile is not None:
+            raise InputError(f"cluster.power_limit_W = {self.power_limit_W:g} with cluster.profile: "
+                             f"the profile's compute was measured at its GPU's own power limit; "
+                             f"drop one of them")
         curve = GEMM_TFLOPS_BY_POWER_W.get(self.gpu)
         if curve is None:
             measured = ", ".join(GEMM_TFLOPS_BY_POWER_W)

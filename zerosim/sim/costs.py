@@ -2,8 +2,9 @@
 the time of a collective on the links, and the memory the real stages hold beyond the analytic
 model. Two sources, one interface:
 
-- the preset (no profile): FLOPs / (peak x compute_efficiency), or op by op for a shaped model
-  under cluster.compute_model = "op" (op_costs.py); optimizer bytes / HBM bandwidth,
+- the preset (no profile): op by op for a model given by shape on a GPU with a spec (op_costs.py,
+  the default), else FLOPs / (peak x compute_efficiency) (the flat model, also what
+  cluster.compute_model = "flat" or a compute_efficiency picks); optimizer bytes / HBM bandwidth,
   ring steps over links of the preset's bandwidth and latency, no extra memory;
 - a calibration profile (cluster.profile): the lines and α-β segments `zero-real calibrate`
   measured and zerosim.calibration.fit fitted, for what it measured. What it did not measure (a bare-Ψ

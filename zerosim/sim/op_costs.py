@@ -170,8 +170,9 @@ def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
     else:
         act = (3 if backward else 2) * tokens * f * EAGER_FACTORS["single"][pass_]
     rope = 0.0
-    if m.position == "rope":
-        rope = 2 * (tokens * h + tokens * kv) * EAGER_FACTORS["rotary"][pass_]
+    if m.position == "rope":  # queries and keys in and out, each reading cos and sin
+        rope = (2 * (tokens * h + tokens * kv) + 2 * 2 * tokens * m.head_dim
+                ) * EAGER_FACTORS["rotary"][pass_]
     dropout = 0.0
     if m.dropout:
         dropout = 2 * (3 if backward else 2) * tokens * h * EAGER_FACTORS["single"][pass_]
