@@ -127,6 +127,23 @@ def test_rows_carry_the_resolved_stage_and_every_input(tmp_path):
     assert "variation.jitter_pct" in header
 
 
+def test_rows_say_which_compute_model_timed_them():
+    """Unset, cluster.compute_model means "op" where a shaped model runs on a GPU with a spec and
+    "flat" elsewhere or once compute_efficiency is set: each row names the one that timed it."""
+    from zerosim.scenario.load import load_scenario
+    from zerosim.tradeoffs.sweep import rows_of
+
+    def model(path, *sets):
+        rows = rows_of(load_scenario(path, list(sets)), [3], {})
+        return rows[0]["cluster.compute_model"]
+
+    llama = SCENARIOS / "llama2_7b_64gpu.toml"
+    assert model(llama) == "op"
+    assert model(llama, "cluster.compute_efficiency=0.4") == "flat"
+    assert model(ZERO_PAPER) == "flat"  # a bare Ψ has no ops to time
+    assert model(SCENARIOS / "tiny_gpt_4rank_cpu.toml") == "flat"  # a CPU preset has no GpuSpec
+
+
 @pytest.mark.parametrize("argv,fragments", [
     (["--vary", "cluster.nodes=1,2", "--out", "r.txt"], ["r.txt", ".csv or .json"]),
     (["--vary", "cluster.nodez=1,2", "--out", "r.csv"], ["cluster.nodez", "nodes"]),

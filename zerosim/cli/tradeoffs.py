@@ -10,21 +10,33 @@ import time
 
 from zerosim.cli.common import Command, add_mode, gib, load, positive_int
 from zerosim.contract import EXIT_OK, STAGES
+from zerosim.errors import InputError
+
+EXECUTORS = ("local", "ray")
 
 
 def run_sweep(args: argparse.Namespace) -> int:
     from zerosim.cli.progress import after_delay
-    from zerosim.tradeoffs import sweep
+    from zerosim.tradeoffs import sweep, sweep_files
 
-    sweep.output_format(args.out)  # a wrong name or place fails before any work
+    if args.address is not None and args.executor != "ray":
+        raise InputError(f"--address {args.address} is a Ray cluster's: it goes with "
+                         f"--executor ray")
+    sweep_files.output_format(args.out)  # a wrong name or place fails before any work
     varies = [sweep.parse_vary(text) for text in args.vary]
     total = sweep.count_points(varies)
+    executor = None
+    if args.executor == "ray":
+        from zerosim.tradeoffs import sweep_ray
+
+        executor = sweep_ray.executor(args.address, args.jobs)  # no Ray: one line, now
     start_s = time.perf_counter()
     bar = None if args.quiet else after_delay("zerosim sweep:", start_s)
     with bar or contextlib.nullcontext():  # SIGTERM unwinds here as Ctrl-C does (cli.common)
         rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
-                               jobs=args.jobs, mode=args.mode, progress=bar)
-    sweep.write_results(args.out, rows, args.scenario, varies, args.overrides, args.deepspeed)
+                               jobs=args.jobs, mode=args.mode, progress=bar, executor=executor)
+    sweep_files.write_results(args.out, rows, args.scenario, varies, args.overrides,
+                              args.deepspeed)
     if not args.quiet:
         print(f"zerosim sweep: {total} points, {len(rows)} rows in "
               f"{time.perf_counter() - start_s:.1f} s -> {args.out}", file=sys.stderr)
@@ -65,7 +77,17 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="RESULTS.csv|RESULTS.json",
                         help="where the rows go; the file name's ending picks the format")
     parser.add_argument("--jobs", type=positive_int, metavar="N",
-                        help="processes (default: every core this process may run on)")
+                        help="processes (default: every core this process may run on); with "
+                             "--executor ray, tasks at once (default: the cluster's CPUs)")
+    parser.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0],
+                        help="where the points run: local, a pool of processes on this machine "
+                             "(the default); ray, tasks on a Ray cluster (pip install "
+                             "'zerosim[ray]'); the same file either way")
+    parser.add_argument("--address", metavar="ADDR",
+                        help="with --executor ray: the Ray cluster, as ray.init(address=...) "
+                             "takes it (HOST:PORT, auto, ray://HOST:PORT); default: RAY_ADDRESS, "
+                             "else a cluster `ray start` began on this machine, else a Ray "
+                             "instance this command starts and stops")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
     add_mode(parser, "as for zerosim simulate")
 
@@ -95,7 +117,8 @@ COMMANDS = (
             "The cartesian product of the --vary keys (the first changing slowest), each point "
             "simulated as `zerosim simulate --set KEY=VALUE` would: one row per point and stage "
             "with every input and output column. Stages: the varied training.zero_stage, else all "
-            "four. Runs on all the cores this process may use; the same input gives the same file.",
+            "four. Runs on all the cores this process may use, or on a Ray cluster "
+            "(--executor ray); the same input gives the same file.",
             run_sweep, _sweep_arguments),
     Command("plan", "which stage and how many GPUs fit the model; the largest model that fits",
             "Per stage: the largest model whose model states fit the GPU memory on the scenario's "

@@ -3,13 +3,13 @@
 A point is the scenario with one value of every varied key applied after its `--set` overrides,
 exactly as `zerosim simulate --set table.key=value` would apply it; so each row equals what
 `zerosim memory` and `zerosim simulate` print for that point. Rows come out in product order
-whatever the number of processes, so the same input gives the same file.
+whatever the number of processes and wherever they run (here, a pool on this machine; or Ray:
+sweep_ray.py), so the same input gives the same file (sweep_files.py).
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import contextlib
 import itertools
 import json
 import math
@@ -18,20 +18,19 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES, STAGES
 from zerosim.errors import InputError
-from zerosim.files import check_writable, write_text
 from zerosim.memory import check_scale, fits, stage_memory
 from zerosim.model import total_params
 from zerosim.scenario.load import load_scenario, parse_override
+from zerosim.sim.costs import op_model
 from zerosim.sim.engine import simulate
 
-FORMAT_VERSION = 1
 MAX_POINTS = 1_000_000  # a million points is already gigabytes of rows
 ORPHAN_POLL_S = 0.5  # how soon a worker notices its parent is gone
 RESULT_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes",  # as simulated
@@ -143,6 +142,9 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
               for table in INPUT_TABLES for key, value in asdict(getattr(scenario, table)).items()}
     if "training.zero_stage" not in first:  # each row's `stage` says which stage it is
         del inputs["training.zero_stage"]
+    # what timed the row's compute (unset means "op" where it applies, else "flat")
+    inputs["cluster.compute_model"] = ("profile" if scenario.profile is not None else
+                                       "op" if op_model(scenario) is not None else "flat")
     gpu_memory_bytes = round(c.hardware.memory_bytes)
     rows = []
     for stage in stages:
@@ -216,8 +218,9 @@ def default_jobs() -> int:
 
 def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[str] = (),
               deepspeed: str | None = None, jobs: int | None = None, mode: str = "auto",
-              progress: Callable[[int, int], None] | None = None) -> list[dict]:
-    """All rows, in product order. The first point that cannot be simulated stops the sweep."""
+              progress: Callable[[int, int], None] | None = None, executor=None) -> list[dict]:
+    """All rows, in product order. The first point that cannot be simulated stops the sweep.
+    `executor` runs the points elsewhere (sweep_ray.executor: Ray); else a pool of `jobs`."""
     check_varies(varies, overrides)
     total = count_points(varies)
     if total > MAX_POINTS:
@@ -229,14 +232,18 @@ def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[st
     jobs = min(jobs or default_jobs(), total)
     rows: list[dict] = []
 
-    def collect(results: Iterator) -> None:
+    def collect(results: Iterator, report=progress) -> None:
         for done, result in enumerate(results, 1):
             if isinstance(result, str):
                 raise InputError(result)
             rows.extend(result)
-            if progress is not None:
-                progress(done, total)
+            if report is not None:
+                report(done, total)
 
+    if executor is not None:  # it reports progress itself, as points finish in any order
+        with contextlib.closing(executor(_run_point, list(work), progress)) as results:
+            collect(results, report=None)
+        return rows
     if jobs <= 1:
         collect(map(_run_point, work))
         return rows
@@ -250,50 +257,3 @@ def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[st
         raise
     pool.shutdown(wait=True)
     return rows
-
-
-def columns_of(rows: Sequence[dict]) -> list[str]:
-    return list(rows[0]) if rows else []
-
-
-def _csv_cell(value: Any) -> Any:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else json.dumps(list(value)) if isinstance(value, (list, tuple)) \
-        else value
-
-
-def to_csv(rows: Sequence[dict]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    columns = columns_of(rows)
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_csv_cell(row[c]) for c in columns])
-    return out.getvalue()
-
-
-def to_json(rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
-            overrides: Sequence[str], deepspeed: str | None = None) -> str:
-    return json.dumps({"zerosim_sweep": FORMAT_VERSION, "scenario": scenario_path,
-                       "deepspeed": deepspeed, "vary": {v.key: list(v.values) for v in varies},
-                       "overrides": list(overrides), "columns": columns_of(rows),
-                       "rows": list(rows)}, indent=1, allow_nan=False) + "\n"
-
-
-def output_format(path: str) -> str:
-    """'csv' or 'json', from the name; checked before a sweep starts, with the place it goes
-    (files.check_writable)."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in (".csv", ".json"):
-        raise InputError(f"--out {path}: the file name must end in .csv or .json")
-    check_writable(Path(path), "--out")
-    return suffix[1:]
-
-
-def write_results(path: str, rows: Sequence[dict], scenario_path: str, varies: Sequence[Vary],
-                  overrides: Sequence[str], deepspeed: str | None = None) -> None:
-    """CSV (the rows: every resolved input is a column) or JSON (rows plus how they were made)."""
-    text = (to_csv(rows) if Path(path).suffix.lower() == ".csv"
-            else to_json(rows, scenario_path, varies, overrides, deepspeed))
-    write_text(Path(path), text, "sweep results")
