@@ -4,6 +4,8 @@ cluster with jitter needs, at 16 to 256 ranks, and the classes mode a straggler 
 
 Goals (issue 3, on a 2-core machine): 64 GPUs <= 0.5 s, 1024 <= 2 s, 16384 <= 10 s, all four
 stages together. Run: python bench/simulator_speed.py
+Whole-process figures for GPT-3 175B on 1024 GPUs and this 7.5B model on 64 (issue 17's goals):
+bench/big_model_speed.py.
 """
 
 from __future__ import annotations

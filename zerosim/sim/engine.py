@@ -12,33 +12,48 @@ stragglers or degraded links, ranks fall into classes: one representative of the
 each straggler, and each degraded link are simulated ("classes"). Jitter makes every rank
 different, so every rank is simulated ("per_rank"). On the same input the modes give identical
 numbers (tests/zerosim/test_engine.py).
+
+Stages 0-2 queue every collective on one stream, so each has the links to itself and takes its
+closed form's time (collectives.ring.idle_plan) in one event, or in none when nothing else is due
+before it ends: a run of queued buckets or all-gathers costs no event each (clock.py). That is
+granularity "collective"; "phase" simulates every phase and wait as events, with the same numbers
+(tests/zerosim/test_engine_batching.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from dataclasses import replace
+from typing import Callable, Iterator
 
 import simpy
 
-from zerosim.contract import SIM_MODES, STAGE_NAMES
+from zerosim.contract import SIM_MODES
 from zerosim.errors import InputError
 from zerosim.model import model_flops_per_token
 from zerosim.scenario.config import Scenario
 from zerosim.scenario.variation import VariationConfig
+from zerosim.sim.clock import Environment
 from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
-from zerosim.sim.collectives.ring import FLAT, Group, representatives, run_phases
+from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, representatives,
+                                          run_phases)
 from zerosim.sim.costs import op_model, price_phases
 from zerosim.sim.device import overhead
 from zerosim.sim.network import Cluster
 from zerosim.sim.rank import RankContext
+from zerosim.sim.result import StageResult
 from zerosim.sim.stage_fsdp2 import stage_program
+from zerosim.sim.stages import ZeRO3
 from zerosim.sim.step_shape import step_shape
 
 # Simulating every rank costs O(ranks) processes per collective phase: about 25 s per stage at
 # 256 ranks on one core; beyond this a run would take many minutes.
 MAX_PER_RANK = 512
+GRANULARITIES = ("collective", "phase")
+"""How finely a step is simulated: "collective", the closed form of each collective alone on its
+links, with no event where one would only resume the process waiting for it (clock.py); "phase",
+every phase of every collective and every wait as its own events: the reference, which gives the
+same numbers (tests/zerosim/test_engine_batching.py)."""
 
 
 class Engine:
@@ -46,11 +61,17 @@ class Engine:
     the collectives they join."""
 
     def __init__(self, scenario: Scenario, stage: int, mode: str = "auto",
-                 keep_events: bool = True) -> None:
+                 keep_events: bool = True, granularity: str = "collective") -> None:
         if mode not in SIM_MODES:
             raise ValueError(f"mode {mode!r} is not one of {SIM_MODES}")
         self.scenario, self.stage = scenario, stage
-        self.env = simpy.Environment()
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity {granularity!r} is not one of {GRANULARITIES}")
+        self.env = Environment(shortcuts=granularity == "collective")
+        self.program = stage_program(scenario.training, stage)
+        self.closed_form = granularity == "collective" and one_stream(self.program)
+        """A collective alone on its links takes its closed form's time, in one event or none
+        (clock.py); else its phases move over the links event by event."""
         c = scenario.cluster
         self.group = Group(c.world_size, c.gpus_per_node)
         self.library = Collectives(scenario, self.group)
@@ -118,25 +139,37 @@ class Engine:
         each rank sent. Priced phases are cached: buckets mostly share one size."""
         cached = self._phases.get((op, size_bytes))
         if cached is None:
-            choice = self.library.choose(op, size_bytes)
-            cached = self._phases[op, size_bytes] = (choice.label, price_phases(
-                self.scenario, op, size_bytes, self.group, choice.phases, self.stage))
-        label, phases = cached
+            cached = self._phases[op, size_bytes] = self._price(op, size_bytes)
+        label, phases, plan, sent_bytes = cached
         by_label = self.used.setdefault(op, {})
         by_label[label] = by_label.get(label, 0.0) + size_bytes
-        yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
+        if plan is None:
+            yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
+        elif plan:  # alone on its links: its closed form (clock.py)
+            end_s = plan_end_s(self.env.now, plan)
+            if not self.env.advance(end_s):
+                yield from self.env.arrive(end_s)
         self.moved += 1
         if self.progress is not None:
             self.progress(min(self.moved, self.collectives), self.collectives)
-        return bytes_sent_per_rank(phases)
+        return sent_bytes
+
+    def _price(self, op: str, size_bytes: float) -> tuple:
+        """How a call runs: its label, phases, idle_plan (None: event by event) and the bytes
+        each rank sends."""
+        choice = self.library.choose(op, size_bytes)
+        phases = price_phases(self.scenario, op, size_bytes, self.group, choice.phases, self.stage)
+        plan = None
+        if self.closed_form:
+            plan = idle_plan(self.cluster, self.group, phases, self.link_ranks)
+        return choice.label, phases, plan, bytes_sent_per_rank(phases)
 
     def run(self) -> list[RankContext]:
         """Every simulated rank runs the stage's program to the end of the step."""
         shape = step_shape(self.scenario, self.stage)
-        program = stage_program(self.scenario.training, self.stage)
         contexts = [RankContext(self, rank) for rank in self.compute_ranks]
         for ctx in contexts:
-            self.env.process(self._rank_step(ctx, program(ctx, shape).run()))
+            self.env.process(self._rank_step(ctx, self.program(ctx, shape).run()))
         self.env.run()
         if self._pending:
             raise RuntimeError(f"collectives never completed: {sorted(self._pending)}")
@@ -145,60 +178,6 @@ class Engine:
     def _rank_step(self, ctx: RankContext, step: Iterator) -> Iterator:
         yield from step
         ctx.state.end_s = self.env.now
-
-
-@dataclass
-class StageResult:
-    """One stage's simulated step. Times are those of the rank that finished last."""
-
-    stage: int
-    step_time_s: float
-    compute_s: float
-    exposed_comm_s: float
-    """step_time_s - compute_s: communication compute did not hide, plus any bookkeeping time a
-    calibration profile measured (its other_s)."""
-    comm_bytes_per_rank: dict[str, int]
-    comm_time_s: float
-    """The critical rank's collectives' durations, summed (hidden by compute or not)."""
-    peak_bytes: int
-    """The most bytes the rank's buffers ask for at once (the analytic model's peak)."""
-    memory_at: dict[str, int]
-    peak_allocated_bytes: int
-    """What torch.cuda.max_memory_allocated would show: the caching allocator's blocks, rounded."""
-    peak_reserved_bytes: int
-    """What torch.cuda.max_memory_reserved would show: the allocator's segments."""
-    device_bytes: int
-    """What nvidia-smi would show: reserved + the CUDA context + NCCL's buffers. `fits` is
-    judged on it."""
-    tokens_per_s_per_gpu: float
-    """Tokens each GPU trains on per second: micro_batch x seq_len x gradient_accumulation per
-    step."""
-    mfu: float
-    """Model FLOPs utilisation: the model's FLOPs per token (no recomputation) x tokens/s per GPU
-    over the GPU's dense 16-bit peak."""
-    algorithm: str
-    mode: str
-    ranks_simulated: int
-    slowest_rank: int
-    notes: list[str] = field(default_factory=list)
-    """What the simulation leaves out for this scenario."""
-    ranks: list[RankContext] = field(repr=False, default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "name": STAGE_NAMES[self.stage],
-                "step_time_s": self.step_time_s, "compute_s": self.compute_s,
-                "exposed_comm_s": self.exposed_comm_s,
-                "comm_bytes_per_rank": self.comm_bytes_per_rank,
-                "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
-                "comm_time_s": self.comm_time_s,
-                "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
-                "peak_allocated_bytes": self.peak_allocated_bytes,
-                "peak_reserved_bytes": self.peak_reserved_bytes,
-                "device_bytes": self.device_bytes,
-                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
-                "algorithm": self.algorithm, "mode": self.mode,
-                "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
-                "notes": self.notes}
 
 
 def count_collectives(scenario: Scenario, stage: int) -> int:
@@ -211,14 +190,15 @@ def count_collectives(scenario: Scenario, stage: int) -> int:
 
 
 def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bool = True,
-             progress: Callable[[int, int], None] | None = None) -> StageResult:
+             progress: Callable[[int, int], None] | None = None,
+             granularity: str = "collective") -> StageResult:
     """One training step of `stage` for the scenario's model on its cluster. `progress(done,
     total)` hears of every collective completed when every rank is simulated (the mode whose cost
     grows with the ranks: minutes at 512), otherwise once at the end of the step."""
     if scenario.training.seq_len is None:
         raise InputError("simulating a step needs training.seq_len: a bare-Ψ model computes "
                          "6 * Ψ FLOPs per token (e.g. --set training.seq_len=1024)")
-    engine = Engine(scenario, stage, mode, keep_events=keep_events)
+    engine = Engine(scenario, stage, mode, keep_events=keep_events, granularity=granularity)
     each = progress is not None and engine.mode == "per_rank"
     if each:
         engine.progress, engine.collectives = progress, count_collectives(scenario, stage)
@@ -251,6 +231,13 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
         mode=engine.mode,
         ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
         notes=_notes(scenario))
+
+
+def one_stream(program: type) -> bool:
+    """Whether the stage program queues every collective on one stream (DDP, ZeRO-1, ZeRO-2), so
+    they run one at a time, each with the links to itself. ZeRO-3 gathers on one stream while it
+    reduce-scatters on another: their transfers share links."""
+    return not issubclass(program, ZeRO3)
 
 
 def sm_share(scenario: Scenario, library) -> float:

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import simpy
 
 from zerosim.contract import COMM, COMPUTE, OTHER, SimulatedEvent
+from zerosim.sim.sync import CommQueue, first_of
 from zerosim.sim.timeline import MemoryTimeline
 
 
@@ -66,7 +67,7 @@ class RankContext:
             import numpy as np
 
             self._rng = np.random.default_rng([v.seed, rank])
-        self._streams: dict[str, simpy.Store] = {}
+        self._streams: dict[str, CommQueue] = {}
         self._launched: dict[str, int] = defaultdict(int)
         self._communicating = 0
         """Collectives whose kernels occupy this rank's SMs now (engine.sm_share each)."""
@@ -83,28 +84,35 @@ class RankContext:
         if duration_s > 0:
             if self.engine.sm_share:
                 yield from self._share_sms(duration_s)
-            else:
+            elif not self.env.advance(start_s + duration_s):  # else nothing was due before
                 yield self.env.timeout(duration_s)
         if name != OTHER:
             self.state.compute_s += self.env.now - start_s
-        self._record(COMPUTE, name, phase, layer, None, 0, start_s)
+        if self.engine.keep_events:
+            self._record(COMPUTE, name, phase, layer, None, 0, start_s)
 
     def _share_sms(self, work_s: float) -> Iterator:
         """Compute at the rate the SMs that NCCL's kernels leave it: each collective in flight on
         this rank runs its channels as thread blocks, one SM each (engine.sm_share of them)."""
+        env, share = self.env, self.engine.sm_share
         while True:
-            rate = max(1.0 - self._communicating * self.engine.sm_share, MIN_COMPUTE_RATE)
-            start_s, timer = self.env.now, self.env.timeout(work_s / rate)
-            fired = yield timer | self._changed
-            if timer in fired:
+            rate = max(1.0 - self._communicating * share, MIN_COMPUTE_RATE)
+            start_s = env.now
+            if env.advance(start_s + work_s / rate):  # nothing changed the rate before its end
                 return
-            work_s -= (self.env.now - start_s) * rate
+            timer = env.timeout(work_s / rate)
+            yield from first_of(env, timer, self._changed)
+            if timer.callbacks is None:  # processed: the work is done
+                return
+            env.forget(timer)  # the rate changed: a new timer follows
+            work_s -= (env.now - start_s) * rate
 
     def _communication(self, delta: int) -> None:
         """A collective's kernels start (+1) or end (-1) on this rank."""
         self._communicating += delta
-        changed, self._changed = self._changed, self.env.event()
-        changed.succeed()
+        if self._changed.callbacks:  # else no compute waits for it: the event would do nothing
+            changed, self._changed = self._changed, self.env.event()
+            changed.succeed()
 
     # memory
     def alloc(self, key: object, category: str, size_bytes: int, stream: str = COMPUTE) -> None:
@@ -122,38 +130,55 @@ class RankContext:
              after: Callable[[], None] | None = None) -> simpy.Event:
         """Queue a collective on `stream`; the event fires when it has completed on this rank."""
         if stream not in self._streams:
-            self._streams[stream] = simpy.Store(self.env)
+            if self._streams and self.engine.closed_form:  # collectives could share links
+                raise RuntimeError(f"stream {stream!r} beside {sorted(self._streams)}: closed "
+                                   f"forms need one stream (engine.one_stream)")
+            self._streams[stream] = CommQueue(self.env)
             self.env.process(self._serve(stream, self._streams[stream]))
         done = self.env.event()
         self._streams[stream].put(CommRequest(op, size_bytes, name, phase, layer, done, before, after))
         return done
 
-    def _serve(self, stream: str, queue: simpy.Store) -> Iterator:
+    def _serve(self, stream: str, queue: CommQueue) -> Iterator:
+        env, engine, state = self.env, self.engine, self.state
+        joined, quiet = len(engine.compute_ranks) > 1, None
         while True:
-            request: CommRequest = yield queue.get()
+            request: CommRequest = yield from queue.take(quiet)
             if request.before is not None:
                 yield from request.before()
             self._communication(+1)  # NCCL's kernel takes its SMs from launch to completion
-            if len(self.engine.compute_ranks) > 1:  # wait until every simulated rank joins
+            if joined:  # wait until every simulated rank joins
                 key = (stream, self._launched[stream])
                 self._launched[stream] += 1
-                start_s, sent_bytes = yield self.engine.collective(key, request.op, request.size_bytes)
+                start_s, sent_bytes = yield engine.collective(key, request.op, request.size_bytes)
             else:  # the only simulated rank: no one to wait for, no extra process
-                start_s = self.env.now
-                sent_bytes = yield from self.engine.move(request.op, request.size_bytes)
+                start_s = env.now
+                sent_bytes = yield from engine.move(request.op, request.size_bytes)
+            quiet = env.quiet(env.now)
             self._communication(-1)
-            self.state.comm_bytes[request.op] += sent_bytes
-            self.state.comm_s += self.env.now - start_s
-            self._record(COMM, request.name, request.phase, request.layer, request.op,
-                         request.size_bytes, start_s, queue=stream)
+            state.comm_bytes[request.op] += sent_bytes
+            state.comm_s += env.now - start_s
+            if engine.keep_events:
+                self._record(COMM, request.name, request.phase, request.layer, request.op,
+                             request.size_bytes, start_s, queue=stream)
             if request.after is not None:
                 request.after()
-            request.done.succeed()
+            # Nothing else was due when the collective ended: what is due now is only what this
+            # completion scheduled (the end of its kernel, a buffer put back), and that resumes
+            # no one before the events it follows (Environment.succeed_soon waits while an event
+            # is due). So `done`, if no one waits for it, is processed now, and the next request
+            # taken now, without an event each.
+            done = request.done
+            if quiet and not done.callbacks:
+                done._ok, done._value, done.callbacks = True, None, None
+            else:
+                done.succeed()
+                quiet = False
 
     def _record(self, stream: str, name: str, phase: str, layer: int | None, op: str | None,
                 size_bytes: float, start_s: float, queue: str = COMPUTE) -> None:
-        """One record of the step-event schema (contract.SimulatedEvent); `queue` names the stream."""
-        if self.engine.keep_events:
-            self.state.events.append(SimulatedEvent(
-                rank=self.rank, stream=stream, name=name, phase=phase, layer=layer, op=op,
-                bytes=round(size_bytes), start_s=start_s, end_s=self.env.now, queue=queue))
+        """One record of the step-event schema (contract.SimulatedEvent); `queue` names the stream.
+        Callers record only when the engine keeps events."""
+        self.state.events.append(SimulatedEvent(
+            rank=self.rank, stream=stream, name=name, phase=phase, layer=layer, op=op,
+            bytes=round(size_bytes), start_s=start_s, end_s=self.env.now, queue=queue))

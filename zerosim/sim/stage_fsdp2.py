@@ -26,7 +26,7 @@ class KeepGathered(ZeRO3):
 
     def release(self, unit: int, phase: str) -> None:
         if phase == "forward":
-            self.gather_slots.put(1)  # the prefetch may go on; the parameters stay
+            self.gather_slots.put()  # the prefetch may go on; the parameters stay
         else:
             self.ctx.free(("gathered", "forward", unit))
 

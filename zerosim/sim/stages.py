@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import simpy
-
 from zerosim.contract import OTHER, STAGES
 from zerosim.memory import STAGE2_LIVE_BUCKETS, STAGE3_LIVE_LAYER_GRADS
 from zerosim.sim.step_shape import StepShape
+from zerosim.sim.sync import Slots
 
 
 class DDP:
@@ -138,8 +137,8 @@ class DDP:
         self.filled_bytes = 0
 
     def drain(self) -> Iterator:
-        if self.pending:
-            yield self.env.all_of(self.pending)
+        if self.pending:  # one stream's, first in first out: the last completes last
+            yield self.env.all_of(self.pending[-1:])
         self.pending = []
 
     def synchronous(self) -> Iterator:
@@ -202,7 +201,7 @@ class ZeRO2(ZeRO1):
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
-        self.free_buckets = simpy.Container(self.env, STAGE2_LIVE_BUCKETS, init=STAGE2_LIVE_BUCKETS)
+        self.free_buckets = Slots(self.env, STAGE2_LIVE_BUCKETS)
         self.unbucketed_bytes = 0
         self.bucket_id = 0
 
@@ -211,7 +210,7 @@ class ZeRO2(ZeRO1):
         yield from super().backward()
 
     def open_bucket(self) -> Iterator:
-        yield self.free_buckets.get(1)  # backward stalls here while two buckets are in flight
+        yield from self.free_buckets.take()  # backward stalls here while two buckets are in flight
         size = min(self.shape.bucket_bytes, self.unbucketed_bytes)
         self.unbucketed_bytes -= size
         self.ctx.alloc(("bucket", self.bucket_id), "buckets", size)
@@ -222,7 +221,7 @@ class ZeRO2(ZeRO1):
 
         def reduced() -> None:
             self.ctx.free(key)
-            self.free_buckets.put(1)
+            self.free_buckets.put()
 
         super().launch_bucket(after=reduced)
 
@@ -236,10 +235,8 @@ class ZeRO3(ZeRO1):
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
-        self.gather_slots = simpy.Container(self.env, 1 + shape.prefetch_layers,
-                                            init=1 + shape.prefetch_layers)
-        self.grad_slots = simpy.Container(self.env, STAGE3_LIVE_LAYER_GRADS,
-                                          init=STAGE3_LIVE_LAYER_GRADS)
+        self.gather_slots = Slots(self.env, 1 + shape.prefetch_layers)
+        self.grad_slots = Slots(self.env, STAGE3_LIVE_LAYER_GRADS)
         self.gathers: dict[tuple[str, int], object] = {}
         self.grad_shards: set[int] = set()
 
@@ -248,7 +245,7 @@ class ZeRO3(ZeRO1):
             size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
 
             def take_slot(unit=unit, size=size) -> Iterator:
-                yield self.gather_slots.get(1)  # prefetch depth: wait for a free buffer
+                yield from self.gather_slots.take()  # prefetch depth: wait for a free buffer
                 # allocated for the gather's stream (DeepSpeed and FSDP2 gather on their own)
                 self.ctx.alloc(("gathered", phase, unit), "gathered", size, stream="gather")
 
@@ -267,10 +264,10 @@ class ZeRO3(ZeRO1):
 
     def release(self, unit: int, phase: str) -> None:
         self.ctx.free(("gathered", phase, unit))
-        self.gather_slots.put(1)
+        self.gather_slots.put()
 
     def produce_gradients(self, unit: int) -> Iterator:
-        yield self.grad_slots.get(1)
+        yield from self.grad_slots.take()
         bg = self.shape.grad_bytes_per_element
         key = ("layer_grads", unit)
         # A tied head produces a gradient for the whole shared matrix (memory), but its part is
@@ -281,7 +278,7 @@ class ZeRO3(ZeRO1):
 
         def reduced() -> None:
             self.ctx.free(key)
-            self.grad_slots.put(1)
+            self.grad_slots.put()
             if self.shape.grad_shard_bytes and unit not in self.grad_shards:
                 self.grad_shards.add(unit)  # once: later micro-steps add into it. FSDP2 makes
                 # them the reduce-scatter's output, on the reduce-scatter stream (its own pool)

@@ -18,7 +18,9 @@ Two granularities give identical times on an uncontended ring:
 - "step": one simpy event per chunk per rank per step, with an event log (the reference);
 - "phase": the k - 1 steps of one walk as one latency delay and one transfer of (k - 1) chunks
   per link, O(1) events per link instead of O(k): what the engine uses to stay fast at 16k GPUs.
-They differ only when collectives share a link, where "phase" shares bandwidth as a fluid.
+They differ only when collectives share a link, where "phase" shares bandwidth as a fluid. A
+collective that has its links to itself needs no event per phase either: idle_plan and plan_end_s
+give the time "phase" would end at, the same float additions in the same order.
 """
 
 from __future__ import annotations
@@ -141,6 +143,56 @@ def run_phases(env: simpy.Environment, cluster: Cluster, group: Group, phases: l
         done += phase.steps
         if progress is not None:
             progress(done, total)
+
+
+def idle_plan(cluster: Cluster, group: Group, phases: list[Phase],
+              ranks: list[int]) -> list[list[tuple[float, float]]] | None:
+    """run_phases (at "phase" granularity) on links that nothing else uses meanwhile, as the
+    (latency, transfer) seconds of each link of each phase that has a step: a phase ends when the
+    slowest of its links does (plan_end_s). These are the very delays its events add to the clock
+    (an idle link times a transfer as its bytes over its bandwidth, network.Link). None: a phase
+    sends twice over one link at once, which shares it, or a delay is negative."""
+    plan = []
+    for phase in phases:
+        if phase.steps == 0:
+            continue
+        if phase.alongside:  # as _pipelined: one latency, then every transfer at once
+            latency_s = phase.steps * phase.latency(cluster.link(ranks[0], INTRA))
+            sends = [(cluster.link(r, link_tier(group, r, p.scope)),
+                      p.steps * p.chunk_bytes * p.link_scale, latency_s)
+                     for p in (phase, *phase.alongside) for r in ranks]
+        else:  # as run_phases and _send: each link's latency, then its transfer
+            wire = phase.chunk_bytes * phase.link_scale
+            links = [cluster.link(r, link_tier(group, r, phase.scope)) for r in ranks]
+            sends = [(link, phase.steps * wire, phase.steps * phase.latency(link))
+                     for link in links]
+        if len({id(link) for link, _, _ in sends}) < len(sends):
+            return None
+        plan.append([(latency_s, _idle_transfer_s(link, size_bytes))
+                     for link, size_bytes, latency_s in sends])
+        if not all(latency_s >= 0 and transfer_s >= 0 for latency_s, transfer_s in plan[-1]):
+            return None  # events refuse a negative delay: let them say so
+    return plan
+
+
+def _idle_transfer_s(link, size_bytes: float) -> float:
+    """network.Link.transfer of size_bytes alone on the link: its timer's delay (0: an event
+    already triggered, no time passes)."""
+    if size_bytes <= 0:
+        return 0.0
+    return max(float(size_bytes), 0.0) / (link.bandwidth_bytes_per_s / 1)
+
+
+def plan_end_s(now_s: float, plan: list[list[tuple[float, float]]]) -> float:
+    """When the phases of an idle_plan started at now_s end, adding the delays in the order the
+    clock does (x + 0.0 is x: a transfer that takes no time changes nothing)."""
+    for sends in plan:
+        if len(sends) == 1:  # one representative link
+            (latency_s, transfer_s), = sends
+            now_s = (now_s + latency_s) + transfer_s
+        else:
+            now_s = max([(now_s + latency_s) + transfer_s for latency_s, transfer_s in sends])
+    return now_s
 
 
 def _pipelined(env, cluster, group, phase: Phase, ranks: list[int]) -> Iterator:
