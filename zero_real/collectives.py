@@ -13,14 +13,21 @@ the algorithm zerosim simulates, so on CPU it is the honest counterpart of the s
 
 Sizes recorded follow nccl-tests: all_reduce the buffer, reduce_scatter/all_gather the whole
 buffer (N x per-rank piece).
+
+Waiting, native gloo on CPU between processes: each collective is started asynchronously and its
+work polled, the core yielded between polls, instead of waited for asleep in work.wait() (see
+wait_yielding). Errors and timeouts still raise from work.wait(), called once the work is done.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.distributed as dist
 
 from zerosim.contract import COLLECTIVE_IMPLS
+
 # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -34,6 +41,27 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out
 
 
+def wait_yielding(work) -> None:
+    """Wait for gloo's asynchronous `work` awake: poll it, yielding the core between polls, then
+    work.wait(), which returns at once, or raises the collective's error or gloo's timeout (an
+    error or a timeout completes the work, so the polling ends on them too).
+
+    Why awake: asleep in work.wait(), the rank's core goes idle, and each hand-over between
+    gloo's threads and the rank is a wake-up; on the 2-core VM of issue 17, whose idle cores halt
+    at once, eight 64 KiB all-reduces at 2 ranks took 2.05 ms each asleep, 0.96 ms polled.
+
+    Why the future's done() and not work.is_completed(): is_completed() keeps the GIL while it
+    takes the work's lock, and gloo's thread finishes a work under that lock, running the torch
+    profiler's end callback there, which restores the rank's thread-local state (the saved-tensor
+    hooks of zero_real.measure.ActivationTracker: Python objects) and so needs the GIL. Stage 3's
+    gathers in forward under the memory profiler deadlocked that way (seen with gdb; 10 of 18
+    runs beside two busy loops, polled with short sleeps; polled through done(), 0 of 20)."""
+    done = work.get_future().done
+    while not done():
+        os.sched_yield()
+    work.wait()
+
+
 class Collectives:
     def __init__(self, mode: str, rank: int, world_size: int, recorder, backend: str):
         if mode not in COLLECTIVE_IMPLS:
@@ -44,6 +72,20 @@ class Collectives:
     def _nbytes(self, t: torch.Tensor) -> int:
         return t.numel() * t.element_size()
 
+    def polls(self, t: torch.Tensor) -> bool:
+        """Native gloo between processes on CPU tensors: waited for awake (wait_yielding). NCCL,
+        the ring, the fake process group and a single rank: as torch.distributed waits."""
+        return (self.mode == "native" and self.backend == "gloo" and self.world_size > 1
+                and t.device.type == "cpu")
+
+    def _native(self, collective, *args, **kwargs) -> None:
+        """torch.distributed's `collective(*args, **kwargs)`, waited for awake where that pays
+        (args[0] is the tensor it writes, as for every torch.distributed collective)."""
+        if self.polls(args[0]):
+            wait_yielding(collective(*args, **kwargs, async_op=True))
+        else:
+            collective(*args, **kwargs)
+
     # -- the interface the stages use ----------------------------------------------------------
 
     def all_reduce(self, t: torch.Tensor, name: str = "all_reduce") -> None:
@@ -52,7 +94,7 @@ class Collectives:
             if self.world_size == 1:
                 return
             if self.mode == "native":
-                dist.all_reduce(t)
+                self._native(dist.all_reduce, t)
             else:
                 base, extra = divmod(t.numel(), self.world_size)
                 sizes = [base + (1 if r < extra else 0) for r in range(self.world_size)]
@@ -70,7 +112,7 @@ class Collectives:
             if self.mode == "ring":
                 self._ring_reduce_scatter(t, sizes)
             elif self._gloo_native:
-                dist.all_reduce(t)
+                self._native(dist.all_reduce, t)
             elif len(set(sizes)) == 1:
                 lo = self.rank * sizes[0]
                 _reduce_scatter_single(t[lo:lo + sizes[0]], t)
@@ -89,11 +131,11 @@ class Collectives:
                 self._ring_all_gather(t, sizes)
             elif len(set(sizes)) == 1:
                 lo = self.rank * sizes[0]
-                _all_gather_single(t, t[lo:lo + sizes[0]])
+                self._native(_all_gather_single, t, t[lo:lo + sizes[0]])
             else:
                 for r, (start, size) in enumerate(zip(_offsets(sizes), sizes)):
                     if size:
-                        dist.broadcast(t[start:start + size], src=r)
+                        self._native(dist.broadcast, t[start:start + size], src=r)
 
     @property
     def _gloo_native(self) -> bool:

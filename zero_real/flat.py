@@ -33,7 +33,7 @@ class Layout:
     world_size: int
 
     @classmethod
-    def of(cls, named_params: list[tuple[str, nn.Parameter]], world_size: int) -> "Layout":
+    def of(cls, named_params: list[tuple[str, nn.Parameter]], world_size: int) -> Layout:
         slots, offset = [], 0
         for name, p in named_params:
             slots.append(Slot(name, p.shape, offset, p.numel()))
@@ -55,6 +55,26 @@ class Layout:
         """Sizes of [lo, hi) cut at the rank boundaries: piece r is what rank r owns of it."""
         return [max(0, min(hi, (r + 1) * self.shard) - max(lo, r * self.shard))
                 for r in range(self.world_size)]
+
+    def buckets(self, bucket_elements: int) -> list[tuple[int, int]]:
+        """[lo, hi) of each gradient bucket, cut from the top of the buffer down: the order in
+        which backward produces gradients, so bucket 0 fills first."""
+        return [(max(0, hi - bucket_elements), hi)
+                for hi in range(self.numel, 0, -bucket_elements)]
+
+    def spans(self, bucket_elements: int) -> list[list[tuple[int, int]]]:
+        """Per slot, (bucket, elements of the slot in it) for each bucket it overlaps, top down:
+        computed once, so a gradient's hook walks only its own buckets."""
+        buckets, out = self.buckets(bucket_elements), []
+        for slot in self.slots:
+            end, spans = slot.offset + slot.numel, []
+            for i in range((self.numel - end) // bucket_elements, len(buckets)):
+                overlap = min(buckets[i][1], end) - max(buckets[i][0], slot.offset)
+                if overlap <= 0:
+                    break
+                spans.append((i, overlap))
+            out.append(spans)
+        return out
 
 
 class FlatParams:

@@ -64,7 +64,7 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
                                recorder=recorder, device=device, seed=cfg.seed, lr=cfg.lr)
     recorder.mark("after_init", 0)
     t = scenario.training
-    losses = []
+    rank_losses = []
     under_profiler = recorder.profiling
     progress = Progress(cfg.progress_path, rank)
     progress.begin("steps", cfg.steps + cfg.timed_steps)
@@ -78,8 +78,9 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
             batches = micro_batches(scenario.model.vocab, t, rank, world_size, cfg.seed, step,
                                     device)
             heartbeat.step = recorder.step = step
-            losses.append(engine.step(batches, step))
+            rank_losses.append(engine.step(batches, step))
             progress.tick()
+        losses = global_losses(rank_losses, world_size, device)
         params = None
         if cfg.return_params:
             params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
@@ -100,6 +101,16 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
             "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
             "params": params, "hardware": hardware(device),
             "under_profiler": under_profiler and not cfg.timed_steps}
+
+
+def global_losses(rank_losses: list[float], world_size: int, device: torch.device) -> list[float]:
+    """Each step's loss averaged over ranks, from this rank's (the stage's step returns the mean
+    over its micro-batches, all of one size: this is the mean over the global batch). One
+    collective after the run rather than one in every step; bookkeeping, so not recorded."""
+    total = torch.tensor(rank_losses, dtype=torch.float64, device=device)
+    if world_size > 1:
+        dist.all_reduce(total)
+    return (total / world_size).tolist()
 
 
 def measurement(cfg: RunConfig, results: list[dict], world_size: int) -> Measurement:

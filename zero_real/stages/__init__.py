@@ -7,7 +7,8 @@ time. That makes "before this unit's forward/backward" a line of code rather tha
 where ZeRO-3 gathers, and it times every layer's forward and backward.
 
     DDP     gradients in one persistent flat buffer; buckets (slices of it) all-reduced as they
-            fill during backward; Adam on everything, on every rank.
+            fill during backward (on gloo, waited for by polling); Adam on everything, on every
+            rank.
     ZeRO-1  buckets reduce-scattered instead (each rank keeps the sum of what it owns); Adam on
             the owned shard; parameters all-gathered after the step.
     ZeRO-2  no full gradient buffer: each gradient is copied into a bucket and freed; a reduced

@@ -4,7 +4,6 @@ buffer (the overview of all four is zero_real.stages)."""
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from zero_real.flat import FlatParams
 from zero_real.measure import ActivationTracker
@@ -17,6 +16,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 class DDP:
     stage = 0
+    uses = ()  # per parameter (flat order), its uses in the model: autograd's hook fires per use
     reduces_every_micro_step = False
     """Under gradient accumulation, DDP and ZeRO-1 reduce in the last micro-step only (DDP's
     no_sync); ZeRO-2 and ZeRO-3 in every one, into the gradient shard."""
@@ -32,8 +32,7 @@ class DDP:
         self.prefetch = scenario.training.prefetch_layers
         self.loss_scale = LossScale(scenario.training.precision)
         self.accumulation = scenario.training.gradient_accumulation
-        self.reducing = True
-        """This micro-step reduces its gradients (the last one, or every one)."""
+        self.reducing = True  # this micro-step reduces its gradients (the last one, or every one)
         self.build(device, seed, lr)
         self.acts = ActivationTracker(recorder.ledger, self.is_param_storage)
 
@@ -46,19 +45,18 @@ class DDP:
         layout = self.flat.layout
         self.rec.ledger.add_state("params", self.flat.full, layout.numel)
         self.optimizers = [self.make_optimizer(self.flat, self.make_grads(device), lr)]
-        # Buckets are cut from the top of the buffer down, the order backward produces gradients.
-        self.buckets = [(max(0, hi - self.bucket_elements), hi)
-                        for hi in range(layout.numel, 0, -self.bucket_elements)]
-        self.uses = {p: 1 for p in self.flat.params}
-        if self.tied:
-            self.uses[self.model.embedding.tok.weight] = 2  # the head's and the embedding's
-        self.hooks = [p.register_post_accumulate_grad_hook(self._make_hook(slot))  # train()
-                      for slot, p in zip(layout.slots, self.flat.params)]  # removes them
+        self.buckets = layout.buckets(self.bucket_elements)
+        self.spans = layout.spans(self.bucket_elements)
+        tok = self.model.embedding.tok.weight  # tied: used by the embedding and the head
+        self.uses = [2 if self.tied and p is tok else 1 for p in self.flat.params]
+        self.hooks = [p.register_post_accumulate_grad_hook(self._make_hook(k))  # train()
+                      for k, p in enumerate(self.flat.params)]  # removes them
 
     def make_grads(self, device) -> torch.Tensor:
         """The gradient buffer; returns the part the optimizer reads."""
         self.flat_grad = torch.zeros_like(self.flat.full)
         self.rec.ledger.add_state("grads", self.flat_grad, self.flat.layout.numel)
+        self.flat.bind_grads(self.flat_grad)  # for good: autograd adds into these views in place
         return self.flat_grad
 
     def make_optimizer(self, flat: FlatParams, grad: torch.Tensor, lr: float) -> ShardAdam:
@@ -70,11 +68,11 @@ class DDP:
 
     # -- gradient buckets, driven by autograd's per-parameter hooks -----------------------------
 
-    def _make_hook(self, slot):
+    def _make_hook(self, k: int):
         def hook(p):
-            self.fired[p] = self.fired.get(p, 0) + 1
-            if self.fired[p] == self.uses[p]:  # this gradient is complete
-                self.gradient_ready(slot, p)
+            self.fired[k] += 1
+            if self.fired[k] == self.uses[k]:  # this gradient is complete
+                self.gradient_ready(k, p)
             else:
                 self.gradient_waiting(p)
         return hook
@@ -82,15 +80,13 @@ class DDP:
     def gradient_waiting(self, p) -> None:
         """A tied weight after its first use in backward: autograd adds the second one later."""
 
-    def gradient_ready(self, slot, p) -> None:
+    def gradient_ready(self, k: int, p) -> None:
         if not self.reducing:
             return  # no_sync: autograd adds this micro-step's gradient into the buffer, in place
-        for i, (lo, hi) in enumerate(self.buckets):
-            overlap = min(hi, slot.offset + slot.numel) - max(lo, slot.offset)
-            if overlap > 0:
-                self.filled[i] += overlap
-                if self.filled[i] == hi - lo:
-                    self.reduce_bucket(i)
+        for i, elements in self.spans[k]:
+            self.filled[i] += elements
+            if self.filled[i] == self.buckets[i][1] - self.buckets[i][0]:
+                self.reduce_bucket(i)
 
     def reduce_bucket(self, i: int) -> None:
         lo, hi = self.buckets[i]
@@ -98,7 +94,6 @@ class DDP:
 
     def zero_grads(self) -> None:
         self.flat_grad.zero_()
-        self.flat.bind_grads(self.flat_grad)
 
     # -- the step ------------------------------------------------------------------------------
 
@@ -107,15 +102,13 @@ class DDP:
             return self.model.head(x, self.model.embedding.tok.weight, targets)
         return self.units[s](x)
 
-    def before_forward(self, s: int) -> None: ...
-    def after_forward(self, s: int) -> None: ...
-    def before_backward(self, s: int) -> None: ...
-    def after_backward(self, s: int) -> None: ...
+    def before_forward(self, s: int) -> None: ...  # where ZeRO-3 gathers, frees and reduces
+    after_forward = before_backward = after_backward = before_forward
 
     def step(self, batches, step: int) -> float:
         """One optimizer step: forward and backward of each micro-batch `batches` yields ((idx,
-        targets), training.gradient_accumulation of them), then the optimizer, once. Returns the
-        loss averaged over micro-batches and ranks."""
+        targets), training.gradient_accumulation of them), then the optimizer, once. Returns this
+        rank's loss, the mean over its micro-batches (train.global_losses: over ranks)."""
         self.zero_grads()  # once: the micro-steps accumulate into the gradient buffer (or shard)
         # Each micro-step's loss is scaled by 1/A: its gradients add up to the gradient of the
         # mean loss over all A micro-batches (ShardAdam divides by the N ranks).
@@ -123,12 +116,12 @@ class DDP:
         total, micro = None, -1
         for micro, (idx, targets) in enumerate(batches):
             self.reducing = self.reduces_every_micro_step or micro == self.accumulation - 1
-            self.fired, self.filled = {}, [0] * len(self.buckets)
-            head_input = x = None  # the previous micro-step's, freed before this forward
+            self.fired, self.filled = [0] * len(self.uses), [0] * len(self.buckets)
+            _head_input = x = None  # the previous micro-step's, freed before this forward
             inputs, outputs = self.forward(idx, targets)
             # Alive until the next micro-step or the step's end, as one loop's locals would be:
             # the head's input (and its gradient) and the loss (test_memory counts them).
-            head_input, x = inputs[-1], outputs[-1]
+            _head_input, x = inputs[-1], outputs[-1]
             loss = x.detach().clone()
             total = loss if total is None else total.add_(loss)
             grad = torch.tensor(seed_value, device=x.device)
@@ -143,7 +136,7 @@ class DDP:
         with self.rec.compute("optimizer", None):
             self.optimizer_step()
         self.rec.mark("after_step", step)
-        return self.global_loss(total)
+        return total.item() / self.accumulation
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> tuple[list, list]:
         """One micro-batch through every unit: each unit's input and output, in order."""
@@ -190,13 +183,6 @@ class DDP:
 
     def after_optimizer(self) -> None: ...
 
-    def global_loss(self, total: torch.Tensor) -> float:
-        """Mean over ranks and micro-steps of `total`, this rank's sum of its micro-steps' losses
-        (each the mean over an equal-sized micro-batch)."""
-        if self.world_size > 1:
-            dist.all_reduce(total)  # bookkeeping, not part of the algorithm: not recorded
-        return total.item() / (self.world_size * self.accumulation)
-
     def full_parameters(self) -> dict[str, torch.Tensor]:
         return self.flat.full_tensors(self.comm)
 
@@ -211,9 +197,8 @@ class ZeRO1(DDP):
         return super().make_grads(device)[lo:hi]
 
     def make_optimizer(self, flat, grad, lr):
-        return ShardAdam(flat.shard, grad, world_size=self.world_size,
-                         ledger=self.rec.ledger, ideal_elements=flat.layout.numel / self.world_size,
-                         lr=lr)
+        return ShardAdam(flat.shard, grad, world_size=self.world_size, ledger=self.rec.ledger,
+                         ideal_elements=flat.layout.numel / self.world_size, lr=lr)
 
     def reduce_bucket(self, i):
         lo, hi = self.buckets[i]
@@ -257,18 +242,18 @@ class ZeRO2(ZeRO1):
         for p in self.flat.params:
             p.grad = None  # autograd allocates each gradient; the hook hands it to the buckets
 
-    def gradient_ready(self, slot, p):
-        grad = p.grad.reshape(-1)
+    def gradient_ready(self, k, p):
+        slot, grad = self.flat.layout.slots[k], p.grad.reshape(-1)
         nbytes = grad.numel() * grad.element_size()
-        if self.uses[p] == 1:  # autograd's buffer, alive until its last slice is in a bucket
+        if self.uses[k] == 1:  # autograd's buffer, alive until its last slice is in a bucket
             self.rec.ledger.alloc("autograd_grads", nbytes)
-        for i, (lo, hi) in enumerate(self.buckets):  # top down: backward's order
+        for i, _ in self.spans[k]:  # top down: backward's order
+            lo, hi = self.buckets[i]
             a, b = max(lo, slot.offset), min(hi, slot.offset + slot.numel)
-            if a < b:
-                self._bucket(i)[a - lo:b - lo].copy_(grad[a - slot.offset:b - slot.offset])
-                self.filled[i] += b - a
-                if self.filled[i] == hi - lo:
-                    self.reduce_bucket(i)
+            self._bucket(i)[a - lo:b - lo].copy_(grad[a - slot.offset:b - slot.offset])
+            self.filled[i] += b - a
+            if self.filled[i] == hi - lo:
+                self.reduce_bucket(i)
         p.grad = grad = None  # the non-owned part of this gradient is gone: its buckets reduced
         self.rec.ledger.free("autograd_grads", nbytes)
 
@@ -297,4 +282,3 @@ class ZeRO2(ZeRO1):
             # Zeroed: a bucket reduced before it fills must add nothing for its missing elements.
             self.bucket_buffers[i] = self.pool.pop()[:hi - lo].zero_()
         return self.bucket_buffers[i]
-
