@@ -1,11 +1,12 @@
 """Wall time of `zerosim simulate` for the ZeRO paper's 7.5B model, all four stages, at 64, 1024
 and 16384 GPUs (8 per node), and how the cost grows with N. Also the per-rank mode, which a
-cluster with jitter needs, at 16 to 256 ranks, and the classes mode a straggler needs.
+cluster with jitter needs, at 16 to 4096 ranks (every rank at once: sim/lockstep.py), and the
+classes mode a straggler needs.
 
 Goals (issue 3, on a 2-core machine): 64 GPUs <= 0.5 s, 1024 <= 2 s, 16384 <= 10 s, all four
 stages together. Run: python bench/simulator_speed.py
 Whole-process figures for GPT-3 175B on 1024 GPUs and this 7.5B model on 64 (issue 17's goals):
-bench/big_model_speed.py.
+bench/big_model_speed.py; under jitter at 64 to 16384 GPUs: bench/jitter_speed.py.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def main() -> None:
                                   "variation.slow_ranks=[5]", "variation.slowdown=1.2"])
         print(f"{gpus:>6}  {all_stages_s(s):>7.3f} s")
     print("\nper-rank mode (every rank simulated, as jitter requires), reduce buckets 200 MiB")
-    for gpus in (16, 64, 256):
+    for gpus in (16, 256, 4096):
         s = load_scenario(PAPER, [f"cluster.nodes={gpus // 8}", "cluster.gpus_per_node=8",
                                   "training.reduce_bucket_MiB=200"])
         print(f"{gpus:>6}  {all_stages_s(s, mode='per_rank'):>7.3f} s")

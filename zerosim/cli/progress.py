@@ -8,8 +8,8 @@ from typing import Callable
 
 PROGRESS_AFTER_S = 2.0
 """Most commands are done in well under a second; past this, they show their progress on stderr
-(jitter at 512 ranks takes minutes, a sweep of thousands of points as long). A run that fails
-early, a bad point of a short sweep, stays one line."""
+(jitter over thousands of ranks with --trace takes minutes, a sweep of thousands of points as
+long). A run that fails early, a bad point of a short sweep, stays one line."""
 
 
 class ProgressBar:

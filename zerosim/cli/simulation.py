@@ -28,7 +28,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from zerosim import report
     from zerosim.cli.progress import after_delay
     from zerosim.files import check_writable, write_text
-    from zerosim.sim.engine import simulate
+    from zerosim.sim.engine import check_steps, simulate
     from zerosim.sim.trace import chrome_trace
 
     if args.trace is not None:
@@ -37,6 +37,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     scenario = load(args)
     stages = [args.stage] if args.stage is not None else list(STAGES)
     keep = args.trace is not None
+    check_steps(scenario, stages, args.mode, keep)  # all of them, before any runs long
     results = []
     for i, s in enumerate(stages, 1):
         with after_delay(f"zerosim simulate: {STAGE_NAMES[s]} ({i} of {len(stages)})", start_s,

@@ -10,8 +10,14 @@ at the same time, so rank 0's compute, memory and links (plus the one link per r
 ring needs) stand for all of them. That turns O(n) processes per collective into O(1). With
 stragglers or degraded links, ranks fall into classes: one representative of the uniform ranks,
 each straggler, and each degraded link are simulated ("classes"). Jitter makes every rank
-different, so every rank is simulated ("per_rank"). On the same input the modes give identical
-numbers (tests/zerosim/test_engine.py).
+different, so every rank is simulated ("per_rank"): all at once, each stream of the stage
+program running once for every rank with its clock a vector over the ranks (lockstep.py), over
+the links of the classes (a collective starts when every rank has joined it, so every healthy
+link carries the same transfers), then one rank per order of memory operations replayed event
+by event (per_rank.py). On the same input the modes give identical numbers
+(tests/zerosim/test_engine.py), and so does per-rank mode event by event, every rank with its own
+processes and links (granularity "phase": tests/zerosim/test_jitter_lockstep.py). What a step
+of many ranks simulated one by one may take in memory is capped (budget.py).
 
 Stages 0-2 queue every collective on one stream, so each has the links to itself and takes its
 closed form's time (collectives.ring.idle_plan) in one event, or in none when nothing else is due
@@ -30,30 +36,33 @@ import simpy
 
 from zerosim.contract import SIM_MODES
 from zerosim.errors import InputError
-from zerosim.model import model_flops_per_token
 from zerosim.scenario.config import Scenario
 from zerosim.scenario.variation import VariationConfig
+from zerosim.sim import budget
 from zerosim.sim.clock import Environment
 from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, representatives,
                                           run_phases)
-from zerosim.sim.costs import op_model, price_phases
-from zerosim.sim.device import overhead
+from zerosim.sim.costs import price_phases
 from zerosim.sim.network import Cluster
-from zerosim.sim.rank import RankContext
-from zerosim.sim.result import StageResult
+from zerosim.sim.rank import RankContext, sm_share
+from zerosim.sim.result import StageResult, stage_result
 from zerosim.sim.stage_fsdp2 import stage_program
 from zerosim.sim.stages import ZeRO3
 from zerosim.sim.step_shape import step_shape
 
-# Simulating every rank costs O(ranks) processes per collective phase: about 25 s per stage at
-# 256 ranks on one core; beyond this a run would take many minutes.
-MAX_PER_RANK = 512
+MAX_PER_RANK: int | None = None
+"""A cap on the ranks simulated one by one, under the memory budget (budget.py); None: the
+budget alone decides."""
+COUNT_FROM = 64
+"""Ranks simulated one by one from which a step's memory is estimated before it runs (budget.py):
+fewer take a few MB."""
 GRANULARITIES = ("collective", "phase")
 """How finely a step is simulated: "collective", the closed form of each collective alone on its
 links, with no event where one would only resume the process waiting for it (clock.py); "phase",
-every phase of every collective and every wait as its own events: the reference, which gives the
-same numbers (tests/zerosim/test_engine_batching.py)."""
+every phase of every collective and every wait as its own events, and per rank every rank with
+processes and links of its own: the reference, which gives the same numbers
+(tests/zerosim/test_engine_batching.py, test_jitter_lockstep.py)."""
 
 
 class Engine:
@@ -85,28 +94,14 @@ class Engine:
             self.mode = "per_rank"  # jitter makes every rank different
         else:
             self.mode = "symmetric" if v.is_uniform else "classes"
-        if self.mode == "per_rank" and c.world_size > MAX_PER_RANK:
-            raise InputError(
-                f"simulating every rank of {c.world_size} ranks (needed for jitter or "
-                f"--mode per_rank) is limited to {MAX_PER_RANK} ranks: it costs O(ranks) per "
-                f"collective (about 25 s per stage at 256 ranks)")
-        scopes = {FLAT} if self.library.flat else set()
-        if self.mode == "per_rank":
-            self.compute_ranks = self.link_ranks = list(range(c.world_size))
-        else:
-            # Ranks in one class do the same thing at the same time: one uniform representative
-            # (the first rank that is neither slow) stands for all of them, every straggler is
-            # simulated, and every degraded link joins the representative links.
-            uniform = next((r for r in range(c.world_size) if r not in v.slow), None)
-            self.compute_ranks = sorted(v.slow | ({uniform} if uniform is not None else set()))
-            self.link_ranks = sorted(v.degraded.union(representatives(self.group, scopes)))
-            if len(self.compute_ranks) > MAX_PER_RANK:
-                raise InputError(f"{len(self.compute_ranks)} slow ranks are more than the "
-                                 f"{MAX_PER_RANK} ranks the engine simulates one by one")
+        self.compute_ranks, self.link_ranks = self._ranks(granularity == "phase")
         self.cluster = Cluster(self.env, scenario, self.link_ranks)
         self.sm_share = sm_share(scenario, self.library)
         """The share of a GPU's SMs one collective's kernel takes from compute (op-by-op compute
         only: the flat fraction of peak already stands for everything a step loses)."""
+        self.lockstep = self.mode == "per_rank" and granularity == "collective" and (
+            c.world_size > 1)
+        """Every rank at once (per_rank.py); else every simulated rank event by event."""
         self.keep_events = keep_events
         self.keep_samples = keep_events
         self._pending: dict[tuple[str, int], list] = {}
@@ -115,7 +110,26 @@ class Engine:
         """Collectives completed so far."""
         self.progress: Callable[[int, int], None] | None = None
         self.collectives = 0
-        """The step's collectives, known when progress is reported (count_collectives)."""
+        """The step's collectives, known when progress is reported (step_counts)."""
+
+    def _ranks(self, every_link: bool) -> tuple[list[int], list[int]]:
+        """The ranks whose compute is simulated, and those whose links are. Ranks in one class do
+        the same thing at the same time: one uniform representative (the first rank that is not
+        slow) stands for all of them, and every straggler is simulated; per rank, every rank.
+        Links: the representative links (the one link per role a flat ring needs) and every
+        degraded link; every rank's links at granularity "phase" per rank (the reference the
+        representatives are tested against: a collective starts once every rank has joined it,
+        so every healthy link carries the same transfers at the same times)."""
+        c, v = self.scenario.cluster, self.scenario.variation
+        scopes = {FLAT} if self.library.flat else set()
+        if self.mode == "per_rank":
+            compute_ranks = list(range(c.world_size))
+        else:
+            uniform = next((r for r in range(c.world_size) if r not in v.slow), None)
+            compute_ranks = sorted(v.slow | ({uniform} if uniform is not None else set()))
+        if self.mode == "per_rank" and every_link:
+            return compute_ranks, list(range(c.world_size))
+        return compute_ranks, sorted(v.degraded.union(representatives(self.group, scopes)))
 
     def collective(self, key: tuple[str, int], op: str, size_bytes: float) -> simpy.Event:
         """Join collective `key`; fires with (start_s, bytes sent per rank) once it completes.
@@ -136,23 +150,34 @@ class Engine:
 
     def move(self, op: str, size_bytes: float) -> Iterator:
         """Process body: the collective's phases over the simulated links; returns the bytes
-        each rank sent. Priced phases are cached: buckets mostly share one size."""
-        cached = self._phases.get((op, size_bytes))
-        if cached is None:
-            cached = self._phases[op, size_bytes] = self._price(op, size_bytes)
-        label, phases, plan, sent_bytes = cached
-        by_label = self.used.setdefault(op, {})
-        by_label[label] = by_label.get(label, 0.0) + size_bytes
+        each rank sent."""
+        phases, plan, sent_bytes = self.begin(op, size_bytes)
         if plan is None:
             yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
         elif plan:  # alone on its links: its closed form (clock.py)
             end_s = plan_end_s(self.env.now, plan)
             if not self.env.advance(end_s):
                 yield from self.env.arrive(end_s)
+        self.finish()
+        return sent_bytes
+
+    def begin(self, op: str, size_bytes: float) -> tuple:
+        """A collective starts: its phases, idle_plan (None: event by event) and the bytes each
+        rank sends, counted under the algorithm that runs it. Priced phases are cached: buckets
+        mostly share one size."""
+        cached = self._phases.get((op, size_bytes))
+        if cached is None:
+            cached = self._phases[op, size_bytes] = self._price(op, size_bytes)
+        label, phases, plan, sent_bytes = cached
+        by_label = self.used.setdefault(op, {})
+        by_label[label] = by_label.get(label, 0.0) + size_bytes
+        return phases, plan, sent_bytes
+
+    def finish(self) -> None:
+        """A collective has completed."""
         self.moved += 1
         if self.progress is not None:
             self.progress(min(self.moved, self.collectives), self.collectives)
-        return sent_bytes
 
     def _price(self, op: str, size_bytes: float) -> tuple:
         """How a call runs: its label, phases, idle_plan (None: event by event) and the bytes
@@ -167,6 +192,10 @@ class Engine:
     def run(self) -> list[RankContext]:
         """Every simulated rank runs the stage's program to the end of the step."""
         shape = step_shape(self.scenario, self.stage)
+        if self.lockstep:  # numpy: imported only where every rank runs
+            from zerosim.sim.per_rank import every_rank
+
+            return every_rank(self, shape)
         contexts = [RankContext(self, rank) for rank in self.compute_ranks]
         for ctx in contexts:
             self.env.process(self._rank_step(ctx, self.program(ctx, shape).run()))
@@ -180,57 +209,74 @@ class Engine:
         ctx.state.end_s = self.env.now
 
 
-def count_collectives(scenario: Scenario, stage: int) -> int:
-    """The collectives of one step. They follow the stage program's structure, not its timing,
-    so every rank under any [variation] runs the same ones: counted on the uniform cluster, whose
-    one representative rank costs little next to simulating every rank."""
-    engine = Engine(replace(scenario, variation=VariationConfig()), stage, keep_events=False)
-    engine.run()
-    return engine.moved
+_COUNTED: dict[tuple[int, int], tuple[Scenario, budget.StepCounts]] = {}
+"""step_counts of the last scenarios asked for (by identity: a command asks per stage, twice)."""
+
+
+def step_counts(scenario: Scenario, stage: int) -> budget.StepCounts:
+    """What one rank does in the step: its collectives, events, memory samples and operations.
+    They follow the stage program's structure, not its timing, so every rank under any
+    [variation] does as many: counted on the uniform cluster, whose one representative rank
+    costs little next to simulating every rank."""
+    known = _COUNTED.get((id(scenario), stage))
+    if known is not None and known[0] is scenario:
+        return known[1]
+    engine = Engine(replace(scenario, variation=VariationConfig()), stage)
+    rank = engine.run()[0].state
+    counts = budget.StepCounts(collectives=engine.moved, events=len(rank.events),
+                               samples=len(rank.memory.samples),
+                               operations=rank.memory.operations)
+    if len(_COUNTED) >= 16:
+        _COUNTED.clear()
+    _COUNTED[id(scenario), stage] = (scenario, counts)
+    return counts
+
+
+def check_steps(scenario: Scenario, stages: list[int], mode: str = "auto",
+                keep_events: bool = True) -> None:
+    """Refuse, before any is simulated, steps of `stages` whose ranks simulated one by one
+    exceed MAX_PER_RANK, or together would take more memory than the budget (budget.py): with
+    event logs every stage's are kept (a trace holds them all), without them one at a time."""
+    sizes = []
+    for stage in stages:
+        engine = Engine(scenario, stage, mode, keep_events=keep_events)
+        ranks = len(engine.compute_ranks)
+        why = ("jitter or --mode per_rank" if engine.mode == "per_rank"
+               else "[variation]'s stragglers")
+        if MAX_PER_RANK is not None and ranks > MAX_PER_RANK:
+            raise InputError(f"simulating {ranks} ranks one by one ({why}) is limited to "
+                             f"{MAX_PER_RANK} ranks (zerosim.sim.engine.MAX_PER_RANK)")
+        if engine.mode == "per_rank" or ranks >= COUNT_FROM:
+            sizes.append(budget.step_bytes(ranks, step_counts(scenario, stage), engine.lockstep,
+                                           keep_events))
+    if sizes:
+        logs = f", {len(sizes)} stages' event logs" if keep_events and len(sizes) > 1 else ""
+        budget.check(ranks, sum(sizes) if keep_events else max(sizes), why + logs)
 
 
 def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bool = True,
              progress: Callable[[int, int], None] | None = None,
              granularity: str = "collective") -> StageResult:
     """One training step of `stage` for the scenario's model on its cluster. `progress(done,
-    total)` hears of every collective completed when every rank is simulated (the mode whose cost
-    grows with the ranks: minutes at 512), otherwise once at the end of the step."""
+    total)` hears of the step's collectives as they complete when every rank is simulated (the
+    mode whose cost grows with the ranks), otherwise once at the end of the step. A step whose
+    ranks simulated one by one would take more memory than budget.py allows is refused."""
     if scenario.training.seq_len is None:
         raise InputError("simulating a step needs training.seq_len: a bare-Ψ model computes "
                          "6 * Ψ FLOPs per token (e.g. --set training.seq_len=1024)")
+    check_steps(scenario, [stage], mode, keep_events)
     engine = Engine(scenario, stage, mode, keep_events=keep_events, granularity=granularity)
     each = progress is not None and engine.mode == "per_rank"
     if each:
-        engine.progress, engine.collectives = progress, count_collectives(scenario, stage)
+        engine.progress = progress
+        engine.collectives = step_counts(scenario, stage).collectives
     contexts = engine.run()
     if progress is not None and not each:
         progress(engine.moved, engine.moved)
     if not all(math.isfinite(ctx.state.end_s) for ctx in contexts):
         raise InputError("the step time overflows a float: check the scenario's bandwidths, "
                          "FLOP/s and sizes for values off by many orders of magnitude")
-    # The critical rank: last to finish; among those, the one that computed longest (a straggler).
-    last = max(contexts, key=lambda ctx: (ctx.state.end_s, ctx.state.compute_s, -ctx.rank))
-    rank0 = contexts[0].state
-    t = scenario.training
-    tokens_per_s = t.tokens_per_rank / last.state.end_s
-    reserved = max(ctx.state.memory.allocator.peak_reserved_bytes for ctx in contexts)
-    peak = scenario.cluster.peak_tflops * 1e12
-    return StageResult(
-        stage=stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
-        exposed_comm_s=last.state.end_s - last.state.compute_s,
-        comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
-        comm_time_s=last.state.comm_s,
-        peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
-        memory_at=dict(rank0.memory.marks), tokens_per_s_per_gpu=tokens_per_s,
-        peak_allocated_bytes=max(ctx.state.memory.allocator.peak_allocated_bytes
-                                 for ctx in contexts),
-        peak_reserved_bytes=reserved,
-        device_bytes=reserved + overhead(scenario.cluster, engine.library),
-        mfu=model_flops_per_token(scenario.model, t) * tokens_per_s / peak,
-        algorithm=algorithms_used(engine),
-        mode=engine.mode,
-        ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
-        notes=_notes(scenario))
+    return stage_result(engine, contexts)
 
 
 def one_stream(program: type) -> bool:
@@ -238,33 +284,3 @@ def one_stream(program: type) -> bool:
     they run one at a time, each with the links to itself. ZeRO-3 gathers on one stream while it
     reduce-scatters on another: their transfers share links."""
     return not issubclass(program, ZeRO3)
-
-
-def sm_share(scenario: Scenario, library) -> float:
-    """NCCL runs a collective as one thread block per channel, each on an SM of its own, for as
-    long as the kernel runs (NCCL's channels: collectives.comm.Comm.channels); under
-    cluster.compute_model = "op" compute gets the SMs left (gpu_specs' SM count)."""
-    per_op = op_model(scenario)
-    if per_op is None or library.comm is None:
-        return 0.0
-    return library.comm.channels / per_op.spec.sm_count
-
-
-def algorithms_used(engine: Engine) -> str:
-    """What ran the step's collectives: the algorithm alone when one ran them all (gloo's
-    ring), else per op its algorithm/protocol, the one that moved the most bytes first."""
-    if engine.library.library == "gloo" or not engine.used:
-        return engine.library.algorithm
-    parts = []
-    for op, by_label in engine.used.items():
-        labels = sorted(by_label, key=lambda label: -by_label[label])
-        parts.append(f"{op} {'+'.join(labels)}")
-    return ", ".join(parts)
-
-
-def _notes(scenario: Scenario) -> list[str]:
-    notes = list(scenario.cluster.notes)
-    if scenario.training.optimizer_offload == "cpu":
-        notes.append("optimizer_offload = cpu: memory is modeled, time is not (the optimizer "
-                     "step is timed as if on the GPU, with no PCIe transfers)")
-    return notes

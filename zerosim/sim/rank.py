@@ -15,7 +15,8 @@ from typing import Callable, Iterator
 import simpy
 
 from zerosim.contract import COMM, COMPUTE, OTHER, SimulatedEvent
-from zerosim.sim.sync import CommQueue, first_of
+from zerosim.sim.costs import op_model
+from zerosim.sim.sync import CommQueue, Slots, first_of
 from zerosim.sim.timeline import MemoryTimeline
 
 
@@ -43,6 +44,16 @@ class RankState:
     """Summed durations of this rank's collectives (concurrent queues each count)."""
     end_s: float = 0.0
     comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+def sm_share(scenario, library) -> float:
+    """NCCL runs a collective as one thread block per channel, each on an SM of its own, for as
+    long as the kernel runs (NCCL's channels: collectives.comm.Comm.channels); under
+    cluster.compute_model = "op" compute gets the SMs left (gpu_specs' SM count)."""
+    per_op = op_model(scenario)
+    if per_op is None or library.comm is None:
+        return 0.0
+    return library.comm.channels / per_op.spec.sm_count
 
 
 # Compute never stops for communication: at most this share of the SMs goes to NCCL's kernels
@@ -123,6 +134,10 @@ class RankContext:
 
     def mark(self, label: str) -> None:
         self.state.memory.mark(label)
+
+    def slots(self, count: int) -> Slots:
+        """`count` buffers that the stage program takes before use and puts back after."""
+        return Slots(self.env, count)
 
     # communication streams
     def comm(self, stream: str, op: str, size_bytes: float, name: str, phase: str,

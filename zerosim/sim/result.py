@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerosim.contract import STAGE_NAMES
+from zerosim.model import model_flops_per_token
+from zerosim.sim.device import overhead
 from zerosim.sim.rank import RankContext
 
 
@@ -62,3 +64,51 @@ class StageResult:
                 "algorithm": self.algorithm, "mode": self.mode,
                 "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
                 "notes": self.notes}
+
+
+def stage_result(engine, contexts: list) -> StageResult:
+    """The step the engine (engine.Engine) ran, from its simulated ranks' contexts."""
+    scenario = engine.scenario
+    # The critical rank: last to finish; among those, the one that computed longest (a straggler).
+    last = max(contexts, key=lambda ctx: (ctx.state.end_s, ctx.state.compute_s, -ctx.rank))
+    rank0 = contexts[0].state
+    t = scenario.training
+    tokens_per_s = t.tokens_per_rank / last.state.end_s
+    reserved = max(ctx.state.memory.allocator.peak_reserved_bytes for ctx in contexts)
+    peak = scenario.cluster.peak_tflops * 1e12
+    return StageResult(
+        stage=engine.stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
+        exposed_comm_s=last.state.end_s - last.state.compute_s,
+        comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
+        comm_time_s=last.state.comm_s,
+        peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
+        memory_at=dict(rank0.memory.marks), tokens_per_s_per_gpu=tokens_per_s,
+        peak_allocated_bytes=max(ctx.state.memory.allocator.peak_allocated_bytes
+                                 for ctx in contexts),
+        peak_reserved_bytes=reserved,
+        device_bytes=reserved + overhead(scenario.cluster, engine.library),
+        mfu=model_flops_per_token(scenario.model, t) * tokens_per_s / peak,
+        algorithm=algorithms_used(engine),
+        mode=engine.mode,
+        ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
+        notes=_notes(scenario))
+
+
+def algorithms_used(engine) -> str:
+    """What ran the step's collectives: the algorithm alone when one ran them all (gloo's
+    ring), else per op its algorithm/protocol, the one that moved the most bytes first."""
+    if engine.library.library == "gloo" or not engine.used:
+        return engine.library.algorithm
+    parts = []
+    for op, by_label in engine.used.items():
+        labels = sorted(by_label, key=lambda label: -by_label[label])
+        parts.append(f"{op} {'+'.join(labels)}")
+    return ", ".join(parts)
+
+
+def _notes(scenario) -> list[str]:
+    notes = list(scenario.cluster.notes)
+    if scenario.training.optimizer_offload == "cpu":
+        notes.append("optimizer_offload = cpu: memory is modeled, time is not (the optimizer "
+                     "step is timed as if on the GPU, with no PCIe transfers)")
+    return notes

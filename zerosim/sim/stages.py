@@ -25,7 +25,6 @@ from typing import Iterator
 from zerosim.contract import OTHER, STAGES
 from zerosim.memory import STAGE2_LIVE_BUCKETS, STAGE3_LIVE_LAYER_GRADS
 from zerosim.sim.step_shape import StepShape
-from zerosim.sim.sync import Slots
 
 
 class DDP:
@@ -201,7 +200,7 @@ class ZeRO2(ZeRO1):
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
-        self.free_buckets = Slots(self.env, STAGE2_LIVE_BUCKETS)
+        self.free_buckets = ctx.slots(STAGE2_LIVE_BUCKETS)
         self.unbucketed_bytes = 0
         self.bucket_id = 0
 
@@ -235,8 +234,8 @@ class ZeRO3(ZeRO1):
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
-        self.gather_slots = Slots(self.env, 1 + shape.prefetch_layers)
-        self.grad_slots = Slots(self.env, STAGE3_LIVE_LAYER_GRADS)
+        self.gather_slots = ctx.slots(1 + shape.prefetch_layers)
+        self.grad_slots = ctx.slots(STAGE3_LIVE_LAYER_GRADS)
         self.gathers: dict[tuple[str, int], object] = {}
         self.grad_shards: set[int] = set()
 

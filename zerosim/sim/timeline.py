@@ -29,6 +29,8 @@ class MemoryTimeline:
         self.total_bytes = 0
         self.peak_bytes = 0
         self.marks: dict[str, int] = {}
+        self.operations = 0
+        """Allocations, frees and marks so far."""
         self.samples: list[tuple[float, dict[str, int]]] = []
         self._keep_samples = keep_samples
         self.allocator = CachingAllocator()
@@ -51,8 +53,10 @@ class MemoryTimeline:
     def mark(self, label: str) -> None:
         """Remember the total at a steady point of the step (after_forward, ...)."""
         self.marks[label] = self.total_bytes
+        self.operations += 1
 
     def _change(self, now_s: float, category: str, delta: int) -> None:
+        self.operations += 1
         self.by_category[category] += delta
         self.total_bytes += delta
         self.peak_bytes = max(self.peak_bytes, self.total_bytes)

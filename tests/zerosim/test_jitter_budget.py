@@ -1,0 +1,65 @@
+"""Per-rank mode is capped by memory, not by a count of ranks (sim/budget.py): a step whose ranks
+simulated one by one would take more than the budget is refused before it starts, in one line
+naming the estimate and the limit; an event log (--trace) counts."""
+
+import gc
+import tracemalloc
+
+import pytest
+
+from tests.conftest import ZERO_PAPER, assert_one_line_error, run_zerosim
+from zerosim.scenario.load import load_scenario
+from zerosim.sim import budget
+from zerosim.sim.engine import Engine, simulate, step_counts
+
+JITTER = ("--set", "variation.jitter_pct=5")
+
+
+def test_a_step_over_the_budget_is_refused_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(budget, "BUDGET_BYTES", 200_000_000)
+    thousand = ("--set", "cluster.nodes=128", "--stage", "0")
+    assert run_zerosim("simulate", ZERO_PAPER, *JITTER, *thousand).code == 0
+    refused = run_zerosim("simulate", ZERO_PAPER, *JITTER, *thousand,
+                          "--trace", tmp_path / "t.json")  # every rank's event log: ~0.5 MB each
+    assert_one_line_error(refused, "1024 ranks one by one", "jitter", " GB (", "kB per rank",
+                          "0.20 GB limit (zerosim.sim.budget.BUDGET_BYTES)")
+    assert not (tmp_path / "t.json").exists()
+    assert_one_line_error(run_zerosim("simulate", ZERO_PAPER, *JITTER, "--set", "cluster.nodes=8192"),
+                          "65536 ranks one by one")
+
+
+def test_a_trace_keeps_every_stage_so_their_sum_is_what_counts(monkeypatch, tmp_path):
+    """64 ranks' event logs: ~37, 52, 80 and 12 MB for stages 0-3. Under 100 MB any one stage
+    runs; the four a trace keeps together are refused before the first starts."""
+    monkeypatch.setattr(budget, "BUDGET_BYTES", 100_000_000)
+    trace = ("--trace", tmp_path / "t.json")
+    assert run_zerosim("simulate", ZERO_PAPER, *JITTER, *trace, "--stage", "2").code == 0
+    refused = run_zerosim("simulate", ZERO_PAPER, *JITTER, *trace)
+    assert_one_line_error(refused, "64 ranks one by one", "4 stages' event logs", "0.10 GB limit")
+
+
+def test_the_budget_is_half_the_available_memory(tmp_path, monkeypatch):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
+    assert budget.available_bytes(meminfo) == 20_480_000_000
+    assert budget.available_bytes(tmp_path / "none") is None
+    monkeypatch.setattr(budget, "available_bytes", lambda: 20_480_000_000)
+    assert budget.budget_bytes()[0] == 10_240_000_000
+    monkeypatch.setattr(budget, "available_bytes", lambda: None)
+    assert budget.budget_bytes()[0] == budget.DEFAULT_BUDGET_BYTES
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_the_estimate_is_within_a_factor_of_two_of_what_a_step_takes(stage):
+    """tracemalloc's peak over the step, per rank, against the estimate, at 512 ranks."""
+    s = load_scenario(ZERO_PAPER, ["variation.jitter_pct=5", "cluster.nodes=64"])
+    estimate = budget.step_bytes(512, step_counts(s, stage), lockstep=True, keep_events=False)
+    assert Engine(s, stage).lockstep
+    gc.collect()
+    tracemalloc.start()
+    try:
+        simulate(s, stage, keep_events=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert estimate / 2 < peak < 2 * estimate

@@ -1,0 +1,122 @@
+"""Per-rank mode in lockstep (sim/lockstep.py, sim/per_rank.py) gives what simulating every rank
+event by event gives (granularity "phase": every rank's own processes, every rank's links, every
+phase and wait an event), to the last bit: results, every rank's times and memory, event logs
+and traces, with jitter, stragglers, degraded links, SMs shared with NCCL, ties at one instant
+(integer times), and ranks whose memory operations fall in different orders."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import SCENARIOS, ZERO_PAPER
+from zerosim.scenario.load import load_scenario
+from zerosim.sim import per_rank
+from zerosim.sim.engine import Engine, simulate
+from zerosim.sim.lockstep import MemoryLog, Strand
+from zerosim.sim.per_rank import memory_groups
+from zerosim.sim.trace import chrome_trace
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"
+ONE_PER_SECOND = ["cluster.intra_node_latency_us=1e6", "cluster.intra_node_bandwidth_GBps=1e-9",
+                  "cluster.peak_tflops=1e-12", "cluster.compute_efficiency=1",
+                  "cluster.hbm_bandwidth_GBps=1e-9"]  # integer times: many events at one instant
+J5 = ["variation.jitter_pct=5"]
+FLAT = ["cluster.compute_model='flat'"]
+
+CASES = {
+    "paper, 16 ranks": (ZERO_PAPER, [*J5, "cluster.nodes=2"], "auto"),
+    "paper, stragglers and a degraded link": (ZERO_PAPER, [
+        "variation.jitter_pct=10", "variation.seed=3", "cluster.nodes=2",
+        "variation.slow_ranks=[2, 11]", "variation.degraded_links=[9]"], "auto"),
+    "llama, SMs shared with NCCL (op)": (LLAMA, [*J5, "cluster.nodes=2",
+                                                  "training.reduce_bucket_MiB=100"], "auto"),
+    "llama, FSDP2 keeps gathered parameters": (
+        LLAMA, [*J5, *FLAT, "cluster.nodes=1", "training.framework='fsdp2'"], "auto"),
+    "llama, memory in many orders": (LLAMA, ["variation.jitter_pct=20", *FLAT, "cluster.nodes=2",
+                                              "training.reduce_bucket_MiB=50"], "auto"),
+    "tiny, integer times, every rank": (TINY, ONE_PER_SECOND, "per_rank"),
+    "tiny, integer times, jitter, no overlap": (
+        TINY, [*ONE_PER_SECOND, "variation.jitter_pct=10", "training.overlap_comm=false"], "auto"),
+    "tiny, stage 2 waits for buckets": (
+        TINY, ["variation.jitter_pct=20", "training.reduce_bucket_MiB=0.01",
+               "cluster.intra_node_bandwidth_GBps=1e-3"], "auto"),
+    "tiny, gloo's flat ring over 2 nodes, a degraded link": (
+        TINY, ["variation.jitter_pct=20", "cluster.nodes=2", "cluster.gpus_per_node=2",
+               "cluster.collective_algorithm='ring'", "cluster.inter_node_latency_us=50",
+               "variation.degraded_links=[1]"], "auto"),
+}
+
+
+def _everything(results) -> str:
+    """Every number of the steps, every rank's, and the trace, as text (floats to the last bit)."""
+    ranks = [[ctx.rank, ctx.state.events, ctx.state.memory.samples, ctx.state.memory.marks,
+              ctx.state.memory.peak_bytes, ctx.state.memory.allocator.peak_allocated_bytes,
+              ctx.state.memory.allocator.peak_reserved_bytes, ctx.state.comm_s,
+              ctx.state.compute_s, ctx.state.end_s, dict(ctx.state.comm_bytes)]
+             for result in results for ctx in result.ranks]
+    return json.dumps([[r.as_dict() for r in results], ranks, chrome_trace(results)])
+
+
+@pytest.mark.parametrize("keep_events", [True, False], ids=["event log", "no event log"])
+@pytest.mark.parametrize("case", CASES)
+def test_lockstep_gives_what_every_rank_event_by_event_gives(case, keep_events):
+    path, overrides, mode = CASES[case]
+    s = load_scenario(path, overrides)
+    assert all(Engine(s, stage, mode).lockstep for stage in range(4))
+    fast, reference = ([simulate(s, stage, mode=mode, keep_events=keep_events,
+                                 granularity=granularity) for stage in range(4)]
+                       for granularity in ("collective", "phase"))
+    assert [r.mode for r in fast] == ["per_rank"] * 4
+    assert _everything(fast) == _everything(reference)
+
+
+def _replayed(monkeypatch, s, stages) -> list[list[int]]:
+    """The ranks replayed event by event in each stage's step."""
+    replayed, rank = [], per_rank.Replay.rank
+    monkeypatch.setattr(per_rank.Replay, "rank",
+                        lambda self, r, shape: replayed[-1].append(r) or rank(self, r, shape))
+    for stage in stages:
+        replayed.append([])
+        assert simulate(s, stage, keep_events=False).ranks_simulated == s.world_size
+    return replayed
+
+
+def test_ranks_with_one_memory_history_are_replayed_once(monkeypatch):
+    """The ZeRO paper's bare Ψ at 64 ranks: whatever the jitter, every rank's allocations and
+    frees fall in one order, so one rank per stage is replayed event by event."""
+    assert _replayed(monkeypatch, load_scenario(ZERO_PAPER, J5), range(4)) == [[0]] * 4
+
+
+def test_ranks_whose_memory_operations_fall_in_other_orders_are_replayed_apart(monkeypatch):
+    """20% jitter on llama's layers: stage 0 and 1 allocate on the compute stream alone (one
+    order); in stage 2 and 3 the streams' frees fall between the compute's operations at other
+    places on every rank (what simulating every rank event by event gives them, above)."""
+    s = load_scenario(LLAMA, CASES["llama, memory in many orders"][1])
+    assert _replayed(monkeypatch, s, range(4)) == [[0], [0], list(range(16)), list(range(16))]
+
+
+def _log(times: list[list[float]], strands: list[int], anchors: list[list[int]],
+         firers: list[int], logged: list[int]) -> MemoryLog:
+    log = MemoryLog()
+    for t, strand, anchor in zip(times, strands, anchors):
+        log.add(Strand(iter(()), np.array(t), np.array(anchor), strand))
+    log.firers, log.logged = firers, logged
+    return log
+
+
+def test_memory_orders_group_ranks_and_only_unexplained_ties_split_them():
+    """Three ranks, two strands (0 frees a buffer and then fires signal 0, which wakes 1 to
+    allocate). Ranks 0 and 1 free, then allocate: rank 1 at the same instant, woken by the
+    signal (causality orders them), so the two share one order; rank 2 allocates first."""
+    times = [[1.0, 1.0, 2.0], [1.5, 1.0, 1.0]]  # operation 0 by strand 0, operation 1 by strand 1
+    anchors = [[-1, -1, -1], [-1, 0, -1]]
+    log = _log(times, [0, 1], anchors, firers=[0], logged=[1])
+    assert memory_groups(log, 3).tolist() == [0, 0, 2]
+    # the same tie with no signal behind it: the event-by-event run decides, apart
+    log = _log(times, [0, 1], [[-1, -1, -1], [-1, -1, -1]], firers=[0], logged=[1])
+    assert memory_groups(log, 3).tolist() == [0, 1, 2]
+    # a signal fired before the operation it would order explains nothing
+    log = _log(times, [0, 1], anchors, firers=[0], logged=[0])
+    assert memory_groups(log, 3).tolist() == [0, 1, 2]
