@@ -91,6 +91,8 @@ def check_scenario(scenario, path: str) -> None:
          t.activation_checkpointing == "none", "no activation checkpointing (none)"),
         ("training.gradient_reduction", t.gradient_reduction,
          t.gradient_reduction == "reduce_scatter", "the ZeRO paper's reduce_scatter only"),
+        ("training.flash_kernel", t.flash_kernel, t.flash_kernel == "fa2",
+         "PyTorch SDPA's fused kernels, timed in zerosim as fa2"),
     ]
     for key, value, ok, supported in unsupported:
         if not ok:

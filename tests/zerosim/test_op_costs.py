@@ -2,6 +2,7 @@
 cost equals its formula, written out here from the A100-80GB's data sheet and microbenchmark
 figures (gpu_specs.py); tiny shapes are launch-bound, large ones compute-bound."""
 
+import dataclasses
 import math
 
 import pytest
@@ -140,12 +141,69 @@ def test_eager_factors_are_the_committed_h100_measurement():
 
 
 @pytest.mark.parametrize("seq, rate", [
-    (1024, 155e12),                        # below the curve's first point: held at 2k's
+    (256, 99e12),                          # below the curve's first point: held at 512's
+    (1024, 133e12),                        # FA2 Fig. 4(d) at 1k
     (2**12.5, (173e12 + 182e12) / 2),      # halfway between 4k and 8k in log2 of the length
     (8192, 182e12), (65536, 189e12),       # a point; past the last, held at 16k's
 ])
 def test_flash_rates_follow_the_measured_causal_curve(seq, rate):
     assert ops.flash_scale(GPU_SPECS["A100-80GB"], seq) == pytest.approx(rate / BEST, rel=1e-12)
+
+
+# FA2 Fig. 4(d) and 7(d), causal, head dim 128, forward + backward TFLOP/s as printed on the bars
+@pytest.mark.parametrize("gpu, kernel, seq, rate", [
+    ("A100-80GB", "triton", 2048, 68e12), ("A100-80GB", "triton", 512, 50e12),
+    ("A100-80GB", "fa1", 2048, 69e12), ("A100-80GB", "fa1", 16384, 83e12),
+    ("A100-40GB", "triton", 8192, 78e12),  # proxy: the 80GB part's figure
+    ("H100-80GB", "fa2", 2048, 265e12), ("H100-80GB", "fa1", 2048, 108e12),
+    ("H100-80GB", "triton", 4096, 126e12),  # no Triton bar on the H100: FlashAttention's (proxy)
+])
+def test_each_flash_kernel_runs_at_its_own_measured_rate(gpu, kernel, seq, rate):
+    """Forward + backward of one causal layer (3.5 x the forward FLOPs) takes the FLOPs over the
+    kernel's measured causal rate at that length, whatever the kernel."""
+    spec = GPU_SPECS[gpu]
+    costs = ops.OpCosts(spec, spec.hbm_GBps)
+    b, s, h = 2, seq, 4096
+    both = sum(costs.flash(b, s, h, backward, kernel).seconds - costs.launch
+               for backward in (False, True))
+    assert both == pytest.approx(3.5 * 4 * b * s * s * h / 2 / rate, rel=1e-12)
+
+
+def test_triton_attention_makes_a_layer_slower_by_its_attention_alone():
+    """MPT-7B's shape at 2k tokens on an A100: the Triton kernel adds exactly the difference of
+    the two kernels' attention times; nothing else in the layer moves."""
+    path = SCENARIOS / "llama2_7b_64gpu.toml"
+    sets = ["cluster.gpu='A100-80GB'", "training.flash_attention=true", "training.seq_len=2048"]
+    fa2 = load_scenario(path, sets)
+    triton = load_scenario(path, [*sets, "training.flash_kernel='triton'"])
+    costs = ops.op_costs(fa2.cluster)
+    layer = {name: ops.layer(costs, sc.model, sc.training, False).seconds
+             for name, sc in (("fa2", fa2), ("triton", triton))}
+    b, s, h = fa2.training.micro_batch, 2048, fa2.model.hidden
+    attention = {k: costs.flash(b, s, h, False, k).seconds for k in ("fa2", "triton")}
+    assert layer["triton"] - layer["fa2"] == pytest.approx(
+        attention["triton"] - attention["fa2"], rel=1e-9)
+    assert (attention["triton"] - costs.launch) / (attention["fa2"] - costs.launch) == (
+        pytest.approx(155 / 68, rel=1e-9))  # the two rates at 2k, Fig. 4(d)
+
+
+def test_a_kernel_without_a_published_rate_is_refused():
+    spec = GPU_SPECS["A100-80GB"]
+    bare = dataclasses.replace(spec, older_flash_causal_by_seq=())
+    with pytest.raises(InputError, match="no published rate of that kernel"):
+        ops.flash_scale(bare, 2048, "triton")
+    assert ops.flash_scale(bare, 2048, "fa2") == ops.flash_scale(spec, 2048)
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["training.flash_kernel='fa3'"], "training.flash_kernel = 'fa3' is not one of"),
+    (["training.flash_attention=false", "training.flash_kernel='triton'"],
+     "training.flash_kernel = 'triton' names a flash kernel, but training.flash_attention = false"),
+])
+def test_a_bad_flash_kernel_is_one_line(sets, fragment):
+    args = [f"--set={item}" for item in sets]
+    assert_one_line_error(run_zerosim("simulate", str(SCENARIOS / "llama2_7b_64gpu.toml"), *args),
+                          fragment)
 
 
 @pytest.mark.parametrize("checkpointing", ["none", "selective", "full"])

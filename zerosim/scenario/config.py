@@ -29,6 +29,8 @@ FRAMEWORKS = ("zero", "deepspeed", "fsdp2", "ddp")
 # The ZeRO stages each framework runs (FSDP2: reshard_after_forward False ~ 2, True ~ 3).
 FRAMEWORK_STAGES = {"zero": STAGES, "deepspeed": STAGES, "fsdp2": (2, 3), "ddp": (0,)}
 REDUCE_DTYPES = ("param", "fp32")
+# Which flash attention kernel ran (zerosim/sim/gpu_specs.py has each one's measured rates).
+FLASH_KERNELS = ("fa2", "fa1", "triton")
 
 # Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
 SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
@@ -151,6 +153,10 @@ class TrainingConfig:
     output and the attention output, recompute the rest) or "full" (keep only layer inputs)."""
     flash_attention: bool = False
     """Fused attention that never stores the s x s score matrix (keeps only softmax statistics)."""
+    flash_kernel: str = "fa2"
+    """Which flash kernel ran, for its time (the memory is the same): "fa2" (FlashAttention-2,
+    PyTorch's SDPA flash backend), "fa1" (the first FlashAttention) or "triton" (FlashAttention
+    written in Triton, e.g. llm-foundry's attn_impl = "triton"). Needs flash_attention = true."""
     reduce_bucket_MiB: float = 25.0
     """Gradient bucket, MiB (2**20 bytes). Default: PyTorch DDP's bucket_cap_mb = 25."""
     allgather_bucket_MiB: float = 25.0
@@ -204,6 +210,10 @@ class TrainingConfig:
         _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
         _one_of("training.framework", self.framework, FRAMEWORKS)
         _one_of("training.reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        _one_of("training.flash_kernel", self.flash_kernel, FLASH_KERNELS)
+        if self.flash_kernel != "fa2" and not self.flash_attention:
+            raise InputError(f"training.flash_kernel = {self.flash_kernel!r} names a flash "
+                             f"kernel, but training.flash_attention = false")
         if self.zero_stage not in FRAMEWORK_STAGES[self.framework]:
             raise InputError(f"training.framework = {self.framework!r} runs ZeRO stage(s) "
                              f"{', '.join(map(str, FRAMEWORK_STAGES[self.framework]))}, not "

@@ -76,7 +76,36 @@ class GpuSpec:
     flash_causal_by_seq: tuple[tuple[int, float], ...] = ()
     """FlashAttention-2 forward + backward with a causal mask, head dim 128, by sequence length:
     (tokens, TFLOP/s counted on the causal FLOPs). Empty: unknown (the flat rates apply)."""
+    older_flash_causal_by_seq: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    """The same curve for the older flash kernels training.flash_kernel names ("fa1": the first
+    FlashAttention, CUDA; "triton": FlashAttention written in Triton), as (kernel, curve)."""
 
+    def flash_curve(self, kernel: str) -> tuple[tuple[int, float], ...]:
+        """The causal forward + backward curve of one flash kernel ("fa2", "fa1", "triton");
+        empty where none is known."""
+        if kernel == "fa2":
+            return self.flash_causal_by_seq
+        return dict(self.older_flash_causal_by_seq).get(kernel, ())
+
+
+# [FA2] Fig. 4(d) (A100 80GB SXM4) and Fig. 7(d) (H100 80GB SXM5), head dim 128, causal mask:
+# forward + backward TFLOP/s at 512, 1k, 2k, 4k, 8k and 16k tokens, as printed over the bars (the
+# README images assets/flash2_{a100,h100}_fwd_bwd_benchmark.png at 0251105). A100 FlashAttention
+# Triton 50-80 runs at 0.91-0.99 of FlashAttention (CUDA) 55-83: the same algorithm (one thread
+# block per batch x head, Ampere mma.sync). Fig. 7 has no Triton bar on the H100, so there the
+# Triton kernel is FlashAttention's own curve (proxy: neither uses Hopper's wgmma; llm-foundry's
+# triton-pre-mlir, a fork of the legacy Triton of late 2022, predates Triton's Hopper support).
+_FA2_A100 = ((512, 99.0), (1024, 133.0), (2048, 155.0), (4096, 173.0), (8192, 182.0),
+             (16384, 189.0))
+_OLDER_A100 = (("fa1", ((512, 55.0), (1024, 62.0), (2048, 69.0), (4096, 76.0), (8192, 80.0),
+                        (16384, 83.0))),
+               ("triton", ((512, 50.0), (1024, 61.0), (2048, 68.0), (4096, 74.0), (8192, 78.0),
+                           (16384, 80.0))))
+_FA2_H100 = ((512, 163.0), (1024, 221.0), (2048, 265.0), (4096, 294.0), (8192, 308.0),
+             (16384, 328.0))
+_FA1_H100 = ((512, 98.0), (1024, 109.0), (2048, 108.0), (4096, 126.0), (8192, 135.0),
+             (16384, 137.0))
+_OLDER_H100 = (("fa1", _FA1_H100), ("triton", _FA1_H100))  # triton: proxy, see above
 
 _TILE = (256, 128)  # [GUIDE] "most efficient"; [CUTL] 128x256 default; cuBLAS kernel names
 # volta_h884gemm_256x128, ampere_bf16_s16816gemm_bf16_256x128, sm90_..._tilesize256x128x64.
@@ -107,8 +136,8 @@ GPU_SPECS = MappingProxyType({
         hbm_achievable_fraction=0.889,    # [RRZE-S] a100_40.txt (A100-SXM4-40GB): 1382 / 1555
         kernel_launch_us=2.555,           # [RRZE-K] proxy: A100-SXM4-80GB, a = 2555 ns
         gemm_tile=_TILE,
-        flash_causal_by_seq=((2048, 155.0), (4096, 173.0), (8192, 182.0), (16384, 189.0)),
-        # [FA2] Fig. 4 (A100 80GB; the README image), head dim 128, causal: fwd + bwd
+        flash_causal_by_seq=_FA2_A100,    # [FA2] Fig. 4(d) proxy: A100 80GB SXM4
+        older_flash_causal_by_seq=_OLDER_A100,  # [FA2] Fig. 4(d)
     ),
     "A100-80GB": GpuSpec(
         sm_count=108,                     # [WP-A] Table 3 (same GA100 SKU as 40GB)
@@ -122,8 +151,8 @@ GPU_SPECS = MappingProxyType({
         hbm_achievable_fraction=0.852,    # [RRZE-S] a100_80.txt (A100-SXM4-80GB): 1737 / 2039
         kernel_launch_us=2.555,           # [RRZE-K] A100_80: a = 2555 ns
         gemm_tile=_TILE,
-        flash_causal_by_seq=((2048, 155.0), (4096, 173.0), (8192, 182.0), (16384, 189.0)),
-        # [FA2] Fig. 4 (A100 80GB; the README image), head dim 128, causal: fwd + bwd
+        flash_causal_by_seq=_FA2_A100,    # [FA2] Fig. 4(d) (A100 80GB SXM4)
+        older_flash_causal_by_seq=_OLDER_A100,  # [FA2] Fig. 4(d)
     ),
     "H100-80GB": GpuSpec(
         sm_count=132,                     # [WP-H] Table 3, H100 SXM5
@@ -138,8 +167,8 @@ GPU_SPECS = MappingProxyType({
                                           # store stream): 3009 / 3350 GB/s
         kernel_launch_us=2.433,           # [RRZE-K] proxy: H200, a = 2433 ns
         gemm_tile=_TILE,
-        flash_causal_by_seq=((2048, 265.0), (4096, 294.0), (8192, 308.0), (16384, 328.0)),
-        # [FA2] Fig. 7 (H100 SXM5), head dim 128, causal: fwd + bwd
+        flash_causal_by_seq=_FA2_H100,    # [FA2] Fig. 7(d) (H100 SXM5)
+        older_flash_causal_by_seq=_OLDER_H100,  # [FA2] Fig. 7(d); triton a proxy (above)
     ),
     "H200-141GB": GpuSpec(
         sm_count=132,                     # not on [DS-H]; GH100 as H100 SXM5 (RRZE roofline
@@ -155,7 +184,7 @@ GPU_SPECS = MappingProxyType({
         hbm_achievable_fraction=0.684,    # [RRZE-K] h200.txt, SCALE at 275 MB: 3282 / 4800
         kernel_launch_us=2.433,           # [RRZE-K] H200: a = 2433 ns
         gemm_tile=_TILE,
-        flash_causal_by_seq=((2048, 265.0), (4096, 294.0), (8192, 308.0), (16384, 328.0)),
-        # [FA2] Fig. 7 (H100 SXM5), head dim 128, causal: fwd + bwd
+        flash_causal_by_seq=_FA2_H100,    # [FA2] Fig. 7(d) proxy: H100 SXM5
+        older_flash_causal_by_seq=_OLDER_H100,  # [FA2] Fig. 7(d); triton a proxy (above)
     ),
 })

@@ -8,8 +8,8 @@ Every kernel costs its launch overhead plus the longer of its compute and its me
                          compute = waves x 2 tm tn K / (peak x f_gemm / SMs)
                          memory  = 2 (MK + KN + MN) bytes / (HBM x f_hbm)
     flash attention      4 b s^2 h / 2 (causal) FLOPs at the FlashAttention-2 forward rate, 2.5x
-                         that at its backward rate, both scaled to its measured causal rate at
-                         the sequence length
+                         that at its backward rate, both scaled to the measured causal rate of
+                         the kernel run (training.flash_kernel) at the sequence length
     memory-bound op      eager factor x bytes it must read and write / (HBM x f_hbm)
 
 with f_gemm the best measured GEMM over peak (MAMF) times the share of it training's shapes reach
@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from zerosim.errors import InputError
 from zerosim.sim.gpu_specs import GPU_SPECS, TRAINING_GEMMS_OVER_BEST, GpuSpec
 
 BYTES = 2  # bf16 / fp16 activations and weights
@@ -77,27 +78,33 @@ class OpCosts:
         """Memory-bound kernels moving nbytes in all."""
         return Kernels(kernels * self.launch + nbytes / self.bandwidth, kernels)
 
-    def flash(self, b: int, s: int, h: int, backward: bool) -> Kernels | None:
+    def flash(self, b: int, s: int, h: int, backward: bool,
+              kernel: str = "fa2") -> Kernels | None:
         """Causal flash attention, or None where FlashAttention does not run (Volta). The
-        kernel's best forward and backward rates, scaled to its measured causal rate at this
-        sequence length (flash_scale)."""
+        FlashAttention-2 best forward and backward rates, scaled to the measured causal rate of
+        `kernel` at this sequence length (flash_scale): an older kernel keeps FA2's split of
+        time between forward and backward."""
         spec = self.spec
         if spec.flash_fwd_tflops is None or spec.flash_bwd_tflops is None:
             return None
         forward = 4 * b * s * s * h / 2  # QK^T and AV over half the pairs (causal)
-        scale = flash_scale(spec, s) * self.power_scale
+        scale = flash_scale(spec, s, kernel) * self.power_scale
         if backward:
             return Kernels(self.launch + FLASH_BACKWARD_FLOPS * forward
                            / (spec.flash_bwd_tflops * 1e12 * scale), 1)
         return Kernels(self.launch + forward / (spec.flash_fwd_tflops * 1e12 * scale), 1)
 
 
-def flash_scale(spec: GpuSpec, seq_len: int) -> float:
-    """The measured causal forward + backward rate at seq_len (gpu_specs.flash_causal_by_seq,
-    interpolated in log2 of the length, held at the ends) over the rate the best forward and
-    backward rates give together: 3.5 / (1/fwd + 2.5/bwd). 1 where no curve is known."""
-    curve = spec.flash_causal_by_seq
+def flash_scale(spec: GpuSpec, seq_len: int, kernel: str = "fa2") -> float:
+    """The kernel's measured causal forward + backward rate at seq_len (GpuSpec.flash_curve,
+    interpolated in log2 of the length, held at the ends) over the rate FlashAttention-2's best
+    forward and backward rates give together: 3.5 / (1/fwd + 2.5/bwd). 1 where FA2's curve is
+    unknown; an older kernel without a curve of its own is refused."""
+    curve = spec.flash_curve(kernel)
     if not curve:
+        if kernel != "fa2" and spec.flash_causal_by_seq:
+            raise InputError(f"training.flash_kernel = {kernel!r}: no published rate of that "
+                             f"kernel on this GPU (zerosim/sim/gpu_specs.py)")
         return 1.0
     best = (1 + FLASH_BACKWARD_FLOPS) / (1 / spec.flash_fwd_tflops
                                          + FLASH_BACKWARD_FLOPS / spec.flash_bwd_tflops)
@@ -122,7 +129,7 @@ def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
     and the s x s scores through HBM (fp16 scores, a softmax reading and writing them)."""
     b, s, h = t.micro_batch, t.seq_len, m.hidden
     if t.flash_attention:
-        flash = costs.flash(b, s, h, backward)
+        flash = costs.flash(b, s, h, backward, t.flash_kernel)
         if flash is not None:
             return flash
     d, heads = m.head_dim, m.heads
