@@ -331,3 +331,16 @@ def test_power_limits_without_a_measurement_are_one_line(sets, fragment, monkeyp
     for text in sets:
         argv += ["--set", text]
     assert_one_line_error(run_zerosim(*argv), fragment)
+
+
+def test_the_report_names_an_older_kernel_and_its_step_is_slower():
+    path = str(SCENARIOS / "llama2_7b_64gpu.toml")
+    plain = run_zerosim("simulate", path, "--json")
+    triton = run_zerosim("simulate", path, "--json", "--set", "training.flash_kernel='triton'")
+    assert plain.code == triton.code == 0
+    steps = [{row["stage"]: row["step_time_s"] for row in shown.json}
+             for shown in (plain, triton)]
+    assert all(steps[1][stage] > steps[0][stage] for stage in steps[0])
+    text = run_zerosim("simulate", path, "--set", "training.flash_kernel='fa1'").stdout
+    assert "| flash attention (fa1 kernel) |" in text
+    assert "| flash attention |" in run_zerosim("simulate", path).stdout
