@@ -165,11 +165,22 @@ def test_plan_says_what_it_leaves_out(monkeypatch):
     assert huge["stages"][3]["max_params_model_states"] == 2**53
     assert any("zerosim's limit on Ψ" in n for n in huge["notes"])
     assert not any("limit" in n for n in plan(paper(8), 32 * GiB)["notes"])
-    # a world the engine cannot simulate rank by rank is skipped with its reason, not fatal
-    monkeypatch.setattr("zerosim.sim.engine.MAX_PER_RANK", 16)
+    # a world whose ranks simulated one by one exceed the memory budget is skipped with its
+    # reason, not fatal: a budget just large enough for the 16-GPU world's largest step
+    from zerosim.sim import budget
+
+    asked = []
+    measure = budget.check
+    monkeypatch.setattr(budget, "check", lambda ranks, size, why: (
+        asked.append((ranks, size)), measure(ranks, size, why))[-1])
+    plan(paper(8), 32 * GiB, mode="per_rank")
+    monkeypatch.setattr(budget, "check", measure)
+    monkeypatch.setattr(budget, "BUDGET_BYTES", max(size for ranks, size in asked if ranks == 16))
     per_rank = plan(paper(8), 32 * GiB, mode="per_rank")
-    assert {c["world_size"] for c in per_rank["configurations"]} <= {4, 6, 8, 16}
-    assert any(n.startswith("64 GPUs not ranked") and "16 ranks" in n for n in per_rank["notes"])
+    assert {c["world_size"] for c in per_rank["configurations"]} == {4, 6, 8, 16}
+    for gpus in (32, 64):
+        assert any(n.startswith(f"{gpus} GPUs not ranked: simulating {gpus} ranks one by one")
+                   and "zerosim.sim.budget.BUDGET_BYTES" in n for n in per_rank["notes"])
 
 
 def test_plan_reports_progress_per_gpu_count_once_it_runs_long(monkeypatch):

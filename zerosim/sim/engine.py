@@ -51,9 +51,6 @@ from zerosim.sim.stage_fsdp2 import stage_program
 from zerosim.sim.stages import ZeRO3
 from zerosim.sim.step_shape import step_shape
 
-MAX_PER_RANK: int | None = None
-"""A cap on the ranks simulated one by one, under the memory budget (budget.py); None: the
-budget alone decides."""
 COUNT_FROM = 64
 """Ranks simulated one by one from which a step's memory is estimated before it runs (budget.py):
 fewer take a few MB."""
@@ -235,7 +232,7 @@ def step_counts(scenario: Scenario, stage: int) -> budget.StepCounts:
 def check_steps(scenario: Scenario, stages: list[int], mode: str = "auto",
                 keep_events: bool = True) -> None:
     """Refuse, before any is simulated, steps of `stages` whose ranks simulated one by one
-    exceed MAX_PER_RANK, or together would take more memory than the budget (budget.py): with
+    would together take more memory than the budget (budget.py): with
     event logs every stage's are kept (a trace holds them all), without them one at a time."""
     sizes = []
     for stage in stages:
@@ -243,9 +240,6 @@ def check_steps(scenario: Scenario, stages: list[int], mode: str = "auto",
         ranks = len(engine.compute_ranks)
         why = ("jitter or --mode per_rank" if engine.mode == "per_rank"
                else "[variation]'s stragglers")
-        if MAX_PER_RANK is not None and ranks > MAX_PER_RANK:
-            raise InputError(f"simulating {ranks} ranks one by one ({why}) is limited to "
-                             f"{MAX_PER_RANK} ranks (zerosim.sim.engine.MAX_PER_RANK)")
         if engine.mode == "per_rank" or ranks >= COUNT_FROM:
             sizes.append(budget.step_bytes(ranks, step_counts(scenario, stage), engine.lockstep,
                                            keep_events))
