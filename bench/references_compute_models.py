@@ -29,10 +29,8 @@ def main() -> None:
         first = rows[names[0]][key]
         cells = [f"{rows[n][key]['simulated']:>10.4g} ({rows[n][key]['error_pct']:+5.1f}%)"
                  for n in names]
-        mark = "" if first["counted"] else " *"
         print(f"{key[0]:<42} {key[1]:<14} {first['measured']:>10.4g} " +
-              " ".join(f"{c:>20}" for c in cells) + mark)
-    print("* shown, not counted: the scenario does not fit its GPU as expressed")
+              " ".join(f"{c:>20}" for c in cells))
     for name, report in reports.items():
         for category, stats in report["summary"].items():
             if stats["count"]:

@@ -75,28 +75,28 @@ def test_errors_per_category_and_the_bar(tmp_path):
     assert run_zerosim("validate", "--references", str(tmp_path)).code == 1
 
 
-def test_a_reference_that_does_not_fit_as_expressed_is_shown_not_counted(tmp_path):
-    """The same run on a 2 GiB GPU: its 4.3 GB of model states cannot be there, so the scenario
-    is not the run that was measured. Its -50% is shown with why, and left out of the means and
-    the bar (which it would fail)."""
+def test_an_untimed_scenario_lists_its_throughput_as_not_expressible(tmp_path):
+    """Optimizer offload: zerosim models its memory, not its time (the step is timed as if the
+    optimizer ran on the GPU). Its throughput is listed with that reason, not compared, and
+    stays out of the means; its memory is still compared."""
     r = simulated()
     write(tmp_path, "a", f"tokens_per_s_per_gpu = {r.tokens_per_s_per_gpu!r}\n")  # exact
-    write(tmp_path, "small", f"tokens_per_s_per_gpu = {2 * r.tokens_per_s_per_gpu!r}\n")
-    small = tmp_path / "small.toml"
-    small.write_text(small.read_text().replace('gpu = "A100-80GB"\n',
-                                               'gpu = "A100-80GB"\nhbm_GiB = 2.0\n'))
+    write(tmp_path, "offload", f"tokens_per_s_per_gpu = {2 * r.tokens_per_s_per_gpu!r}\n"
+                               f"memory_GiB = 1.0\nmemory_kind = \"max_memory_allocated\"\n")
+    offload = tmp_path / "offload.toml"
+    offload.write_text(offload.read_text() + 'optimizer_offload = "cpu"\n')
     shown = run_zerosim("validate", "--references", str(tmp_path), "--json")
-    assert shown.code == 0
+    assert shown.code == 1  # the memory row (1 GiB measured) is far off: judged as usual
     report = json.loads(shown.stdout)
-    rows = {row["reference"]: row for row in report["rows"]}
-    assert rows["small"]["error_pct"] == pytest.approx(-50.0, abs=1e-9)
-    assert (rows["small"]["counted"], rows["a"]["counted"]) == (False, True)
-    assert f"{r.peak_allocated_bytes / 2**30:.1f} GiB allocated > 2 GiB" in rows["small"]["note"]
-    stats = report["summary"]["throughput"]
-    assert (stats["count"], stats["not_counted"], stats["worst_abs_error_pct"]) == (1, 1, 0.0)
+    rows = {(row["reference"], row["category"]) for row in report["rows"]}
+    assert rows == {("a", "throughput"), ("offload", "memory")}
+    assert report["not_expressible"] == [{
+        "reference": "offload", "title": "offload",
+        "why": "throughput only: optimizer_offload = cpu: memory is modeled, time is not (the "
+               "optimizer step is timed as if on the GPU, with no PCIe transfers)"}]
+    assert report["summary"]["throughput"]["worst_abs_error_pct"] == pytest.approx(0.0, abs=1e-9)
     text = run_zerosim("validate", "--references", str(tmp_path)).stdout
-    assert "over 1 (1 more shown, not counted: they do not fit as expressed)" in text
-    assert "not counted: does not fit as expressed" in text
+    assert "  offload: throughput only: optimizer_offload = cpu" in text
 
 
 def test_within_the_bar_exits_0(tmp_path):

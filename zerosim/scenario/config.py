@@ -154,9 +154,10 @@ class TrainingConfig:
     flash_attention: bool = False
     """Fused attention that never stores the s x s score matrix (keeps only softmax statistics)."""
     flash_kernel: str = "fa2"
-    """Which flash kernel ran, for its time (the memory is the same): "fa2" (FlashAttention-2,
-    PyTorch's SDPA flash backend), "fa1" (the first FlashAttention) or "triton" (FlashAttention
-    written in Triton, e.g. llm-foundry's attn_impl = "triton"). Needs flash_attention = true."""
+    """Which flash kernel ran, for the per-op model's time (the memory is the same; the flat model
+    and a profile do not look at it): "fa2" (FlashAttention-2, PyTorch's SDPA flash backend),
+    "fa1" (the first FlashAttention) or "triton" (FlashAttention written in Triton, e.g.
+    llm-foundry's attn_impl = "triton"). Needs flash_attention = true."""
     reduce_bucket_MiB: float = 25.0
     """Gradient bucket, MiB (2**20 bytes). Default: PyTorch DDP's bucket_cap_mb = 25."""
     allgather_bucket_MiB: float = 25.0
@@ -213,7 +214,8 @@ class TrainingConfig:
         _one_of("training.flash_kernel", self.flash_kernel, FLASH_KERNELS)
         if self.flash_kernel != "fa2" and not self.flash_attention:
             raise InputError(f"training.flash_kernel = {self.flash_kernel!r} names a flash "
-                             f"kernel, but training.flash_attention = false")
+                             f"kernel, but training.flash_attention = false (set flash_kernel = "
+                             f"'fa2' too, or flash_attention = true)")
         if self.zero_stage not in FRAMEWORK_STAGES[self.framework]:
             raise InputError(f"training.framework = {self.framework!r} runs ZeRO stage(s) "
                              f"{', '.join(map(str, FRAMEWORK_STAGES[self.framework]))}, not "

@@ -90,11 +90,15 @@ class GpuSpec:
 
 # [FA2] Fig. 4(d) (A100 80GB SXM4) and Fig. 7(d) (H100 80GB SXM5), head dim 128, causal mask:
 # forward + backward TFLOP/s at 512, 1k, 2k, 4k, 8k and 16k tokens, as printed over the bars (the
-# README images assets/flash2_{a100,h100}_fwd_bwd_benchmark.png at 0251105). A100 FlashAttention
-# Triton 50-80 runs at 0.91-0.99 of FlashAttention (CUDA) 55-83: the same algorithm (one thread
-# block per batch x head, Ampere mma.sync). Fig. 7 has no Triton bar on the H100, so there the
-# Triton kernel is FlashAttention's own curve (proxy: neither uses Hopper's wgmma; llm-foundry's
-# triton-pre-mlir, a fork of the legacy Triton of late 2022, predates Triton's Hopper support).
+# README images assets/flash2_{a100,h100}_fwd_bwd_benchmark.png at 0251105). "triton" is a proxy
+# twice over: the bars labelled FlashAttention Triton ran OpenAI's triton.ops.flash_attention on
+# the Triton of mid-2023 (benchmarks/benchmark_flash_attention.py), not flash-attn's own
+# flash_attn_triton.py on triton-pre-mlir that llm-foundry's attn_impl "triton" ran; both started
+# from Tillet's fused-attention tutorial, and the latter's header says its forward + backward is
+# "slightly slower than CUDA forward + backward" (FlashAttention, on an A100), as the A100 bars
+# are (50-80 against 55-83). Fig. 7 has no Triton bar, so on the H100 "triton" takes
+# FlashAttention's curve (neither FlashAttention's CUDA kernel nor triton-pre-mlir, a fork of the
+# legacy Triton of late 2022, uses Hopper's wgmma).
 _FA2_A100 = ((512, 99.0), (1024, 133.0), (2048, 155.0), (4096, 173.0), (8192, 182.0),
              (16384, 189.0))
 _OLDER_A100 = (("fa1", ((512, 55.0), (1024, 62.0), (2048, 69.0), (4096, 76.0), (8192, 80.0),
@@ -105,7 +109,7 @@ _FA2_H100 = ((512, 163.0), (1024, 221.0), (2048, 265.0), (4096, 294.0), (8192, 3
              (16384, 328.0))
 _FA1_H100 = ((512, 98.0), (1024, 109.0), (2048, 108.0), (4096, 126.0), (8192, 135.0),
              (16384, 137.0))
-_OLDER_H100 = (("fa1", _FA1_H100), ("triton", _FA1_H100))  # triton: proxy, see above
+_OLDER_H100 = (("fa1", _FA1_H100), ("triton", _FA1_H100))  # triton: a proxy, see above
 
 _TILE = (256, 128)  # [GUIDE] "most efficient"; [CUTL] 128x256 default; cuBLAS kernel names
 # volta_h884gemm_256x128, ampere_bf16_s16816gemm_bf16_256x128, sm90_..._tilesize256x128x64.
@@ -137,7 +141,7 @@ GPU_SPECS = MappingProxyType({
         kernel_launch_us=2.555,           # [RRZE-K] proxy: A100-SXM4-80GB, a = 2555 ns
         gemm_tile=_TILE,
         flash_causal_by_seq=_FA2_A100,    # [FA2] Fig. 4(d) proxy: A100 80GB SXM4
-        older_flash_causal_by_seq=_OLDER_A100,  # [FA2] Fig. 4(d)
+        older_flash_causal_by_seq=_OLDER_A100,  # [FA2] Fig. 4(d), proxy: 80GB
     ),
     "A100-80GB": GpuSpec(
         sm_count=108,                     # [WP-A] Table 3 (same GA100 SKU as 40GB)

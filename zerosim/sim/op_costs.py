@@ -99,10 +99,10 @@ def flash_scale(spec: GpuSpec, seq_len: int, kernel: str = "fa2") -> float:
     """The kernel's measured causal forward + backward rate at seq_len (GpuSpec.flash_curve,
     interpolated in log2 of the length, held at the ends) over the rate FlashAttention-2's best
     forward and backward rates give together: 3.5 / (1/fwd + 2.5/bwd). 1 where FA2's curve is
-    unknown; an older kernel without a curve of its own is refused."""
+    unknown (its flat rates apply); an older kernel without a curve of its own is refused."""
     curve = spec.flash_curve(kernel)
     if not curve:
-        if kernel != "fa2" and spec.flash_causal_by_seq:
+        if kernel != "fa2":
             raise InputError(f"training.flash_kernel = {kernel!r}: no published rate of that "
                              f"kernel on this GPU (zerosim/sim/gpu_specs.py)")
         return 1.0

@@ -106,9 +106,17 @@ def algorithms_used(engine) -> str:
     return ", ".join(parts)
 
 
+def untimed(scenario) -> str | None:
+    """What of the scenario the step's time leaves out, making it no prediction; None: nothing."""
+    if scenario.training.optimizer_offload == "cpu":
+        return ("optimizer_offload = cpu: memory is modeled, time is not (the optimizer step is "
+                "timed as if on the GPU, with no PCIe transfers)")
+    return None
+
+
 def _notes(scenario) -> list[str]:
     notes = list(scenario.cluster.notes)
-    if scenario.training.optimizer_offload == "cpu":
-        notes.append("optimizer_offload = cpu: memory is modeled, time is not (the optimizer "
-                     "step is timed as if on the GPU, with no PCIe transfers)")
+    missing = untimed(scenario)
+    if missing:
+        notes.append(missing)
     return notes
