@@ -93,6 +93,8 @@ def check_scenario(scenario, path: str) -> None:
          t.gradient_reduction == "reduce_scatter", "the ZeRO paper's reduce_scatter only"),
         ("training.flash_kernel", t.flash_kernel, t.flash_kernel == "fa2",
          "PyTorch SDPA's fused kernels, timed in zerosim as fa2"),
+        ("training.norm_kernel", t.norm_kernel, t.norm_kernel == "fused",
+         "nn.RMSNorm and nn.LayerNorm (fused)"),
     ]
     for key, value, ok, supported in unsupported:
         if not ok:

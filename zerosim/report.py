@@ -65,6 +65,8 @@ def _describe(scenario: Scenario) -> list[str]:
         attention = "flash attention" if t.flash_attention else "standard attention"
         if t.flash_attention and t.flash_kernel != "fa2":
             attention += f" ({t.flash_kernel} kernel)"
+        if t.norm_kernel != "fused":
+            attention += f" | norms: {t.norm_kernel}"
         lines.append(f"micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(t)} | {attention} | "
                      f"activation checkpointing: {t.activation_checkpointing}")
     return lines

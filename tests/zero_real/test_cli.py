@@ -133,12 +133,15 @@ def test_unsupported_scenario_settings_are_refused(override, fragment):
                           fragment, "zero_real; it supports")
 
 
-def test_an_older_flash_kernel_is_refused():
-    """zero_real runs SDPA's kernels; a scenario timing llm-foundry's Triton attention is not
-    what it would measure."""
+def test_kernels_zero_real_does_not_run_are_refused():
+    """zero_real runs SDPA's attention and nn.RMSNorm; a scenario timing llm-foundry's Triton
+    attention or an RMSNorm in fp32 eager ops is not what it would measure."""
     result = run_zero_real("run", TINY, "--stage", "1", "--set", "training.flash_attention=true",
                            "--set", "training.flash_kernel=triton")
     assert_one_line_error(result, "training.flash_kernel = triton", "zero_real; it supports")
+    result = run_zero_real("run", TINY, "--stage", "1", "--set", "model.norm=rmsnorm",
+                           "--set", "training.norm_kernel=composite_fp32")
+    assert_one_line_error(result, "training.norm_kernel = composite_fp32", "zero_real; it supports")
 
 
 def test_rope_with_odd_head_dimension_is_refused():

@@ -89,6 +89,7 @@ CHOICES = {"model.mlp": config.MLPS, "model.norm": config.NORMS,
            "cluster.compute_model": cluster.COMPUTE_MODELS,
            "training.framework": config.FRAMEWORKS, "training.reduce_dtype": config.REDUCE_DTYPES,
            "training.flash_kernel": config.FLASH_KERNELS,
+           "training.norm_kernel": config.NORM_KERNELS,
            "cluster.profile": (str(ROOT / "profiles" / "cpu_gloo_tiny.json"), ""),
            "model.hf_config": (str(SCENARIOS / "hf_configs" / "llama-2-7b-hf.json"),)}
 PLAUSIBLE = {"bool": st.sampled_from(["true", "false"]),

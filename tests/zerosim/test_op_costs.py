@@ -3,6 +3,7 @@ cost equals its formula, written out here from the A100-80GB's data sheet and mi
 figures (gpu_specs.py); tiny shapes are launch-bound, large ones compute-bound."""
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -13,7 +14,7 @@ from zerosim.sim import op_costs as ops
 from zerosim.sim.engine import simulate
 from zerosim.sim.gpu_specs import GPU_SPECS, TRAINING_GEMMS_OVER_BEST
 
-from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
+from tests.conftest import ROOT, SCENARIOS, assert_one_line_error, run_zerosim
 
 SM, PEAK, F_GEMM = 108, 312e12, 0.869          # A100: SMs, dense bf16 peak, MAMF 271.2 / 312
 F_TRAIN = 0.898                                # training-shape GEMMs over MAMF's best (H100)
@@ -104,10 +105,6 @@ def test_a_llama_layer_is_the_sum_of_its_ops(a100):
 def test_eager_factors_are_the_committed_h100_measurement():
     """The memory-bound ops' factors, cross-entropy's bytes per logit, the training-shape GEMM
     share and the H100's streaming fraction, recomputed from profiles/h100/microbench_*.json."""
-    import json
-
-    from tests.conftest import ROOT
-
     bench = json.loads((ROOT / "profiles/h100/microbench_2026-11-24.json").read_text())
     rows = {(r["op"], r["pass"]): r for r in bench["memory_bound"]}
     copy = rows["copy", "fwd"]["bytes"] / rows["copy", "fwd"]["median_s"]
@@ -344,3 +341,79 @@ def test_the_report_names_an_older_kernel_and_its_step_is_slower():
     text = run_zerosim("simulate", path, "--set", "training.flash_kernel='fa1'").stdout
     assert "| flash attention (fa1 kernel) |" in text
     assert "| flash attention |" in run_zerosim("simulate", path).stdout
+    text = run_zerosim("simulate", path, "--set", "training.norm_kernel='composite_fp32'").stdout
+    assert "| flash attention | norms: composite_fp32 |" in text
+
+
+EAGER_TRACE = ROOT / "profiles" / "eager_bytes_2026-11-26.json"
+
+
+def test_the_composite_rmsnorm_constants_are_the_committed_trace():
+    """op_costs.COMPOSITE_RMSNORM is bench/eager_bytes.py's dispatch trace (bytes per element
+    and kernels, forward and backward with the weight's gradient), rounded to 0.01 byte."""
+    trace = json.loads(EAGER_TRACE.read_text())["composite_rmsnorm"]
+    for (per_element, kernels), name in zip(ops.COMPOSITE_RMSNORM, ("forward", "backward")):
+        assert per_element == pytest.approx(trace[name]["bytes_per_element"], abs=0.005)
+        assert kernels == trace[name]["kernels"]
+
+
+def test_the_trace_method_against_what_the_h100_measured():
+    """The dispatch count (each kernel's tensors once) against the H100's measured time in bytes
+    of a copy: SwiGLU within 2% both ways; rotary, whose cos and sin broadcast over the heads, at
+    least 1.5x above the count. The count is a lower bound, and a close one without broadcasts."""
+    trace = json.loads(EAGER_TRACE.read_text())
+    minimum = {"swiglu": (6, 10), "rotate_half": (4, 4)}  # bytes per element: (fwd, bwd)
+    for op, factors in (("swiglu", ops.EAGER_FACTORS["swiglu"]),
+                        ("rotate_half", ops.EAGER_FACTORS["rotary"])):
+        for i, name in enumerate(("forward", "backward")):
+            counted = trace[op][name]["bytes_per_element"] / minimum[op][i]
+            if op == "swiglu":
+                assert counted == pytest.approx(factors[i], rel=0.02)
+            else:
+                assert factors[i] > 1.5 * counted
+
+
+def test_a_composite_norm_costs_its_traced_bytes_and_kernels(a100):
+    """Llama-2-7B at 4k tokens: the layer with RMSNorm in fp32 eager ops costs the fused layer
+    plus, per norm (two), the traced bytes less the fused bytes over HBM, and its extra launches."""
+    path = SCENARIOS / "llama2_7b_64gpu.toml"
+    fused = load_scenario(path)
+    composite = load_scenario(path, ["training.norm_kernel='composite_fp32'"])
+    m, elements = fused.model, fused.training.micro_batch * fused.training.seq_len * 4096
+    for backward, (per_element, kernels) in zip((False, True), ops.COMPOSITE_RMSNORM):
+        plain = ops.layer(a100, m, fused.training, backward)
+        slow = ops.layer(a100, m, composite.training, backward)
+        fused_bytes = 2 * (3 if backward else 2) * elements * ops.EAGER_FACTORS["norm"][backward]
+        extra = 2 * (elements * per_element - fused_bytes) / (HBM * F_HBM)
+        assert slow.kernels - plain.kernels == 2 * (kernels - 1)
+        assert slow.seconds - plain.seconds == pytest.approx(
+            extra + 2 * (kernels - 1) * LAUNCH, rel=1e-9)
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["training.norm_kernel='apex'"], "training.norm_kernel = 'apex' is not one of"),
+    (["model.norm='layernorm'", "training.norm_kernel='composite_fp32'"],
+     "training.norm_kernel = 'composite_fp32' is RMSNorm written in fp32 eager ops, but "
+     "model.norm = 'layernorm'"),
+])
+def test_a_bad_norm_kernel_is_one_line(sets, fragment):
+    args = [f"--set={item}" for item in sets]
+    assert_one_line_error(run_zerosim("simulate", str(SCENARIOS / "llama2_7b_64gpu.toml"), *args),
+                          fragment)
+
+
+def test_the_trace_is_what_bench_eager_bytes_counts_today():
+    """Re-run the dispatch trace (torch on the CPU) and find the committed numbers."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eager_bytes", ROOT / "bench/eager_bytes.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    committed = json.loads(EAGER_TRACE.read_text())["composite_rmsnorm"]
+    traced = bench.trace(bench.CompositeRMSNorm(bench.HIDDEN), 1)
+    for name in ("forward", "backward"):
+        assert traced[name]["bytes_per_element"] == pytest.approx(
+            committed[name]["bytes_per_element"], rel=1e-12)
+        assert [op for op, _, _ in traced[name]["ops"]] == [
+            op for op, _, _ in committed[name]["ops"]]

@@ -31,6 +31,8 @@ FRAMEWORK_STAGES = {"zero": STAGES, "deepspeed": STAGES, "fsdp2": (2, 3), "ddp":
 REDUCE_DTYPES = ("param", "fp32")
 # Which flash attention kernel ran (zerosim/sim/gpu_specs.py has each one's measured rates).
 FLASH_KERNELS = ("fa2", "fa1", "triton")
+# How the norms were written (zerosim/sim/op_costs.py: a fused kernel or RMSNorm composed in fp32).
+NORM_KERNELS = ("fused", "composite_fp32")
 
 # Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
 SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
@@ -158,6 +160,12 @@ class TrainingConfig:
     and a profile do not look at it): "fa2" (FlashAttention-2, PyTorch's SDPA flash backend),
     "fa1" (the first FlashAttention) or "triton" (FlashAttention written in Triton, e.g.
     llm-foundry's attn_impl = "triton"). Needs flash_attention = true."""
+    norm_kernel: str = "fused"
+    """How the norms ran, for the per-op model's time: "fused" (one kernel: F.rms_norm,
+    F.layer_norm, apex or Triton fused norms) or "composite_fp32" (RMSNorm written in eager ops in
+    fp32, as Meta's Llama reference, torchtitan's norm_type = "rmsnorm" and Hugging Face's
+    LlamaRMSNorm do: 8 kernels forward, 16 backward). Its fp32 intermediates' memory is not
+    modelled. composite_fp32 needs model.norm = "rmsnorm"."""
     reduce_bucket_MiB: float = 25.0
     """Gradient bucket, MiB (2**20 bytes). Default: PyTorch DDP's bucket_cap_mb = 25."""
     allgather_bucket_MiB: float = 25.0
@@ -212,6 +220,7 @@ class TrainingConfig:
         _one_of("training.framework", self.framework, FRAMEWORKS)
         _one_of("training.reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _one_of("training.flash_kernel", self.flash_kernel, FLASH_KERNELS)
+        _one_of("training.norm_kernel", self.norm_kernel, NORM_KERNELS)
         if self.flash_kernel != "fa2" and not self.flash_attention:
             raise InputError(f"training.flash_kernel = {self.flash_kernel!r} names a flash "
                              f"kernel, but training.flash_attention = false (set flash_kernel = "
@@ -256,6 +265,9 @@ class Scenario:
                        f"{self.world_size} ranks")
         if m.is_bare:
             return  # no shape: the sequence does not enter the memory of model states
+        if t.norm_kernel == "composite_fp32" and m.norm != "rmsnorm":
+            raise InputError(f"training.norm_kernel = 'composite_fp32' is RMSNorm written in fp32 "
+                             f"eager ops, but model.norm = {m.norm!r}")
         if t.seq_len is None:
             raise InputError("training.seq_len is not set and model.max_seq_len gives no default; "
                              "set training.seq_len")

@@ -10,7 +10,8 @@ Every kernel costs its launch overhead plus the longer of its compute and its me
     flash attention      4 b s^2 h / 2 (causal) FLOPs at the FlashAttention-2 forward rate, 2.5x
                          that at its backward rate, both scaled to the measured causal rate of
                          the kernel run (training.flash_kernel) at the sequence length
-    memory-bound op      eager factor x bytes it must read and write / (HBM x f_hbm)
+    memory-bound op      eager factor x bytes it must read and write / (HBM x f_hbm); an RMSNorm
+                         composed in fp32 (training.norm_kernel) at the bytes its kernels move
 
 with f_gemm the best measured GEMM over peak (MAMF) times the share of it training's shapes reach
 (gpu_specs.TRAINING_GEMMS_OVER_BEST), f_hbm the best measured streaming bandwidth over the data
@@ -160,17 +161,26 @@ EAGER_FACTORS = {
 # Cross-entropy over 16-bit logits (F.cross_entropy): bytes of a plain copy that its measured time
 # is worth, per logit (the minimum is 2 forward, 4 backward).
 CROSS_ENTROPY_BYTES = (8.04, 10.02)
+# training.norm_kernel = "composite_fp32": RMSNorm as Meta's Llama reference, torchtitan's
+# norm_type "rmsnorm" and Hugging Face's LlamaRMSNorm write it (x.float(), pow, mean, rsqrt, mul,
+# type_as, mul by the weight). (bytes per element of its input, kernels), forward and backward
+# (with the weight's gradient), from the aten dispatch trace bench/eager_bytes.py committed in
+# profiles/eager_bytes_2026-11-26.json (torch 2.13; per-token terms of 4/h bytes at h = 1024).
+# A lower bound: the trace counts each kernel's tensors once. It counts SwiGLU at 1.667 / 1.800
+# times its minimum bytes, which our H100 measured at 1.652 / 1.774 (EAGER_FACTORS), and
+# rotate-half rotary, whose cos and sin broadcast over the heads, 1.6x below what was measured.
+COMPOSITE_RMSNORM = ((36.02, 8), (96.04, 16))
 
 
 def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
     """Bytes and kernels of one layer's memory-bound ops, each the minimum it must move times its
-    eager factor (EAGER_FACTORS). Forward: two norms, two residual adds, the MLP activation,
+    eager factor (EAGER_FACTORS; the norms: norm_traffic). Forward: two norms, two residual adds, the MLP activation,
     rotary on queries and keys, two dropouts; backward: their gradients, the residual ones being
     the sum of the two branches' gradients."""
     tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
     kv = m.n_kv_heads * m.head_dim
     pass_ = 1 if backward else 0
-    norms = 2 * (3 if backward else 2) * tokens * h * EAGER_FACTORS["norm"][pass_]
+    norm_bytes, norm_kernels = norm_traffic(t, tokens * h, backward)
     residuals = 2 * 3 * tokens * h * EAGER_FACTORS["single"][pass_]
     if m.mlp == "swiglu":
         act = (5 if backward else 3) * tokens * f * EAGER_FACTORS["swiglu"][pass_]
@@ -183,8 +193,19 @@ def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
     dropout = 0.0
     if m.dropout:
         dropout = 2 * (3 if backward else 2) * tokens * h * EAGER_FACTORS["single"][pass_]
-    kernels = 5 + (1 if rope else 0) + (2 if dropout else 0)
-    return BYTES * (norms + residuals + act + rope + dropout), kernels
+    kernels = 3 + 2 * norm_kernels + (1 if rope else 0) + (2 if dropout else 0)
+    return 2 * norm_bytes + BYTES * (residuals + act + rope + dropout), kernels
+
+
+def norm_traffic(t, elements: int, backward: bool) -> tuple[float, int]:
+    """Bytes and kernels of one norm over `elements`: fused (one kernel moving its minimum bytes,
+    x in and y out, + dy in backward, times its measured eager factor), or RMSNorm composed in
+    fp32 (training.norm_kernel, COMPOSITE_RMSNORM)."""
+    if t.norm_kernel == "composite_fp32":
+        per_element, kernels = COMPOSITE_RMSNORM[1 if backward else 0]
+        return elements * per_element, kernels
+    factor = EAGER_FACTORS["norm"][1 if backward else 0]
+    return BYTES * (3 if backward else 2) * elements * factor, 1
 
 
 def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
@@ -206,8 +227,7 @@ def head(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """The final norm, the logits GEMM and cross-entropy over the vocabulary, each memory-bound
     op at its eager cost (EAGER_FACTORS, CROSS_ENTROPY_BYTES)."""
     tokens, h, v = t.micro_batch * t.seq_len, m.hidden, m.vocab
-    factor = EAGER_FACTORS["norm"][1 if backward else 0]
-    norm = costs.traffic(BYTES * (3 if backward else 2) * tokens * h * factor)
+    norm = costs.traffic(*norm_traffic(t, tokens * h, backward))
     loss = costs.traffic(tokens * v * CROSS_ENTROPY_BYTES[1 if backward else 0], 1)
     return costs.linear(tokens, h, v, backward) + norm + loss
 
