@@ -316,3 +316,26 @@ def test_every_field_of_a_profile_is_checked_when_it_is_read(tmp_path, path, val
 
 def test_the_committed_profile_passes_its_schema():
     assert run_zerosim("simulate", TINY, "--set", f'cluster.profile="{PROFILE}"').code == 0
+
+
+@pytest.mark.parametrize("jitter", ["0", "5"])
+@pytest.mark.parametrize("tiny", ["cluster.peak_tflops=1e-307",
+                                  "cluster.intra_node_bandwidth_GBps=1e-307"])
+def test_a_step_time_that_overflows_is_one_line_with_or_without_jitter(tiny, jitter):
+    """Under jitter the lockstep pass computes the times with numpy; an overflow there is the
+    same one line as on the event-by-event path, with no numpy warning beside it."""
+    shown = run_zerosim("simulate", str(ZERO_PAPER), "--set", tiny, "--set",
+                        "cluster.compute_efficiency=1", "--set", "cluster.nodes=1", "--set",
+                        f"variation.jitter_pct={jitter}")
+    assert_one_line_error(shown, "the step time overflows a float")
+
+
+def test_zero_size_gather_units_cost_their_latency_alone():
+    """Five parameters in eight layers: ZeRO-3 gathers some units of no bytes (a zero-size
+    collective divided by its bytes sent before). The step moves the few bytes there are and
+    takes latencies alone."""
+    shown = run_zerosim("simulate", str(ZERO_PAPER), "--set", "model.params=5", "--set",
+                        "model.layers=8", "--set", "cluster.nodes=1", "--stage", "3", "--json")
+    assert shown.code == 0, shown.stderr
+    (row,) = shown.json
+    assert row["comm_bytes_per_rank_total"] < 100 and 0 < row["comm_time_s"] < 0.01

@@ -28,7 +28,6 @@ granularity "collective"; "phase" simulates every phase and wait as events, with
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Callable, Iterator
 
@@ -45,7 +44,7 @@ from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, re
                                           run_phases)
 from zerosim.sim.costs import price_phases
 from zerosim.sim.network import Cluster
-from zerosim.sim.rank import RankContext, sm_share
+from zerosim.sim.rank import RankContext, refuse_overflow, sm_share
 from zerosim.sim.result import StageResult, stage_result
 from zerosim.sim.stage_fsdp2 import stage_program
 from zerosim.sim.stages import ZeRO3
@@ -267,9 +266,7 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
     contexts = engine.run()
     if progress is not None and not each:
         progress(engine.moved, engine.moved)
-    if not all(math.isfinite(ctx.state.end_s) for ctx in contexts):
-        raise InputError("the step time overflows a float: check the scenario's bandwidths, "
-                         "FLOP/s and sizes for values off by many orders of magnitude")
+    refuse_overflow(ctx.state.end_s for ctx in contexts)
     return stage_result(engine, contexts)
 
 

@@ -23,7 +23,7 @@ from zerosim.sim.budget import ORDERED_AT_ONCE
 from zerosim.sim.clock import Environment
 from zerosim.sim.lockstep import Lockstep, MemoryLog
 from zerosim.sim.lockstep_ranks import Ranks
-from zerosim.sim.rank import RankContext, RankState
+from zerosim.sim.rank import RankContext, RankState, refuse_overflow
 
 
 @dataclass
@@ -85,7 +85,9 @@ def every_rank(engine, shape) -> list:
 
     bar = Progress(engine)
     lockstep.spawn(main(), np.zeros(n))
-    lockstep.run()
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below
+        lockstep.run()
+    refuse_overflow([*end["s"].tolist(), *ranks.compute_s.tolist()])
     engine.progress = bar.report
     same = np.arange(n) if engine.keep_events else memory_groups(lockstep.log, n)
     replayed, models = {}, np.unique(same).tolist()

@@ -8,6 +8,7 @@ NCCL kernels. Everything a rank does is recorded in the step-event schema (zeros
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -15,6 +16,7 @@ from typing import Callable, Iterator
 import simpy
 
 from zerosim.contract import COMM, COMPUTE, OTHER, SimulatedEvent
+from zerosim.errors import InputError
 from zerosim.sim.costs import op_model
 from zerosim.sim.sync import CommQueue, Slots, first_of
 from zerosim.sim.timeline import MemoryTimeline
@@ -44,6 +46,14 @@ class RankState:
     """Summed durations of this rank's collectives (concurrent queues each count)."""
     end_s: float = 0.0
     comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+def refuse_overflow(seconds) -> None:
+    """A step whose times overflowed a float (a bandwidth or FLOP/s off by many orders of
+    magnitude) is bad input: one line, before anything compares or reports them."""
+    if not all(math.isfinite(s) for s in seconds):
+        raise InputError("the step time overflows a float: check the scenario's bandwidths, "
+                         "FLOP/s and sizes for values off by many orders of magnitude")
 
 
 def sm_share(scenario, library) -> float:

@@ -124,7 +124,10 @@ class Collectives:
                      alongside=(inter,))
 
     def _link_scale(self, scope: str, seconds: float, sent_bytes: float) -> float:
-        """Phase.link_scale that makes sent_bytes take `seconds` on an idle link of `scope`."""
+        """Phase.link_scale that makes sent_bytes take `seconds` on an idle link of `scope`; 1
+        for a phase that sends nothing (a zero-size collective: its latency alone)."""
+        if sent_bytes == 0:
+            return 1.0
         tier = self.hardware.intra if scope == INTRA else self.hardware.inter
         return tier.bandwidth_bytes_per_s * seconds / sent_bytes
 
