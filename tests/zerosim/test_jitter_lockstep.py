@@ -39,6 +39,11 @@ CASES = {
     "tiny, integer times, every rank": (TINY, ONE_PER_SECOND, "per_rank"),
     "tiny, integer times, jitter, no overlap": (
         TINY, [*ONE_PER_SECOND, "variation.jitter_pct=10", "training.overlap_comm=false"], "auto"),
+    "tiny, collectives of two streams ending at one instant": (
+        TINY, [*J5, "cluster.nodes=2", "training.prefetch_layers=0"], "auto"),
+    "tiny, gradient accumulation and deep prefetch": (
+        TINY, [*J5, "cluster.nodes=2", "training.gradient_accumulation=2",
+               "training.prefetch_layers=3"], "auto"),
     "tiny, stage 2 waits for buckets": (
         TINY, ["variation.jitter_pct=20", "training.reduce_bucket_MiB=0.01",
                "cluster.intra_node_bandwidth_GBps=1e-3"], "auto"),

@@ -111,8 +111,9 @@ class Lockstep:
         self.strands = 0
         self.requests = 0
         """Collectives queued and not yet completed."""
-        self.schedule: dict[tuple[str, int], tuple[float, float, float]] = {}
-        """(stream, index) -> when the collective started and ended, and the bytes each rank sent."""
+        self.schedule: dict[tuple[str, int], tuple[float, float, float, int]] = {}
+        """(stream, index) -> when the collective started and ended, the bytes each rank sent,
+        and its place among the completions (collectives ending at one instant end in it)."""
         self.comm_s = 0.0
         self.comm_bytes: dict[str, float] = defaultdict(float)
         self.kernels: dict[str, list[list]] = defaultdict(list)
@@ -200,7 +201,7 @@ class Lockstep:
             self.kernels[stream].append(kernel)
             end_s, sent_bytes = yield self.collective(request.op, request.size_bytes, start_s)
             kernel[1] = end_s
-            self.schedule[stream, index] = (start_s, end_s, sent_bytes)
+            self.schedule[stream, index] = (start_s, end_s, sent_bytes, len(self.schedule))
             self.comm_bytes[request.op] += sent_bytes
             self.comm_s += end_s - start_s
             if request.after is not None:

@@ -47,18 +47,26 @@ class Replay:
         self.closed_form = False
         self.compute_ranks = engine.compute_ranks  # several: the rank joins, the others decide
         self.schedule = schedule
+        self.due: dict[float, list] = {}
+        """End instant -> the collectives ending then, not yet fired: (place, event, value)."""
 
     def collective(self, key: tuple[str, int], op: str, size_bytes: float) -> simpy.Event:
         """As engine.Engine.collective: fires with (start_s, bytes sent) at the collective's end,
-        after whatever else is due at that instant (clock.Environment.arrive)."""
-        start_s, end_s, sent_bytes = self.schedule[key]
+        after whatever else is due at that instant (clock.Environment.arrive); collectives that
+        end at one instant fire in the order the lockstep completed them, as the engine's do."""
+        start_s, end_s, sent_bytes, place = self.schedule[key]
         done = self.env.event()
-        self.env.process(self._end(done, end_s, (start_s, sent_bytes)))
+        batch = self.due.get(end_s)
+        if batch is None:
+            batch = self.due[end_s] = []
+            self.env.process(self._end(end_s))
+        batch.append((place, done, (start_s, sent_bytes)))
         return done
 
-    def _end(self, done: simpy.Event, end_s: float, value: tuple) -> Iterator:
+    def _end(self, end_s: float) -> Iterator:
         yield from self.env.arrive(end_s)
-        done.succeed(value)
+        for _, done, value in sorted(self.due.pop(end_s), key=lambda item: item[0]):
+            done.succeed(value)
 
     def rank(self, rank: int, shape) -> RankContext:
         ctx = RankContext(self, rank)
