@@ -8,6 +8,7 @@ import tracemalloc
 import pytest
 
 from tests.conftest import ZERO_PAPER, assert_one_line_error, run_zerosim
+from zerosim.errors import InputError
 from zerosim.scenario.load import load_scenario
 from zerosim.sim import budget
 from zerosim.sim.engine import Engine, simulate, step_counts
@@ -63,3 +64,23 @@ def test_the_estimate_is_within_a_factor_of_two_of_what_a_step_takes(stage):
     finally:
         tracemalloc.stop()
     assert estimate / 2 < peak < 2 * estimate
+
+
+def test_ranks_replayed_in_orders_of_their_own_are_counted_once_known(monkeypatch):
+    """Llama with 20% jitter and flat compute: almost every rank's memory operations fall in an
+    order of its own, each replayed event by event. A budget that the estimate before the step
+    passes, but not the replays added to it, refuses once the lockstep pass has counted them."""
+    from tests.zerosim.test_jitter_lockstep import FLAT, LLAMA
+
+    s = load_scenario(LLAMA, ["variation.jitter_pct=20", *FLAT, "cluster.nodes=2",
+                              "training.reduce_bucket_MiB=50"])
+    counts = step_counts(s, 3)
+    before = budget.step_bytes(16, counts, lockstep=True, keep_events=False)
+    replays = 16 * budget.BYTES_PER_SIMULATED_RANK
+    assert replays > before  # the replays are what the estimate could not see
+    monkeypatch.setattr(budget, "BUDGET_BYTES", before + replays // 2)
+    with pytest.raises(InputError, match=r"simulating 16 ranks one by one \(jitter or --mode "
+                                         r"per_rank, 1[0-6] ranks' memory orders replayed\)"):
+        simulate(s, 3, keep_events=False)
+    monkeypatch.setattr(budget, "BUDGET_BYTES", before + replays)
+    assert simulate(s, 3, keep_events=False).mode == "per_rank"

@@ -115,7 +115,6 @@ class Lockstep:
         """(stream, index) -> when the collective started and ended, the bytes each rank sent,
         and its place among the completions (collectives ending at one instant end in it)."""
         self.comm_s = 0.0
-        self.comm_bytes: dict[str, float] = defaultdict(float)
         self.kernels: dict[str, list[list]] = defaultdict(list)
         """Per stream, each collective's [when each rank joined it, when it ended (None: not
         yet known), the first join]: NCCL's kernel holds its SMs on a rank from its join to the
@@ -164,6 +163,7 @@ class Lockstep:
             except StopIteration:
                 return
             if isinstance(item, Idle):
+                assert self.idle is None, "one strand waits idle at a time (the compute one)"
                 self.idle = (strand, item.until_s)
                 return
             if item.time is None:
@@ -202,7 +202,6 @@ class Lockstep:
             end_s, sent_bytes = yield self.collective(request.op, request.size_bytes, start_s)
             kernel[1] = end_s
             self.schedule[stream, index] = (start_s, end_s, sent_bytes, len(self.schedule))
-            self.comm_bytes[request.op] += sent_bytes
             self.comm_s += end_s - start_s
             if request.after is not None:
                 request.after()

@@ -56,7 +56,8 @@ class Ranks:
         self.lockstep = self.env = lockstep
         ranks = lockstep.ranks
         v = lockstep.engine.scenario.variation
-        self.slowdown = np.array([v.slowdown if r in v.slow else 1.0 for r in range(ranks)])
+        slow = v.slow
+        self.slowdown = np.array([v.slowdown if r in slow else 1.0 for r in range(ranks)])
         self.jitter = v.jitter_pct / 100
         self.draws = Draws(v.seed, ranks) if self.jitter else None
         self.compute_s = np.zeros(ranks)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from zerosim.sim import budget
 from zerosim.sim.budget import ORDERED_AT_ONCE
 from zerosim.sim.clock import Environment
 from zerosim.sim.lockstep import Lockstep, MemoryLog
@@ -99,6 +100,10 @@ def every_rank(engine, shape) -> list:
     engine.progress = bar.report
     same = np.arange(n) if engine.keep_events else memory_groups(lockstep.log, n)
     replayed, models = {}, np.unique(same).tolist()
+    if not engine.keep_events:  # with an event log every rank was counted as replayed
+        budget.check_replays(n, len(models), budget.StepCounts(
+            collectives=len(lockstep.schedule), events=0, samples=0,
+            operations=len(lockstep.log.times)))
     for i, rank in enumerate(models, 1):
         ctx = replayed[rank] = Replay(engine, lockstep.schedule).rank(rank, shape)
         _check(ctx.state, end["s"][rank], ranks.compute_s[rank], lockstep.comm_s)
@@ -153,9 +158,9 @@ def memory_groups(log: MemoryLog, n: int) -> np.ndarray:
     woken then by a signal the earlier one's strand fired after making it (MemoryLog); at any
     other such tie the event-by-event run decides, so the key names it: the two operations'
     places and anchors."""
-    same = np.arange(n)
-    if not log.times or n == 1:
+    if not log.times:
         return np.zeros(n, dtype=np.int64)
+    same = np.arange(n)
     strands = np.array(log.strands)
     firers = np.array(log.firers + [-2])  # index -1: no anchor, fired by no strand
     logged = np.array(log.logged + [0])
