@@ -1,6 +1,7 @@
 """Bytes an eager PyTorch composition moves through memory, counted from its aten dispatch trace:
-every aten op that is not a view reads its tensor inputs and writes its outputs (each in full,
-a broadcast operand once), as one CUDA kernel would. Forward and the backward autograd runs for
+every aten op that runs a kernel reads each of its distinct tensor inputs once (a broadcast
+operand at its own size) and writes its outputs (or the argument it mutates in place), as one
+CUDA kernel does at least. Views and bare allocations move nothing. Forward and the backward autograd runs for
 the input and the module's parameters, parameters in bf16 as FSDP's mixed precision gathers them.
 
     python bench/eager_bytes.py [--out profiles/eager_bytes.json]
@@ -28,8 +29,32 @@ from torch.utils._pytree import tree_flatten
 TOKENS, HIDDEN = 4096, 1024  # any shape: the counts are per element of the input
 
 
+ALLOCATING = ("aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty")
+
+
+def touched_bytes(t: torch.Tensor) -> int:
+    """The bytes a kernel reads of `t` at least: its distinct elements (a broadcast, stride-0
+    dimension counts once)."""
+    distinct = 1
+    for size, stride in zip(t.shape, t.stride()):
+        distinct *= size if stride else 1
+    return distinct * t.element_size()
+
+
+def _distinct(tensors: list) -> list:
+    seen, out = set(), []
+    for t in tensors:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
 class Traffic(TorchDispatchMode):
-    """Per aten op: (name, bytes read, bytes written); views move nothing."""
+    """Per aten op that runs a kernel: (name, bytes read, bytes written). Each distinct input is
+    read once (a broadcast operand at its own size), each output written once, an argument the
+    op mutates written too; views and bare allocations move nothing."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -37,13 +62,21 @@ class Traffic(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        ins = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        name = str(func)
+        if name.rsplit(".", 1)[0] in ALLOCATING:
+            return out
+        mutated = [a for a, arg in zip(args, func._schema.arguments) if isinstance(
+            a, torch.Tensor) and arg.alias_info is not None and arg.alias_info.is_write]
+        ins = _distinct([a for a in tree_flatten((args, kwargs))[0]
+                         if isinstance(a, torch.Tensor)])
         outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         storages = {a.untyped_storage().data_ptr() for a in ins}
-        if outs and all(o.untyped_storage().data_ptr() in storages for o in outs):
+        if not mutated and outs and all(
+                o.untyped_storage().data_ptr() in storages for o in outs):
             return out  # a view (detach, expand, view_as_complex...): no kernel, no traffic
-        self.ops.append((str(func), sum(a.numel() * a.element_size() for a in ins),
-                         sum(o.numel() * o.element_size() for o in outs)))
+        written = mutated or outs
+        self.ops.append((name, sum(touched_bytes(a) for a in ins),
+                         sum(touched_bytes(o) for o in _distinct(written))))
         return out
 
 
@@ -107,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                  "device": "cpu (aten dispatch trace)", "tokens": TOKENS, "hidden": HIDDEN,
                  "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
                      timespec="seconds"),
-                 "rule": "bytes = sum over non-view aten ops of input + output tensor bytes, "
-                         "per element of the first input; parameters bf16"},
+                 "rule": "bytes = sum over aten ops that run a kernel of distinct input bytes "
+                         "(stride-0 dimensions once) + bytes written (outputs, or arguments "
+                         "mutated in place), per element of the first input; parameters bf16"},
         "composite_rmsnorm": trace(CompositeRMSNorm(HIDDEN), 1),
         "swiglu": trace(SwiGLU(), 2),
         "rotate_half": trace(RotateHalf(), 1, (TOKENS, HIDDEN // 128, 128)),

@@ -14,7 +14,7 @@ from zerosim.sim import op_costs as ops
 from zerosim.sim.engine import simulate
 from zerosim.sim.gpu_specs import GPU_SPECS, TRAINING_GEMMS_OVER_BEST
 
-from tests.conftest import ROOT, SCENARIOS, assert_one_line_error, run_zerosim
+from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 
 SM, PEAK, F_GEMM = 108, 312e12, 0.869          # A100: SMs, dense bf16 peak, MAMF 271.2 / 312
 F_TRAIN = 0.898                                # training-shape GEMMs over MAMF's best (H100)
@@ -400,6 +400,12 @@ def test_a_bad_norm_kernel_is_one_line(sets, fragment):
     args = [f"--set={item}" for item in sets]
     assert_one_line_error(run_zerosim("simulate", str(SCENARIOS / "llama2_7b_64gpu.toml"), *args),
                           fragment)
+
+
+def test_a_bare_model_has_no_norm_kernel():
+    assert_one_line_error(run_zerosim("simulate", str(ZERO_PAPER), "--set",
+                                      "training.norm_kernel='composite_fp32'"),
+                          "a bare-Ψ model has no norms")
 
 
 def test_the_trace_is_what_bench_eager_bytes_counts_today():

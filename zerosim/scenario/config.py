@@ -263,11 +263,12 @@ class Scenario:
             within_cap("tokens per step", t.tokens_per_rank * self.world_size,
                        f"micro_batch {t.micro_batch} x seq_len {t.seq_len}{accumulation} x "
                        f"{self.world_size} ranks")
+        if t.norm_kernel != "fused" and (m.is_bare or m.norm != "rmsnorm"):
+            raise InputError(f"training.norm_kernel = {t.norm_kernel!r} is RMSNorm written in fp32 "
+                             f"eager ops, but " + ("a bare-Ψ model has no norms" if m.is_bare
+                                                   else f"model.norm = {m.norm!r}"))
         if m.is_bare:
             return  # no shape: the sequence does not enter the memory of model states
-        if t.norm_kernel == "composite_fp32" and m.norm != "rmsnorm":
-            raise InputError(f"training.norm_kernel = 'composite_fp32' is RMSNorm written in fp32 "
-                             f"eager ops, but model.norm = {m.norm!r}")
         if t.seq_len is None:
             raise InputError("training.seq_len is not set and model.max_seq_len gives no default; "
                              "set training.seq_len")

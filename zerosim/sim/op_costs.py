@@ -165,11 +165,12 @@ CROSS_ENTROPY_BYTES = (8.04, 10.02)
 # norm_type "rmsnorm" and Hugging Face's LlamaRMSNorm write it (x.float(), pow, mean, rsqrt, mul,
 # type_as, mul by the weight). (bytes per element of its input, kernels), forward and backward
 # (with the weight's gradient), from the aten dispatch trace bench/eager_bytes.py committed in
-# profiles/eager_bytes_2026-11-26.json (torch 2.13; per-token terms of 4/h bytes at h = 1024).
-# A lower bound: the trace counts each kernel's tensors once. It counts SwiGLU at 1.667 / 1.800
-# times its minimum bytes, which our H100 measured at 1.652 / 1.774 (EAGER_FACTORS), and
-# rotate-half rotary, whose cos and sin broadcast over the heads, 1.6x below what was measured.
-COMPOSITE_RMSNORM = ((36.02, 8), (96.04, 16))
+# profiles/eager_bytes_2026-11-26.json (torch 2.13; per-token terms of 4/h bytes at h = 1024):
+# each kernel reading its distinct inputs once and writing its outputs, at streaming speed, no
+# measured slowness factor (the fused norm's own: EAGER_FACTORS). The same count gives SwiGLU
+# 1.667 / 1.800 times its minimum bytes, which our H100 measured at 1.652 / 1.774, and rotate-half
+# rotary, whose cos and sin broadcast over the heads, 1.6x less than was measured.
+COMPOSITE_RMSNORM = ((36.02, 8), (92.04, 16))
 
 
 def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
