@@ -1,8 +1,9 @@
 """Bytes an eager PyTorch composition moves through memory, counted from its aten dispatch trace:
 every aten op that runs a kernel reads each of its distinct tensor inputs once (a broadcast
 operand at its own size) and writes its outputs (or the argument it mutates in place), as one
-CUDA kernel does at least. Views and bare allocations move nothing. Forward and the backward autograd runs for
-the input and the module's parameters, parameters in bf16 as FSDP's mixed precision gathers them.
+CUDA kernel does at least. Views and bare allocations move nothing. Forward, and the backward
+autograd runs for the input and the module's parameters, parameters in bf16 as FSDP's mixed
+precision gathers them.
 
     python bench/eager_bytes.py [--out profiles/eager_bytes.json]
 

@@ -118,10 +118,6 @@ def _throughput(ref: Reference, result, scenario) -> tuple[str, float, float] | 
     return None
 
 
-def _throughput_measured(ref: Reference) -> bool:
-    return any(key in ref.measured for key in ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"))
-
-
 def _row(ref: Reference, category: str, metric: str, measured: float, simulated: float,
          note: str = "") -> dict[str, Any]:
     return {"reference": ref.name, "category": category, "metric": metric,
@@ -133,7 +129,8 @@ def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
             ) -> tuple[list[dict[str, Any]], str | None]:
     """The reference's figures against one simulated step of its scenario's stage, with
     `overrides` ({table: {key: value}}) set over the reference's own keys (to compare models),
-    and why its throughput is not compared when the step's time leaves something out."""
+    and why its measured throughput is not compared when the step's time leaves something out
+    (None: it is, or none was measured)."""
     from zerosim.sim.engine import simulate
 
     tables = {"variation": {}, **{name: dict(ref.scenario.get(name, {}))
@@ -145,9 +142,9 @@ def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
         result = simulate(scenario, scenario.training.zero_stage, keep_events=False)
     except InputError as exc:
         raise InputError(f"{ref.path}: {exc}") from None
-    rows, missing = [], untimed(scenario)
-    throughput = None if missing else _throughput(ref, result, scenario)
-    if throughput is not None:
+    rows, throughput = [], _throughput(ref, result, scenario)
+    missing = untimed(scenario) if throughput is not None else None
+    if throughput is not None and missing is None:
         rows.append(_row(ref, "throughput", *throughput))
     if "memory_GiB" in ref.measured:
         kind = ref.measured.get("memory_kind", "unknown")
@@ -166,7 +163,7 @@ def references_report(folder: str | Path,
         if ref.info["expressible"]:
             compared, missing = compare(ref, overrides)
             rows += compared
-            if missing and _throughput_measured(ref):
+            if missing:
                 not_expressible.append({"reference": ref.name, "title": ref.info["title"],
                                         "why": f"throughput only: {missing}"})
         else:

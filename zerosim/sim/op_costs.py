@@ -175,9 +175,9 @@ COMPOSITE_RMSNORM = ((36.02, 8), (92.04, 16))
 
 def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
     """Bytes and kernels of one layer's memory-bound ops, each the minimum it must move times its
-    eager factor (EAGER_FACTORS; the norms: norm_traffic). Forward: two norms, two residual adds, the MLP activation,
-    rotary on queries and keys, two dropouts; backward: their gradients, the residual ones being
-    the sum of the two branches' gradients."""
+    eager factor (EAGER_FACTORS; the norms: norm_traffic). Forward: two norms, two residual adds,
+    the MLP activation, rotary on queries and keys, two dropouts; backward: their gradients, the
+    residual ones being the sum of the two branches' gradients."""
     tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
     kv = m.n_kv_heads * m.head_dim
     pass_ = 1 if backward else 0
