@@ -25,10 +25,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from zerosim.contract import MEMORY_POINTS, PASSES, STAGES
-from zerosim.model import activations, gathered_elements, max_gather_window, total_params
+from zerosim.contract import MEMORY_POINTS, STAGES
+from zerosim.model import (activations, gathered_elements, max_gather_window,
+                           sharded_unit_elements, total_params)
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
+from zerosim.host_memory import offload_bytes
+from zerosim.memory_terms import (foreach_adam, fp32_shards_are_the_master,  # re-exported
+                                  grads_made_in_backward, keeps_gathered_parameters, loss_blocks,
+                                  loss_transient_bytes, persistent_buffer_bytes,
+                                  step_transient_bytes)
+from zerosim.scenario.family import hpz, shard_degree
 from zerosim.scenario.profile_schema import MEMORY_TERMS
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
@@ -58,87 +65,17 @@ def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
     return BYTES_PER_ELEMENT[t.precision]
 
 
-def loss_blocks(m, t: TrainingConfig) -> dict[str, list[int]]:
-    """The tensors fp32 cross-entropy over the vocabulary allocates beside the activations, per
-    phase in order, as torchtitan and Hugging Face compute it (logits.float(), log_softmax,
-    nll_loss); not under "zero", whose accounting keeps only the log-probabilities activations()
-    counts. Forward: the 16-bit logits and their fp32 copy (under fp32 the logits alone).
-    Backward: nll_loss's and log_softmax's fp32 gradients. Read off an H100 FSDP2 trace
-    (profiles/h100/allocator_trace_llama_1b_*.json.gz, events 1396-1415): 2, 4, [4 kept], 4, 4
-    bytes per token and vocabulary entry."""
-    if m.is_bare or t.seq_len is None or t.framework == "zero":
-        return {phase: [] for phase in PASSES}
-    w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
-    entries = t.micro_batch * t.seq_len * m.vocab
-    forward = [w * entries] + ([FP32_BYTES * entries] if w != FP32_BYTES else [])
-    return dict(zip(PASSES, (forward, [FP32_BYTES * entries, FP32_BYTES * entries])))
-
-
-def loss_transient_bytes(m, t: TrainingConfig) -> int:
-    """The most loss_blocks holds at once, every layer's activations alive: (w + 4) tokens V
-    bytes in forward, 8 tokens V in backward (w = 2 or 4: backward's is the larger)."""
-    return max((sum(blocks) for blocks in loss_blocks(m, t).values()), default=0)
-
-
-def persistent_buffer_bytes(t: TrainingConfig, stage: int, psi: int) -> int:
-    """Buffers alive all step beyond the model states: DDP's gradient buckets, a second copy of
-    every gradient unless gradient_as_bucket_view (torch.nn.parallel.DistributedDataParallel)."""
-    if t.framework == "ddp" and stage == 0 and not t.gradient_as_bucket_view:
-        return BYTES_PER_ELEMENT[t.precision] * psi
-    return 0
-
-
-def step_transient_bytes(t: TrainingConfig, stage: int, elements: int) -> int:
-    """What the optimizer step holds beyond the states, over the `elements` it updates:
-    - DeepSpeed under mixed precision converts the rank's reduced gradient partition to fp32
-      (stage_1_and_2.py and stage3.py: the fp32 partition's .grad), 4 bytes per element, for the
-      step's duration (on the host under offload);
-    - foreach_adam takes the square root of every second moment into new tensors
-      (torch/optim/adam.py, _multi_tensor_adam: _foreach_sqrt), 4 bytes per element: on an H100
-      4,000,002,048 bytes for 10^9 elements, none fused (profiles/h100/microbench_2026-11-24.json)."""
-    if t.optimizer_offload != "none":
-        return 0
-    if t.framework == "deepspeed" and stage >= 1 and t.precision != "fp32":
-        return FP32_BYTES * elements
-    if foreach_adam(t):
-        return FP32_BYTES * elements
-    return 0
-
-
-def foreach_adam(t: TrainingConfig) -> bool:
-    """torch.optim's Adam/AdamW, foreach (CUDA's default), as FSDP2 and DDP runs step it."""
-    return t.framework in ("fsdp2", "ddp") and t.optimizer in ("adam", "adamw")
-
-
-def fp32_shards_are_the_master(t: TrainingConfig, stage: int) -> bool:
-    """FSDP2 (fully_shard, MixedPrecisionPolicy) keeps each parameter shard in fp32 and casts
-    it only into the all-gather's input; the optimizer steps those shards, and their gradients
-    are fp32 whatever reduce_dtype (_fully_shard/_fsdp_param.py, _fsdp_collectives.py): 4 + 4
-    + 4 x moments bytes per shard element, 16 for Adam, not 2 + 2 + 12. On an H100 (profiles/
-    h100/fsdp2_memory_2026-11-24.json, Llama-2-7B, 8-way): 12.67 GiB after the step, 16 x
-    842,301,952 bytes = 12.55 GiB."""
-    return (t.framework == "fsdp2" and stage >= 2 and t.precision != "fp32"
-            and t.optimizer_offload == "none")  # offload: the (DeepSpeed) accounting below
-
-
-def grads_made_in_backward(t: TrainingConfig, stage: int) -> bool:
-    """FSDP2 makes each sharded gradient as its unit's reduce-scatter completes; zero_grad
-    (set_to_none, torch's default since 2.0) frees them before the next forward. The others keep
-    a persistent gradient buffer. On an H100 (profiles/h100/fsdp2_memory_*.json) forward's end
-    held the fp32 shard, the moments and the activations: no gradient."""
-    return t.framework == "fsdp2" and stage >= 2
-
-
-def keeps_gathered_parameters(t: TrainingConfig, stage: int) -> bool:
-    """FSDP2's stage 2, reshard_after_forward=False (SHARD_GRAD_OP): each unit gathered before
-    its forward stays, 16-bit, to the end of its backward (which gathers nothing)."""
-    return t.framework == "fsdp2" and stage == 2
-
-
 def kept_parameter_bytes(m, t: TrainingConfig, stage: int) -> int:
-    """What keeps_gathered_parameters holds once forward is done: every unit, 16-bit; else 0."""
-    return BYTES_PER_ELEMENT[t.precision] * gathered_elements(m) if keeps_gathered_parameters(
-        t, stage) else 0
+    """What stays of the gathered parameters once forward is done, until each unit's backward:
+    under keeps_gathered_parameters every unit, 16-bit; under ZeRO++'s hpZ each unit's
+    secondary partition over h ranks of the node (ceil(unit / h) elements, DeepSpeed's
+    _partition_param_sec); else 0."""
+    if keeps_gathered_parameters(t, stage):
+        return BYTES_PER_ELEMENT[t.precision] * gathered_elements(m)
+    h = hpz(t)
+    if stage == 3 and h:
+        return BYTES_PER_ELEMENT[t.precision] * sharded_unit_elements(m, h)
+    return 0
 
 
 def made_in_backward(t: TrainingConfig, stage: int) -> bool:
@@ -169,9 +106,16 @@ class StageMemory:
     peak = max(states + activations + buffers, states + persistent buffers + this), FSDP2's
     gradients made in backward aside (stage_memory)."""
     peak_bytes: int
+    nvme_bytes: int = 0
+    """Bytes on the node's NVMe drives for this rank (ZeRO-Infinity)."""
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        """Every figure; nvme_bytes only where some is on NVMe (so that records made before it
+        existed still match)."""
+        out = asdict(self)
+        if not self.nvme_bytes:
+            del out["nvme_bytes"]
+        return out
 
 
 def _bucket_bytes(bucket_MiB: float, total_bytes: int, count: int) -> int:
@@ -184,7 +128,7 @@ def _stage_buffers(m, t: TrainingConfig, stage: int, psi: int, bp: int,
     """(kept, buffers): the stage's buffers in flight at the start of backward, and the part of
     them that is FSDP2's stage-2 parameters kept from forward (0 elsewhere)."""
     kept = kept_parameter_bytes(m, t, stage)  # FSDP2's stage 2: every unit's, gathered
-    if kept:
+    if kept and stage == 2:
         return kept, kept + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
     if stage == 2:
         # Non-owned gradients are freed, so buckets are separate buffers (stages 0-1 reduce in
@@ -194,14 +138,14 @@ def _stage_buffers(m, t: TrainingConfig, stage: int, psi: int, bp: int,
         # Whole layers gathered for compute (the current one plus prefetch), and full layer
         # gradients awaiting their reduce-scatter (ZeRO paper §5.3, "P_p").
         gathered = bp * max_gather_window(m, 1 + t.prefetch_layers)
-        return 0, gathered + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
+        return kept, kept + gathered + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
     return 0, 0
 
 
 def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     """Per-rank memory of `stage` for the scenario's model, cluster size and training settings."""
     m, t = scenario.model, scenario.training
-    n = scenario.world_size
+    n = shard_degree(scenario, stage)  # the shard group under hybrid sharding
     psi = total_params(m)
     bp = BYTES_PER_ELEMENT[t.precision]
     bg = grad_bytes_per_element(t, stage)
@@ -215,18 +159,14 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     if fp32_shards_are_the_master(t, stage):
         params, grads = FP32_BYTES * shard, FP32_BYTES * shard
         optimizer = FP32_BYTES * MOMENTS[t.optimizer] * shard
-    host = 0
-    if t.optimizer_offload == "cpu":
-        # ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840) §4.1: parameters stay on the GPU; the
-        # optimizer states and the gradient partition they update live in CPU memory. As DeepSpeed
-        # implements it (runtime/zero/stage_1_and_2.py), the CPU always holds an fp32 master copy
-        # (the GPU keeps its own working parameters, even in fp32) and the gradient partition in
-        # fp32: 4 + 4 * moments + 4 bytes per element, 16 for Adam, the 16 bytes per parameter of
-        # DeepSpeed's estimate_zero2_model_states_mem_needs.
-        host = (FP32_BYTES + FP32_BYTES * MOMENTS[t.optimizer] + FP32_BYTES) * optimizer_numel
+    host = nvme = 0
+    if t.optimizer_offload != "none" and stage >= 1:  # DeepSpeed offloads ZeRO's partitions
+        host, nvme = offload_bytes(t, stage, optimizer_numel, MOMENTS[t.optimizer])
         optimizer = 0
         if stage >= 2:
             grads = 0  # each reduced gradient partition is copied out as its bucket completes
+        if stage == 3 and t.param_offload != "none":
+            params = 0  # the shard lives off the GPU, copied in before each all-gather
 
     kept, buffers = _stage_buffers(m, t, stage, psi, bp, bg)
     persistent = persistent_buffer_bytes(t, stage, psi)
@@ -244,7 +184,7 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     return StageMemory(stage=stage, params_bytes=params, grads_bytes=grads,
                        optimizer_bytes=optimizer, model_states_bytes=states,
                        activations_bytes=acts, buffers_bytes=buffers, host_bytes=host,
-                       step_bytes=step, peak_bytes=peak)
+                       step_bytes=step, peak_bytes=peak, nvme_bytes=nvme)
 
 
 def fits(scenario: Scenario, peak_bytes: int) -> bool:

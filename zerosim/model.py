@@ -188,6 +188,20 @@ def gathered_elements(m: ModelConfig) -> int:
     return total_params(m) + (m.vocab * m.hidden if not m.is_bare and m.tied_embeddings else 0)
 
 
+def sharded_unit_elements(m: ModelConfig, ways: int) -> int:
+    """Each gather unit sharded `ways` ways, one shard's elements summed over the units
+    (ceil(unit / ways) each, as gather_units would list them), in closed form."""
+    def part(elements: int) -> int:
+        return -(-elements // ways)
+
+    if m.is_bare:
+        quotient, remainder = divmod(m.params, m.n_layers)
+        return remainder * part(quotient + 1) + (m.n_layers - remainder) * part(quotient)
+    c = param_counts(m)
+    return (part(c.embedding) + c.layers * part(c.per_layer)
+            + part(c.final_norm + (c.lm_head or m.vocab * m.hidden)))
+
+
 def unit_kinds(m: ModelConfig) -> list[str]:
     """The kind of each gather unit of gather_units (contract.UNIT_KINDS): what a calibration
     profile prices it by. A bare Ψ is blocks only."""

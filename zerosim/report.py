@@ -8,6 +8,7 @@ from typing import Any
 from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
 from zerosim.sim.costs import op_model
 from zerosim.sim.device import overhead_bytes
+from zerosim.host_memory import estimator_lines
 from zerosim.memory import StageMemory, fits, optimizer_bytes_per_param
 from zerosim.model import total_params
 from zerosim.scenario.config import Scenario
@@ -48,6 +49,19 @@ def _unit(max_bytes: int) -> tuple[str, int, str, str, int, str]:
     return next((u for u in _UNITS if max_bytes >= u[1]), _UNITS[-1])
 
 
+def _family(t) -> str:
+    """The family's schemes the scenario turns on (scenario/family.py), for the header."""
+    parts = [f"parameter offload: {t.param_offload}"] if t.param_offload != "none" else []
+    parts += ["delayed update"] if t.delayed_update else []
+    if t.shard_group:
+        parts.append(f"shard group {t.shard_group} (replicas all-reduced "
+                     f"{t.replica_allreduce.replace('_', ' ')})")
+    parts += [f"ZeRO++ hpZ {t.hpz_partition}"] if t.hpz_partition > 1 else []
+    parts += [name for name, on in (("qwZ", t.quantized_weights), ("qgZ", t.quantized_gradients))
+              if on]
+    return "".join(" | " + part for part in parts)
+
+
 def _describe(scenario: Scenario) -> list[str]:
     m, c, t = scenario.model, scenario.cluster, scenario.training
     title = m.name or "model"
@@ -60,7 +74,7 @@ def _describe(scenario: Scenario) -> list[str]:
     mixed = "fp32" if t.precision == "fp32" else f"{t.precision} mixed precision"
     line = (f"{mixed}, {t.optimizer}: K = {optimizer_bytes_per_param(t)} optimizer bytes/param"
             f" | optimizer offload: {t.optimizer_offload}")
-    lines.append(line)
+    lines.append(line + _family(t))
     if not m.is_bare:
         attention = "flash attention" if t.flash_attention else "standard attention"
         if t.flash_attention and t.flash_kernel != "fa2":
@@ -139,7 +153,7 @@ def format_simulation_table(scenario: Scenario, results) -> str:
     body = []
     for r in results:
         chosen = "*" if r.stage == scenario.training.zero_stage else ""
-        per_op = [f"{r.comm_bytes_per_rank.get(op, 0) / bscale:.2f}" for op in COLLECTIVE_OPS]
+        per_op = [f"{op_bytes(r.comm_bytes_per_rank, op) / bscale:.2f}" for op in COLLECTIVE_OPS]
         body.append([f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}", _number(r.step_time_s * scale),
                      _number(r.compute_s * scale), _number(r.exposed_comm_s * scale),
                      f"{sum(r.comm_bytes_per_rank.values()) / bscale:.2f}", *per_op,
@@ -152,7 +166,33 @@ def format_simulation_table(scenario: Scenario, results) -> str:
                                    f"ask for; device: the allocator's segments + CUDA context + "
                                    f"NCCL buffers (nvidia-smi), which fits judges; compute includes the "
                                    f"optimizer step; * = training.zero_stage"]
-    return "\n".join(lines + columns(header, body) + _choices(scenario, results))
+    return "\n".join(lines + columns(header, body) + _groups(results) + _host(results, bscale, bunit)
+                     + _choices(scenario, results))
+
+
+def op_bytes(per_op: dict[str, int], op: str) -> int:
+    """Bytes of `op` per rank, on the whole world and on subgroups ("op (group)") together."""
+    return sum(b for key, b in per_op.items() if key == op or key.startswith(op + " ("))
+
+
+def _groups(results) -> list[str]:
+    """Where hybrid sharding or ZeRO++ ran collectives on subgroups, their bytes by group."""
+    lines = []
+    for r in results:
+        if any("(" in key for key in r.comm_bytes_per_rank):
+            lines.append(f"  {r.stage} {STAGE_NAMES[r.stage]}: "
+                         + ", ".join(f"{key} {b / 1e9:.3f}" for key, b
+                                     in r.comm_bytes_per_rank.items()) + " GB")
+    return ["", "collectives by group, per rank (sim/groups.py):"] + lines if lines else []
+
+
+def _host(results, bscale: float, bunit: str) -> list[str]:
+    """Offload's host operations per rank: bytes over the host link and drives, their time."""
+    lines = [f"  {r.stage} {STAGE_NAMES[r.stage]}: "
+             + ", ".join(f"{op} {b / bscale:.2f} {bunit}" for op, b in r.host_bytes_per_rank.items())
+             + f"; host operations {r.host_time_s:.4g} s (CPU step included), overlapped or not"
+             for r in results if r.host_time_s]
+    return ["", "offload, per rank (sim/offload.py):"] + lines if lines else []
 
 
 def collective_label(result: dict[str, Any]) -> str:
@@ -218,4 +258,8 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
               "* = training.zero_stage",
               f"fits: peak + {overhead / bscale:.2f} {bunit} of CUDA context and NCCL buffers "
               f"(simulate adds the allocator's rounding)"]
-    return "\n".join(lines + columns(header, body))
+    chosen = next((r for r in rows if r.stage == scenario.training.zero_stage), rows[0])
+    notes = [f"nvme (ZeRO-Infinity), stage {r.stage}: {r.nvme_bytes / scale:.2f} {unit} per rank"
+             for r in rows if r.nvme_bytes]
+    notes += estimator_lines(scenario, chosen.host_bytes)
+    return "\n".join(lines + columns(header, body) + notes)

@@ -98,7 +98,9 @@ def test_deepspeed_stage2_cpu_offload_changes_stage_and_moves_optimizer_to_host(
     assert stage2["optimizer_bytes"] == 0 and stage2["grads_bytes"] == 0
     # fp32 master + 2 moments + fp32 gradient partition, each rank its 1/64.
     assert stage2["host_bytes"] == 16 * 7_500_000_000 // 64
-    assert all(s["optimizer_bytes"] == 0 and s["host_bytes"] > 0 for s in after["stages"])
+    # DeepSpeed offloads ZeRO's partitions: stages 1-3; stage 0 keeps its optimizer on the GPU
+    assert all(s["optimizer_bytes"] == 0 and s["host_bytes"] > 0 for s in after["stages"][1:])
+    assert after["stages"][0]["host_bytes"] == 0 and after["stages"][0]["optimizer_bytes"] > 0
 
 
 def test_deepspeed_defaults_apply_to_absent_keys_and_the_note_names_them(write):
@@ -134,10 +136,31 @@ def test_auto_keeps_the_scenarios_values_and_set_wins_over_deepspeed(write):
     assert t.zero_stage == 3  # --set comes last
 
 
+def test_deepspeed_zeropp_mics_and_param_offload_are_taken(write):
+    """ZeRO++'s three keys, MiCS's shard size (replicas summed at the boundary) and parameter
+    offload come from the ds_config as DeepSpeed names them."""
+    zero = {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}
+    t = load_scenario(ZERO_PAPER, deepspeed=ds(write, {"zero_optimization": zero})).training
+    assert (t.optimizer_offload, t.param_offload) == ("cpu", "cpu")
+    zero = {"stage": 3, "zero_hpz_partition_size": 8, "zero_quantized_weights": True,
+            "zero_quantized_gradients": True}
+    t = load_scenario(ZERO_PAPER, ["training.framework='deepspeed'"],
+                      deepspeed=ds(write, {"zero_optimization": zero})).training
+    assert (t.hpz_partition, t.quantized_weights, t.quantized_gradients) == (8, True, True)
+    t = load_scenario(ZERO_PAPER, deepspeed=ds(write, {"zero_optimization": {
+        "stage": 3, "mics_shard_size": 16}})).training
+    assert (t.shard_group, t.replica_allreduce) == (16, "once_per_step")
+
+
 @pytest.mark.parametrize("config, fragments", [
     ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, ["both true"]),
-    ({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}}, ["'nvme' is not modeled"]),
-    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}, ["parameter offload"]),
+    ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}},
+     ["needs cluster.nvme_read_GBps and cluster.nvme_write_GBps"]),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
+     ["param_offload = 'cpu' without optimizer_offload"]),
+    ({"zero_optimization": {"offload_optimizer": {"device": "disk"}}}, ["'disk' is not modeled"]),
+    ({"zero_optimization": {"stage": 3, "zero_quantized_weights": "yes"}},
+     ["zero_quantized_weights must be true or false"]),
     ({"zero_optimization": {"stage": "two"}}, ["zero_optimization.stage must be an integer"]),
     ({"zero_optimization": {"stage": 4}}, ["training.zero_stage = 4"]),
     ({"zero_optimization": []}, ["zero_optimization must be an object"]),

@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from zerosim.scenario.config import ClusterConfig, ModelConfig, Scenario, TrainingConfig
 from zerosim.scenario.load import load_scenario
+from zerosim.host_memory import deepspeed_zero2_estimate
 from zerosim.memory import memory_table, optimizer_bytes_per_param, stage_memory
 
 from tests.conftest import SCENARIOS, run_zerosim
@@ -83,19 +84,14 @@ def test_stage2_buckets_never_exceed_the_gradients():
     assert stage_memory(tiny, 2).buffers_bytes == 2 * 1000  # bf16 gradients of 1000 params
 
 
-def deepspeed_zero2_estimate(total_params: int, total_gpus: int) -> tuple[int, int]:
-    """DeepSpeed's estimate_zero2_model_states_mem_needs(cpu_offload=True,
-    additional_buffer_factor=1): (CPU bytes of the whole job, GPU bytes per rank). Its CPU term,
-    total_params * max(4 * total_gpus, 16), is the model states up to 4 GPUs; past that it is each
-    process loading the fp32 model at start-up, which zerosim does not count."""
-    return total_params * max(4 * total_gpus, 16), 2 * total_params
-
-
 @pytest.mark.parametrize("gpus", [1, 2, 4])
 def test_cpu_offload_stage2_matches_deepspeeds_estimator(gpus):
     psi = 1_000_000_000
-    row = stage_memory(bare(psi, 1, gpus, optimizer_offload="cpu"), 2)
-    cpu_total, gpu_per_rank = deepspeed_zero2_estimate(psi, gpus)
+    row = stage_memory(bare(psi, 1, gpus, optimizer_offload="cpu", zero_stage=2), 2)
+    # DeepSpeed's estimate_zero2_model_states_mem_needs(cpu_offload=True), before its 1.5: its CPU
+    # term Ψ max(4 total GPUs, 16) is the model states up to 4 GPUs (past that, each process
+    # loading the fp32 model at start-up, which zerosim does not count)
+    gpu_per_rank, cpu_total = deepspeed_zero2_estimate(psi, gpus, 1, cpu_offload=True)
     assert gpus * row.host_bytes == cpu_total
     assert row.model_states_bytes == gpu_per_rank
 
@@ -104,10 +100,12 @@ def test_cpu_offload_stage2_matches_deepspeeds_estimator(gpus):
 def test_cpu_offload_moves_optimizer_and_gradient_partition_to_host(precision):
     psi, n = 7_500_000_000, 64
     base = bare(psi, nodes=8, layers=36, precision=precision)
-    off = bare(psi, nodes=8, layers=36, precision=precision, optimizer_offload="cpu")
-    for stage in range(4):
+    off = bare(psi, nodes=8, layers=36, precision=precision, optimizer_offload="cpu",
+               zero_stage=3)
+    assert stage_memory(off, 0) == stage_memory(base, 0)  # DeepSpeed offloads ZeRO's partitions
+    for stage in range(1, 4):
         on_gpu, offloaded = stage_memory(base, stage), stage_memory(off, stage)
-        numel = psi if stage == 0 else psi // n
+        numel = psi // n
         assert offloaded.optimizer_bytes == 0 and on_gpu.host_bytes == 0
         # fp32 master + Adam's two fp32 moments + fp32 gradient partition, whatever the precision
         assert offloaded.host_bytes == 16 * numel

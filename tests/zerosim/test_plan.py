@@ -160,7 +160,12 @@ def test_plan_says_what_it_leaves_out(monkeypatch):
     slow = plan(load_scenario(ZERO_PAPER, ["variation.slow_ranks=[63]"]), 32 * GiB)
     assert slow["configurations"] and any("[variation]" in n for n in slow["notes"])
     offload = plan(load_scenario(ZERO_PAPER, ["training.optimizer_offload=cpu"]), 32 * GiB)
-    assert any("host memory per GPU (DDP 111.8 GiB" in n for n in offload["notes"])
+    # 4 + 4 + 4 + 4 bytes (master, gradient, moments) x 7.5e9 / 64 elements = 1.875e9 bytes on
+    # the host per GPU; DDP offloads nothing (family.check_training: offload needs a stage)
+    assert offload["stages"][1]["host_bytes"] == 16 * 7_500_000_000 // 64
+    assert any(n.startswith("optimizer_offload = cpu: host memory per GPU (ZeRO-1 1.746 GiB, ")
+               for n in offload["notes"])
+    assert not any("DDP" in n for n in offload["notes"])
     huge = plan(paper(8), 10**9 * GiB)
     assert huge["stages"][3]["max_params_model_states"] == 2**53
     assert any("zerosim's limit on Ψ" in n for n in huge["notes"])

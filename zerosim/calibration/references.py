@@ -4,8 +4,7 @@ gives the schema): where it comes from, what was measured, and the run as a zero
 They are a TEST SET: nothing in zerosim is fitted to them; this only reports how far the
 simulation lands, and judges it by the bar of issue 16 (mean |error| <= 10% for throughput and
 for memory, every reference within 25%). A run zerosim cannot express (tensor or pipeline
-parallelism, ...) is listed with why, never dropped; so is the throughput of one whose time
-zerosim says it does not model (sim.result.untimed: optimizer offload), its memory still compared.
+parallelism, ...) is listed with why, never dropped.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from zerosim.report import columns
 from zerosim.scenario.checks import is_finite_number
 from zerosim.scenario.load import build_scenario, check_keys
 from zerosim.scenario.parse import TOMLDecodeError, parse_toml
-from zerosim.sim.result import untimed
 from zerosim.units import GiB
 
 MEAN_BAR_PCT, WORST_BAR_PCT = 10.0, 25.0
@@ -126,11 +124,9 @@ def _row(ref: Reference, category: str, metric: str, measured: float, simulated:
 
 
 def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
-            ) -> tuple[list[dict[str, Any]], str | None]:
+            ) -> list[dict[str, Any]]:
     """The reference's figures against one simulated step of its scenario's stage, with
-    `overrides` ({table: {key: value}}) set over the reference's own keys (to compare models),
-    and why its measured throughput is not compared when the step's time leaves something out
-    (None: it is, or none was measured)."""
+    `overrides` ({table: {key: value}}) set over the reference's own keys (to compare models)."""
     from zerosim.sim.engine import simulate
 
     tables = {"variation": {}, **{name: dict(ref.scenario.get(name, {}))
@@ -143,8 +139,7 @@ def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
     except InputError as exc:
         raise InputError(f"{ref.path}: {exc}") from None
     rows, throughput = [], _throughput(ref, result, scenario)
-    missing = untimed(scenario) if throughput is not None else None
-    if throughput is not None and missing is None:
+    if throughput is not None:
         rows.append(_row(ref, "throughput", *throughput))
     if "memory_GiB" in ref.measured:
         kind = ref.measured.get("memory_kind", "unknown")
@@ -152,7 +147,7 @@ def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
         note = "" if kind in SIMULATED_MEMORY else "which figure is unknown; compared: reserved"
         rows.append(_row(ref, "memory", f"memory GiB ({kind})", ref.measured["memory_GiB"],
                          simulated / GiB, note))
-    return rows, missing
+    return rows
 
 
 def references_report(folder: str | Path,
@@ -161,11 +156,7 @@ def references_report(folder: str | Path,
     rows, not_expressible = [], []
     for ref in refs:
         if ref.info["expressible"]:
-            compared, missing = compare(ref, overrides)
-            rows += compared
-            if missing:
-                not_expressible.append({"reference": ref.name, "title": ref.info["title"],
-                                        "why": f"throughput only: {missing}"})
+            rows += compare(ref, overrides)
         else:
             not_expressible.append({"reference": ref.name, "title": ref.info["title"],
                                     "why": ref.info["why"]})

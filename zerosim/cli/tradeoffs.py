@@ -51,8 +51,10 @@ def run_plan(args: argparse.Namespace) -> int:
     start_s = time.perf_counter()
     scenario = load(args)
     budget_GiB = args.gpu_memory_GiB if args.gpu_memory_GiB is not None else scenario.cluster.hbm_GiB
-    with after_delay("zerosim plan:", start_s, unit="GPU counts") as bar:
-        result = plan(scenario, round(budget_GiB * GiB), mode=args.mode, progress=bar)
+    unit = "GPU counts" + (" and candidates" if args.allow else "")
+    with after_delay("zerosim plan:", start_s, unit=unit) as bar:
+        result = plan(scenario, round(budget_GiB * GiB), mode=args.mode, progress=bar,
+                      allow=args.allow)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
     return EXIT_OK
 
@@ -96,7 +98,23 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-GiB", type=gib, metavar="M",
                         help="usable memory per GPU, GiB (default: the cluster's hbm_GiB)")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
+    parser.add_argument("--allow", type=_allow, default=(), metavar="SCHEME[,SCHEME...]",
+                        help="also consider, on the scenario's GPUs: offload (optimizer offload "
+                             "to the CPU at stages 1-3, with parameter offload at stage 3), "
+                             "hybrid (hybrid sharding over shard groups of about a node), zeropp "
+                             "(ZeRO-3 with ZeRO++'s hpZ, qwZ and qgZ); each with its step time, "
+                             "its time cost against the fastest plain stage and host memory per "
+                             "node (default: none)")
     add_mode(parser, "as for zerosim simulate")
+
+
+def _allow(text: str) -> tuple[str, ...]:
+    from zerosim.tradeoffs.plan_family import parse_allow
+
+    try:
+        return parse_allow(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _plot_arguments(parser: argparse.ArgumentParser) -> None:

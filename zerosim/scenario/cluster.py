@@ -9,6 +9,7 @@ from zerosim.contract import COLLECTIVE_IMPLS
 from zerosim.errors import InputError
 from zerosim.scenario.checks import one_of, positive, within_cap
 from zerosim.scenario.hardware import Hardware
+from zerosim.scenario.host import CPU_ADAM_MELEMENTS_PER_S_PER_CORE, Host, host_of
 from zerosim.scenario.presets import (CUDA_CONTEXT_MIB, DEFAULT_GPU, GEMM_TFLOPS_BY_POWER_W,
                                      GENERATION, GPU_PRESETS, GPUS_PER_NIC)
 
@@ -106,6 +107,20 @@ class ClusterConfig:
     between them, pipelined; not an NCCL algorithm)."""
     collective_protocol: str = "auto"
     """As NCCL_PROTO: "auto" (the tuner's choice), "LL", "LL128" or "Simple"."""
+    host_link_GBps: float | None = None
+    """A GPU's link to host memory, one direction, GB/s, as pinned copies reach it (offload).
+    Unset: PCIe x16 of pcie_gen x the measured fraction (scenario/host.py)."""
+    gpus_per_host_link: int = 1
+    """GPUs behind one host link, sharing it when they copy at once (e.g. 2 per PCIe switch)."""
+    cpu_cores_per_gpu: float | None = None
+    """CPU cores stepping each GPU's offloaded optimizer. Unset: the preset node's cores over
+    gpus_per_node (scenario/host.py)."""
+    cpu_adam_Melements_per_s_per_core: float = CPU_ADAM_MELEMENTS_PER_S_PER_CORE
+    """CPU Adam's rate per core, millions of elements per second (ZeRO-Offload Table 4)."""
+    nvme_read_GBps: float | None = None
+    """The node's NVMe read bandwidth, GB/s, shared by its GPUs (offload to nvme needs it)."""
+    nvme_write_GBps: float | None = None
+    """The node's NVMe write bandwidth, GB/s."""
 
     def __post_init__(self) -> None:
         for key in ("nodes", "gpus_per_node"):
@@ -134,6 +149,7 @@ class ClusterConfig:
                              f"(1 = full bandwidth to the spine)")
         if self.nics_per_node is not None:
             positive("cluster.nics_per_node", self.nics_per_node)
+        positive("cluster.gpus_per_host_link", self.gpus_per_host_link)
         one_of("cluster.pcie_gen", self.pcie_gen, PCIE_GENS)
         one_of("cluster.host_cpu", self.host_cpu, HOST_CPUS)
         one_of("cluster.collective_impl", self.collective_impl, COLLECTIVE_IMPLS)
@@ -238,6 +254,11 @@ class ClusterConfig:
                     f"rail-optimized fabric: NCCL's rings and trees keep to their rail (set "
                     f"cluster.rail_optimized = false to cross the spine)"]
         return []
+
+    @property
+    def host(self) -> Host:
+        """The host side per GPU in SI units (offload)."""
+        return host_of(self)
 
     @property
     def hardware(self) -> Hardware:

@@ -14,16 +14,16 @@ from zerosim.contract import ALL_REDUCE, REDUCE_SCATTER, STAGES
 from zerosim.errors import InputError
 from zerosim.scenario.checks import one_of as _one_of, positive as _positive, within_cap
 from zerosim.scenario.cluster import ALGORITHMS, PROTOCOLS, ClusterConfig
+from zerosim.scenario.family import check_scenario, check_training
+from zerosim.scenario.model_table import MLPS, NORMS, POSITIONS, SHAPE_KEYS, ModelConfig
 from zerosim.scenario.variation import VariationConfig
 from zerosim.units import BYTES_PER_ELEMENT, mib_to_bytes
 
 PRECISIONS = tuple(BYTES_PER_ELEMENT)
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
 CHECKPOINTING = ("none", "selective", "selective_op", "full")
-OFFLOAD = ("none", "cpu")
-MLPS = ("gelu", "swiglu")
-NORMS = ("layernorm", "rmsnorm")
-POSITIONS = ("learned", "rope")
+OFFLOAD = ("none", "cpu", "nvme")
+REPLICA_ALLREDUCES = ("every_micro_step", "once_per_step")
 GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
 FRAMEWORKS = ("zero", "deepspeed", "fsdp2", "ddp")
 # The ZeRO stages each framework runs (FSDP2: reshard_after_forward False ~ 2, True ~ 3).
@@ -34,101 +34,6 @@ FLASH_KERNELS = ("fa2", "fa1", "triton")
 # How the norms were written (zerosim/sim/op_costs.py: a fused kernel or RMSNorm composed in fp32).
 NORM_KERNELS = ("fused", "composite_fp32")
 
-# Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
-SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelConfig:
-    """[model]: a decoder-only transformer by shape, or a bare parameter count (the ZeRO paper's Ψ)."""
-
-    name: str = ""
-    """Free text shown in reports."""
-    params: int | None = None
-    """Bare parameter count Ψ (e.g. 7.5e9). Excludes the shape keys; activations are then 0."""
-    layers: int | None = None
-    """Transformer blocks. With a bare Ψ, optional: Ψ is split evenly into this many ZeRO-3 gather
-    units (default 1: the whole model is gathered at once)."""
-    hidden: int | None = None
-    """Model width h."""
-    heads: int | None = None
-    """Attention heads a; must divide hidden."""
-    kv_heads: int | None = None
-    """Key/value heads for grouped-query attention; must divide heads. Default: heads."""
-    ffn: int | None = None
-    """MLP inner width. Default 4 * hidden for gelu; required for swiglu."""
-    vocab: int | None = None
-    """Vocabulary size v."""
-    max_seq_len: int | None = None
-    """Rows of the learned position embedding (tokens); required when position = "learned"."""
-    mlp: str = "gelu"
-    """"gelu" (two matrices, GPT-2/GPT-3) or "swiglu" (three matrices, Llama)."""
-    norm: str = "layernorm"
-    """"layernorm" (weight + bias) or "rmsnorm" (weight only)."""
-    bias: bool = True
-    """Linear layers and layer norms carry biases (GPT-2/GPT-NeoX: true; Llama: false)."""
-    tied_embeddings: bool = True
-    """The LM head reuses the token embedding matrix (GPT-2: true; Llama: false)."""
-    position: str = "learned"
-    """"learned" position embeddings (parameters) or "rope" (none)."""
-    dropout: bool = True
-    """Dropout layers present: their 1-byte masks count as activations (Korthikanti et al. 2022)."""
-    hf_config: str | None = None
-    """Hugging Face config.json (or its folder) the shape was read from; relative to the scenario."""
-
-    def __post_init__(self) -> None:
-        for key in ("params", "layers", *SHAPE_KEYS):
-            value = getattr(self, key)
-            if value is not None:
-                _positive(f"model.{key}", value)
-        _one_of("model.mlp", self.mlp, MLPS)
-        _one_of("model.norm", self.norm, NORMS)
-        _one_of("model.position", self.position, POSITIONS)
-        if self.params is not None:
-            given = [k for k in SHAPE_KEYS if getattr(self, k) is not None]
-            if given:
-                raise InputError(
-                    f"model.params (a bare parameter count) excludes the shape keys, but "
-                    f"{', '.join('model.' + k for k in given)} {'is' if len(given) == 1 else 'are'} "
-                    f"also set: give either params (and optionally layers) or a full shape")
-            return
-        missing = [k for k in ("layers", "hidden", "heads", "vocab") if getattr(self, k) is None]
-        if self.mlp == "swiglu" and self.ffn is None:
-            missing.append("ffn")
-        if self.position == "learned" and self.max_seq_len is None:
-            missing.append("max_seq_len")
-        if missing:
-            raise InputError(
-                f"[model] needs either params = Ψ or a shape; missing "
-                f"{', '.join('model.' + k for k in missing)}")
-        if self.hidden % self.heads:
-            raise InputError(
-                f"model.heads = {self.heads} does not divide model.hidden = {self.hidden} "
-                f"({self.hidden} / {self.heads} = {self.hidden / self.heads:.4g})")
-        if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise InputError(
-                f"model.kv_heads = {self.kv_heads} does not divide model.heads = {self.heads} "
-                f"({self.heads} / {self.kv_heads} = {self.heads / self.kv_heads:.4g})")
-
-    @property
-    def is_bare(self) -> bool:
-        return self.params is not None
-
-    @property
-    def n_layers(self) -> int:
-        return self.layers if self.layers is not None else 1
-
-    @property
-    def n_kv_heads(self) -> int:
-        return self.kv_heads if self.kv_heads is not None else self.heads
-
-    @property
-    def ffn_width(self) -> int:
-        return self.ffn if self.ffn is not None else 4 * self.hidden
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,7 +78,32 @@ class TrainingConfig:
     prefetch_layers: int = 1
     """ZeRO-3: layers gathered ahead of the one computing (0 = no prefetch)."""
     optimizer_offload: str = "none"
-    """"cpu" keeps optimizer states (and the gradient shard they consume) in host memory (ZeRO-Offload)."""
+    """"cpu" keeps optimizer states (and the gradient shard they consume) in host memory and
+    steps them there (ZeRO-Offload); "nvme" keeps them on the node's NVMe drives, read and
+    written around the CPU step (ZeRO-Infinity). Timing: sim/offload.py."""
+    param_offload: str = "none"
+    """Stage 3: "cpu" or "nvme" keeps each rank's parameter shard in host memory (or on NVMe),
+    copied to the GPU before every all-gather (DeepSpeed's offload_param)."""
+    delayed_update: bool = False
+    """ZeRO-Offload's delayed parameter update (Ren et al. 2021 §5.2): the CPU step of the
+    previous step's gradients runs beside this step's forward and backward. No DeepSpeed key."""
+    shard_group: int = 0
+    """Stages 1-3: ranks that shard the model states among them; the N / shard_group groups
+    replicate (HSDP, MiCS). 0: all ranks (plain ZeRO). Must divide the world size and be a
+    divisor or a multiple of gpus_per_node."""
+    replica_allreduce: str = "every_micro_step"
+    """Under shard_group: when the shards are all-reduced across the replica groups:
+    "every_micro_step" (FSDP2's HSDP default) or "once_per_step" (MiCS, at the accumulation
+    boundary)."""
+    hpz_partition: int = 0
+    """Stage 3, ZeRO++ hpZ: a secondary copy of each gathered layer, sharded over this many
+    ranks of a node, that backward gathers from (DeepSpeed's zero_hpz_partition_size); 0 or 1
+    = off (DeepSpeed's default is 1)."""
+    quantized_weights: bool = False
+    """Stage 3, ZeRO++ qwZ: parameter all-gathers carry INT8 with one scale per block."""
+    quantized_gradients: bool = False
+    """Stage 3, ZeRO++ qgZ: gradients reduced by INT4 all-to-alls inside and then across nodes
+    instead of a reduce-scatter."""
     overlap_comm: bool = True
     """Collectives run beside compute on their own streams (DeepSpeed's overlap_comm). false:
     every collective completes before compute goes on, as zero_real's synchronous ones do."""
@@ -204,6 +134,11 @@ class TrainingConfig:
         _one_of("training.optimizer", self.optimizer, OPTIMIZERS)
         _one_of("training.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _one_of("training.optimizer_offload", self.optimizer_offload, OFFLOAD)
+        _one_of("training.param_offload", self.param_offload, OFFLOAD)
+        _one_of("training.replica_allreduce", self.replica_allreduce, REPLICA_ALLREDUCES)
+        for key in ("shard_group", "hpz_partition"):
+            _positive(f"training.{key}", getattr(self, key), allow_zero=True)
+        check_training(self)
         _positive("training.micro_batch", self.micro_batch)
         _positive("training.gradient_accumulation", self.gradient_accumulation)
         if self.seq_len is not None:
@@ -267,6 +202,7 @@ class Scenario:
             raise InputError(f"training.norm_kernel = {t.norm_kernel!r} is RMSNorm written in fp32 "
                              f"eager ops, but " + ("a bare-Ψ model has no norms" if m.is_bare
                                                    else f"model.norm = {m.norm!r}"))
+        check_scenario(self)
         if m.is_bare:
             return  # no shape: the sequence does not enter the memory of model states
         if t.seq_len is None:

@@ -11,8 +11,10 @@ Two keys have no DeepSpeed default that fixes them, so the scenario's value stay
 absent: train_micro_batch_size_per_gpu, and optimizer.type (Adam, AdamW, SGD; absent when the
 training script builds its own optimizer). "auto" (the Hugging Face Trainer's placeholder) also
 keeps the scenario's value. Every key kept that way is named in the note the CLI prints.
-Keys that would change memory in ways zerosim does not model (NVMe or parameter offload) are
-refused; the rest of a ds_config (schedulers, logging, clipping, ...) does not touch memory.
+- offload_optimizer / offload_param .device "none" | "cpu" | "nvme"; ZeRO++'s
+  zero_hpz_partition_size, zero_quantized_weights, zero_quantized_gradients and MiCS's
+  mics_shard_size, taken when given.
+The rest of a ds_config (schedulers, logging, clipping, ...) does not touch memory.
 """
 
 from __future__ import annotations
@@ -70,10 +72,10 @@ class _Reader:
             return None
         if value is None or value == "none":
             return "none"
-        if value == "cpu":
-            return "cpu"
+        if value in ("cpu", "nvme"):
+            return value
         raise self.fail(f"zero_optimization.{key}.device = {value!r} is not modeled "
-                        f"(zerosim models \"none\" and \"cpu\")")
+                        f"(zerosim models \"none\", \"cpu\" and \"nvme\")")
 
 
 def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
@@ -130,8 +132,32 @@ def _stage_and_offload(r: _Reader, zero: dict[str, Any], out: dict[str, Any]) ->
         r.kept.append("optimizer_offload (\"auto\")")
     else:
         out["optimizer_offload"] = offload
-    if r.device(r.section(zero, "offload_param", "zero_optimization."), "offload_param") != "none":
-        raise r.fail("zero_optimization.offload_param (ZeRO-Infinity parameter offload) is not modeled")
+    params = r.device(r.section(zero, "offload_param", "zero_optimization."), "offload_param")
+    if params is None:
+        r.kept.append("param_offload (\"auto\")")
+    elif params != "none" or "offload_param" in zero:
+        out["param_offload"] = params
+    _zeropp_and_mics(r, zero, out)
+
+
+def _zeropp_and_mics(r: _Reader, zero: dict[str, Any], out: dict[str, Any]) -> None:
+    """ZeRO++ (zero_hpz_partition_size, zero_quantized_weights, zero_quantized_gradients) and
+    MiCS (mics_shard_size: shards inside groups of that size, replicas all-reduced at the
+    accumulation boundary), each taken only when the ds_config gives it."""
+    if "zero_hpz_partition_size" in zero:
+        out["hpz_partition"] = r.integer(zero["zero_hpz_partition_size"],
+                                         "zero_optimization.zero_hpz_partition_size", 1)
+    for ds_key, our_key in (("zero_quantized_weights", "quantized_weights"),
+                            ("zero_quantized_gradients", "quantized_gradients")):
+        if ds_key in zero:
+            if not isinstance(zero[ds_key], bool):
+                raise r.fail(f"zero_optimization.{ds_key} must be true or false, got "
+                             f"{zero[ds_key]!r}")
+            out[our_key] = zero[ds_key]
+    size = zero.get("mics_shard_size", -1)
+    if size not in (-1, None):  # DeepSpeed's default -1: MiCS off
+        out["shard_group"] = r.integer(size, "zero_optimization.mics_shard_size", 1)
+        out["replica_allreduce"] = "once_per_step"
 
 
 def _buckets(r: _Reader, zero: dict[str, Any], out: dict[str, Any], grad_bytes: int) -> None:

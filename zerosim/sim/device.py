@@ -7,15 +7,20 @@ from __future__ import annotations
 
 from zerosim.sim.collectives import Collectives
 from zerosim.sim.collectives.ring import Group
+from zerosim.sim.groups import subgroups
 
 
-def overhead(cluster, collectives: Collectives) -> int:
-    """The CUDA context (cluster.cuda_context_bytes) and NCCL's buffers for `collectives`
-    (Collectives.buffer_bytes)."""
-    return cluster.cuda_context_bytes + collectives.buffer_bytes
+def overhead(cluster, collectives: Collectives, *others: Collectives) -> int:
+    """The CUDA context (cluster.cuda_context_bytes) and NCCL's buffers for `collectives` and
+    for the communicators of the subgroups beside it (Collectives.buffer_bytes each)."""
+    return cluster.cuda_context_bytes + sum(c.buffer_bytes for c in (collectives, *others))
 
 
 def overhead_bytes(scenario) -> int:
-    """overhead() for collectives over the whole world."""
+    """overhead() for collectives over the whole world and every subgroup the scenario's
+    schemes use (sim/groups.py: hybrid sharding, ZeRO++)."""
     c = scenario.cluster
-    return overhead(c, Collectives(scenario, Group(c.world_size, c.gpus_per_node)))
+    world = Group(c.world_size, c.gpus_per_node)
+    return overhead(c, Collectives(scenario, world), *(
+        Collectives(scenario, group, node_gpus=world.gpus_per_node)
+        for group in subgroups(scenario).values()))

@@ -43,22 +43,22 @@ from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, representatives,
                                           run_phases)
 from zerosim.sim.costs import price_phases
+from zerosim.sim.groups import WORLD, subgroups
 from zerosim.sim.network import Cluster
+from zerosim.sim.offload import HOST, host_phases
 from zerosim.sim.rank import RankContext, refuse_overflow, sm_share
 from zerosim.sim.result import StageResult, stage_result
 from zerosim.sim.stage_fsdp2 import stage_program
-from zerosim.sim.stages import ZeRO3
+from zerosim.sim.stage_zero3 import ZeRO3
 from zerosim.sim.step_shape import step_shape
 
 COUNT_FROM = 64
 """Ranks simulated one by one from which a step's memory is estimated before it runs (budget.py):
 fewer take a few MB."""
 GRANULARITIES = ("collective", "phase")
-"""How finely a step is simulated: "collective", the closed form of each collective alone on its
-links, with no event where one would only resume the process waiting for it (clock.py); "phase",
-every phase of every collective and every wait as its own events, and per rank every rank with
-processes and links of its own: the reference, which gives the same numbers
-(tests/zerosim/test_engine_batching.py, test_jitter_lockstep.py)."""
+"""How finely a step is simulated: "collective" (closed forms, no needless events: clock.py) or
+"phase" (every phase and wait an event, per rank every rank's own processes and links: the
+reference, with the same numbers: test_engine_batching.py, test_jitter_lockstep.py)."""
 
 
 class Engine:
@@ -74,12 +74,14 @@ class Engine:
             raise ValueError(f"granularity {granularity!r} is not one of {GRANULARITIES}")
         self.env = Environment(shortcuts=granularity == "collective")
         self.program = stage_program(scenario.training, stage)
-        self.closed_form = granularity == "collective" and one_stream(self.program)
+        self.closed_form = granularity == "collective" and one_stream(self.program, scenario.training)
         """A collective alone on its links takes its closed form's time, in one event or none
         (clock.py); else its phases move over the links event by event."""
         c = scenario.cluster
         self.group = Group(c.world_size, c.gpus_per_node)
         self.library = Collectives(scenario, self.group)
+        self.groups = subgroups(scenario)  # name -> ranks (hybrid sharding, ZeRO++)
+        self.libraries = {WORLD: self.library}  # and each subgroup's the step used
         self.used: dict[str, dict[str, float]] = {}
         """op -> the algorithm (and protocol) that ran it -> bytes of the calls it ran."""
         v = scenario.variation
@@ -127,7 +129,8 @@ class Engine:
             return compute_ranks, list(range(c.world_size))
         return compute_ranks, sorted(v.degraded.union(representatives(self.group, scopes)))
 
-    def collective(self, key: tuple[str, int], op: str, size_bytes: float) -> simpy.Event:
+    def collective(self, key: tuple[str, int], op: str, size_bytes: float,
+                   group: str = WORLD) -> simpy.Event:
         """Join collective `key`; fires with (start_s, bytes sent per rank) once it completes.
         It starts when the last simulated rank has joined."""
         entry = self._pending.get(key)
@@ -136,20 +139,20 @@ class Engine:
         entry[0] += 1
         if entry[0] == len(self.compute_ranks):
             del self._pending[key]
-            self.env.process(self._run_collective(op, size_bytes, entry[1]))
+            self.env.process(self._run_collective(op, size_bytes, entry[1], group))
         return entry[1]
 
-    def _run_collective(self, op: str, size_bytes: float, done: simpy.Event) -> Iterator:
-        start_s = self.env.now
-        sent_bytes = yield from self.move(op, size_bytes)
+    def _run_collective(self, op: str, size_bytes: float, done: simpy.Event, group: str):
+        start_s, sent_bytes = self.env.now, (yield from self.move(op, size_bytes, group))
         done.succeed((start_s, sent_bytes))
 
-    def move(self, op: str, size_bytes: float) -> Iterator:
+    def move(self, op: str, size_bytes: float, group: str = WORLD) -> Iterator:
         """Process body: the collective's phases over the simulated links; returns the bytes
         each rank sent."""
-        phases, plan, sent_bytes = self.begin(op, size_bytes)
+        phases, plan, sent_bytes = self.begin(op, size_bytes, group)
         if plan is None:
-            yield from run_phases(self.env, self.cluster, self.group, phases, self.link_ranks)
+            yield from run_phases(self.env, self.cluster, self.group_of(group), phases,
+                                  self.link_ranks)
         elif plan:  # alone on its links: its closed form (clock.py)
             end_s = plan_end_s(self.env.now, plan)
             if not self.env.advance(end_s):
@@ -157,17 +160,28 @@ class Engine:
         self.finish()
         return sent_bytes
 
-    def begin(self, op: str, size_bytes: float) -> tuple:
+    def begin(self, op: str, size_bytes: float, group: str = WORLD) -> tuple:
         """A collective starts: its phases, idle_plan (None: event by event) and the bytes each
         rank sends, counted under the algorithm that runs it. Priced phases are cached: buckets
         mostly share one size."""
-        cached = self._phases.get((op, size_bytes))
+        cached = self._phases.get((op, size_bytes, group))
         if cached is None:
-            cached = self._phases[op, size_bytes] = self._price(op, size_bytes)
+            cached = self._phases[op, size_bytes, group] = self._price(op, size_bytes, group)
         label, phases, plan, sent_bytes = cached
-        by_label = self.used.setdefault(op, {})
-        by_label[label] = by_label.get(label, 0.0) + size_bytes
+        if group != HOST:
+            by_label = self.used.setdefault(op if group == WORLD else f"{op} ({group})", {})
+            by_label[label] = by_label.get(label, 0.0) + size_bytes
         return phases, plan, sent_bytes
+
+    def group_of(self, name: str) -> Group:
+        """The ranks of a named group (the world, a subgroup, or one rank for host operations)."""
+        return self.group if name == WORLD else Group(1, 1) if name == HOST else self.groups[name]
+
+    def _library(self, name: str) -> Collectives:
+        if name not in self.libraries:
+            self.libraries[name] = Collectives(self.scenario, self.groups[name],
+                                                node_gpus=self.group.gpus_per_node)
+        return self.libraries[name]
 
     def finish(self) -> None:
         """A collective has completed."""
@@ -175,15 +189,20 @@ class Engine:
         if self.progress is not None:
             self.progress(min(self.moved, self.collectives), self.collectives)
 
-    def _price(self, op: str, size_bytes: float) -> tuple:
+    def _price(self, op: str, size_bytes: float, group: str) -> tuple:
         """How a call runs: its label, phases, idle_plan (None: event by event) and the bytes
         each rank sends."""
-        choice = self.library.choose(op, size_bytes)
-        phases = price_phases(self.scenario, op, size_bytes, self.group, choice.phases, self.stage)
+        ranks = self.group_of(group)
+        if group == HOST:
+            label, phases = op, host_phases(op, size_bytes)
+        else:
+            choice = self._library(group).choose(op, size_bytes)
+            label = choice.label
+            phases = price_phases(self.scenario, op, size_bytes, ranks, choice.phases, self.stage)
         plan = None
         if self.closed_form:
-            plan = idle_plan(self.cluster, self.group, phases, self.link_ranks)
-        return choice.label, phases, plan, bytes_sent_per_rank(phases)
+            plan = idle_plan(self.cluster, ranks, phases, self.link_ranks)
+        return label, phases, plan, bytes_sent_per_rank(phases)
 
     def run(self) -> list[RankContext]:
         """Every simulated rank runs the stage's program to the end of the step."""
@@ -270,8 +289,9 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
     return stage_result(engine, contexts)
 
 
-def one_stream(program: type) -> bool:
+def one_stream(program: type, training) -> bool:
     """Whether the stage program queues every collective on one stream (DDP, ZeRO-1, ZeRO-2), so
     they run one at a time, each with the links to itself. ZeRO-3 gathers on one stream while it
-    reduce-scatters on another: their transfers share links."""
-    return not issubclass(program, ZeRO3)
+    reduce-scatters on another: their transfers share links; so does a delayed update, whose
+    CPU step runs on a stream of its own."""
+    return not issubclass(program, ZeRO3) and not training.delayed_update

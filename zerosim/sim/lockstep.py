@@ -28,6 +28,7 @@ from itertools import count
 import numpy as np
 
 from zerosim.sim.collectives.ring import plan_end_s, run_phases
+from zerosim.sim.offload import HOST
 
 
 class Signal:
@@ -114,7 +115,7 @@ class Lockstep:
         self.schedule: dict[tuple[str, int], tuple[float, float, float, int]] = {}
         """(stream, index) -> when the collective started and ended, the bytes each rank sent,
         and its place among the completions (collectives ending at one instant end in it)."""
-        self.comm_s = 0.0
+        self.comm_s = self.host_s = 0.0
         self.kernels: dict[str, list[list]] = defaultdict(list)
         """Per stream, each collective's [when each rank joined it, when it ended (None: not
         yet known), the first join]: NCCL's kernel holds its SMs on a rank from its join to the
@@ -198,20 +199,25 @@ class Lockstep:
                 yield from request.before()
             start_s = float(self.current.now.max()) or 0  # simpy's clock starts at int 0
             kernel = [self.current.now, None, float(self.current.now.min())]
-            self.kernels[stream].append(kernel)
-            end_s, sent_bytes = yield self.collective(request.op, request.size_bytes, start_s)
+            if request.group != HOST:  # copies and the CPU's step take no SMs
+                self.kernels[stream].append(kernel)
+            end_s, sent_bytes = yield self.collective(request.op, request.size_bytes, start_s,
+                                                      request.group)
             kernel[1] = end_s
             self.schedule[stream, index] = (start_s, end_s, sent_bytes, len(self.schedule))
-            self.comm_s += end_s - start_s
+            if request.group == HOST:
+                self.host_s += end_s - start_s
+            else:
+                self.comm_s += end_s - start_s
             if request.after is not None:
                 request.after()
             self.requests -= 1
             self.fire(request.done, end_s)
 
-    def collective(self, op: str, size_bytes: float, start_s: float) -> Signal:
+    def collective(self, op: str, size_bytes: float, start_s: float, group: str) -> Signal:
         """Fires at the collective's end, with (end_s, bytes each rank sent)."""
         engine, done = self.engine, Signal()
-        phases, plan, sent_bytes = engine.begin(op, size_bytes)
+        phases, plan, sent_bytes = engine.begin(op, size_bytes, group)
         if plan is not None:  # alone on its links: its closed form
             end_s = plan_end_s(start_s, plan) if plan else start_s
             engine.finish()
@@ -220,7 +226,8 @@ class Lockstep:
         env = engine.env
 
         def move() -> Iterator:
-            yield from run_phases(env, engine.cluster, engine.group, phases, engine.link_ranks)
+            yield from run_phases(env, engine.cluster, engine.group_of(group), phases,
+                                  engine.link_ranks)
             engine.finish()
             self.fire(done, env.now, (env.now, sent_bytes))
 

@@ -39,13 +39,13 @@ class Draws:
 class Request:
     """A collective queued on a stream (rank.CommRequest)."""
 
-    __slots__ = ("after", "before", "done", "op", "size_bytes")
+    __slots__ = ("after", "before", "done", "group", "op", "size_bytes")
 
     def __init__(self, op: str, size_bytes: float, done: Signal,
                  before: Callable[[], Iterator] | None,
-                 after: Callable[[], None] | None) -> None:
+                 after: Callable[[], None] | None, group: str) -> None:
         self.op, self.size_bytes, self.done = op, size_bytes, done
-        self.before, self.after = before, after
+        self.before, self.after, self.group = before, after, group
 
 
 class Ranks:
@@ -163,13 +163,14 @@ class Ranks:
 
     def comm(self, stream: str, op: str, size_bytes: float, name: str, phase: str,
              layer: int | None, before: Callable[[], Iterator] | None = None,
-             after: Callable[[], None] | None = None) -> Signal:
-        """Queue a collective on `stream`; the signal fires when it has completed."""
+             after: Callable[[], None] | None = None, group: str = "world") -> Signal:
+        """Queue a collective on `stream` among `group`; the signal fires when it has
+        completed."""
         lockstep = self.lockstep
         if stream not in self.queues:
             self.queues[stream] = Sequence(lockstep)
             lockstep.spawn(lockstep.serve(stream, self.queues[stream]), lockstep.current.now)
         done = Signal()
         lockstep.requests += 1
-        self.queues[stream].put(Request(op, size_bytes, done, before, after))
+        self.queues[stream].put(Request(op, size_bytes, done, before, after, group))
         return done

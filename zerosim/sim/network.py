@@ -16,6 +16,20 @@ import simpy
 from zerosim.scenario.config import Scenario
 
 INTRA, INTER = "intra", "inter"
+D2H, H2D, CPU_ADAM, NVME_READ, NVME_WRITE = "d2h", "h2d", "cpu_adam", "nvme_read", "nvme_write"
+HOST_OPS = (D2H, H2D, CPU_ADAM, NVME_READ, NVME_WRITE)
+"""Offload's host operations (sim/offload.py), each over a link of the rank's own of that name:
+its host link in each direction, its CPU cores (in elements per second), its share of the
+node's drives."""
+
+
+def host_rates(scenario: Scenario) -> dict[str, float]:
+    """Each host link's rate for one rank (bytes/s; the CPU step: elements/s; NVMe unset: 1,
+    never used: family.check_scenario refuses nvme offload without its rates)."""
+    h = scenario.cluster.host
+    return {D2H: h.d2h_bytes_per_s, H2D: h.h2d_bytes_per_s, CPU_ADAM: h.adam_elements_per_s,
+            NVME_READ: h.nvme_read_bytes_per_s or 1.0, NVME_WRITE: h.nvme_write_bytes_per_s or 1.0}
+
 # Transfers finishing together with the timed one: fewer bytes than this fraction of them remain
 # (float round-off only).
 _DONE_FRACTION = 1e-9
@@ -92,6 +106,8 @@ class Cluster:
                 latency_s = 0.0 if tier.latency_s is None else tier.latency_s
                 self.links[rank, name] = Link(env, f"rank{rank}.{name}",
                                               tier.bandwidth_bytes_per_s * factor, latency_s)
+            for name, rate in host_rates(scenario).items():  # offload's host operations
+                self.links[rank, name] = Link(env, f"rank{rank}.{name}", rate, 0.0)
 
     def link(self, rank: int, tier: str) -> Link:
         return self.links[rank, tier]

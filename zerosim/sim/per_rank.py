@@ -51,7 +51,8 @@ class Replay:
         self.due: dict[float, list] = {}
         """End instant -> the collectives ending then, not yet fired: (place, event, value)."""
 
-    def collective(self, key: tuple[str, int], op: str, size_bytes: float) -> simpy.Event:
+    def collective(self, key: tuple[str, int], op: str, size_bytes: float,
+                   group: str = "world") -> simpy.Event:
         """As engine.Engine.collective: fires with (start_s, bytes sent) at the collective's end,
         after whatever else is due at that instant (clock.Environment.arrive); collectives that
         end at one instant fire in the order the lockstep completed them, as the engine's do."""
@@ -106,7 +107,8 @@ def every_rank(engine, shape) -> list:
             operations=len(lockstep.log.times)))
     for i, rank in enumerate(models, 1):
         ctx = replayed[rank] = Replay(engine, lockstep.schedule).rank(rank, shape)
-        _check(ctx.state, end["s"][rank], ranks.compute_s[rank], lockstep.comm_s)
+        _check(ctx.state, end["s"][rank], ranks.compute_s[rank], lockstep.comm_s,
+               lockstep.host_s)
         bar.replayed(i, len(models))
     contexts = []
     for rank, like in enumerate(same.tolist()):
@@ -116,7 +118,8 @@ def every_rank(engine, shape) -> list:
         model = replayed[like].state
         contexts.append(RankView(rank, RankState(
             rank, model.memory, compute_s=float(ranks.compute_s[rank]), comm_s=model.comm_s,
-            end_s=float(end["s"][rank]), comm_bytes=model.comm_bytes)))
+            host_s=model.host_s, end_s=float(end["s"][rank]), comm_bytes=model.comm_bytes,
+            host_bytes=model.host_bytes)))
     return contexts
 
 
@@ -143,9 +146,11 @@ class Progress:
         self.show(self.split + (self.total - self.split) * done // replays)
 
 
-def _check(state: RankState, end_s: float, compute_s: float, comm_s: float) -> None:
+def _check(state: RankState, end_s: float, compute_s: float, comm_s: float,
+           host_s: float) -> None:
     """A replayed rank's times are the lockstep's, to the bit."""
-    if (state.end_s, state.compute_s, state.comm_s) != (end_s, compute_s, comm_s):
+    if (state.end_s, state.compute_s, state.comm_s, state.host_s) != (end_s, compute_s, comm_s,
+                                                                     host_s):
         raise RuntimeError(
             f"rank {state.rank} replayed differs from lockstep: end {state.end_s!r} vs {end_s!r}, "
             f"compute {state.compute_s!r} vs {compute_s!r}, comm {state.comm_s!r} vs {comm_s!r}")

@@ -18,6 +18,9 @@ import simpy
 from zerosim.contract import COMM, COMPUTE, OTHER, SimulatedEvent
 from zerosim.errors import InputError
 from zerosim.sim.costs import op_model
+from zerosim.sim.groups import WORLD
+from zerosim.sim.network import CPU_ADAM
+from zerosim.sim.offload import HOST
 from zerosim.sim.sync import CommQueue, Slots, first_of
 from zerosim.sim.timeline import MemoryTimeline
 
@@ -32,6 +35,7 @@ class CommRequest:
     done: simpy.Event
     before: Callable[[], Iterator] | None = None
     after: Callable[[], None] | None = None
+    group: str = WORLD
 
 
 @dataclass
@@ -44,8 +48,21 @@ class RankState:
     compute_s: float = 0.0
     comm_s: float = 0.0
     """Summed durations of this rank's collectives (concurrent queues each count)."""
+    host_s: float = 0.0
+    """Summed durations of its host operations (offload's copies, CPU step, drives)."""
     end_s: float = 0.0
     comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    """Bytes sent per rank by op ("op (group)" on a subgroup)."""
+    host_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    """Bytes of each host operation (offload: d2h, h2d, nvme_read, nvme_write)."""
+
+    def count(self, op: str, group: str, size: float) -> None:
+        """Record what one collective or host operation moved."""
+        if group == HOST:
+            if op != CPU_ADAM:
+                self.host_bytes[op] += size
+        else:
+            self.comm_bytes[op if group == WORLD else f"{op} ({group})"] += size
 
 
 def refuse_overflow(seconds) -> None:
@@ -152,8 +169,9 @@ class RankContext:
     # communication streams
     def comm(self, stream: str, op: str, size_bytes: float, name: str, phase: str,
              layer: int | None, before: Callable[[], Iterator] | None = None,
-             after: Callable[[], None] | None = None) -> simpy.Event:
-        """Queue a collective on `stream`; the event fires when it has completed on this rank."""
+             after: Callable[[], None] | None = None, group: str = WORLD) -> simpy.Event:
+        """Queue a collective on `stream` among `group` (sim/groups.py; HOST: a host operation,
+        sim/offload.py); the event fires when it has completed on this rank."""
         if stream not in self._streams:
             if self._streams and self.engine.closed_form:  # collectives could share links
                 raise RuntimeError(f"stream {stream!r} beside {sorted(self._streams)}: closed "
@@ -161,7 +179,8 @@ class RankContext:
             self._streams[stream] = CommQueue(self.env)
             self.env.process(self._serve(stream, self._streams[stream]))
         done = self.env.event()
-        self._streams[stream].put(CommRequest(op, size_bytes, name, phase, layer, done, before, after))
+        self._streams[stream].put(CommRequest(op, size_bytes, name, phase, layer, done, before,
+                                              after, group))
         return done
 
     def _serve(self, stream: str, queue: CommQueue) -> Iterator:
@@ -171,18 +190,25 @@ class RankContext:
             request: CommRequest = yield from queue.take(quiet)
             if request.before is not None:
                 yield from request.before()
-            self._communication(+1)  # NCCL's kernel takes its SMs from launch to completion
+            kernel = request.group != HOST  # copies and the CPU's step take no SMs
+            if kernel:
+                self._communication(+1)  # NCCL's kernel takes its SMs from launch to completion
             if joined:  # wait until every simulated rank joins
                 key = (stream, self._launched[stream])
                 self._launched[stream] += 1
-                start_s, sent_bytes = yield engine.collective(key, request.op, request.size_bytes)
+                start_s, sent_bytes = yield engine.collective(key, request.op, request.size_bytes,
+                                                              request.group)
             else:  # the only simulated rank: no one to wait for, no extra process
                 start_s = env.now
-                sent_bytes = yield from engine.move(request.op, request.size_bytes)
+                sent_bytes = yield from engine.move(request.op, request.size_bytes, request.group)
             quiet = env.quiet(env.now)
-            self._communication(-1)
-            state.comm_bytes[request.op] += sent_bytes
-            state.comm_s += env.now - start_s
+            if kernel:
+                self._communication(-1)
+            state.count(request.op, request.group, sent_bytes)
+            if kernel:
+                state.comm_s += env.now - start_s
+            else:
+                state.host_s += env.now - start_s
             if engine.keep_events:
                 self._record(COMM, request.name, request.phase, request.layer, request.op,
                              request.size_bytes, start_s, queue=stream)

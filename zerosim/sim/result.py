@@ -20,11 +20,16 @@ class StageResult:
     step_time_s: float
     compute_s: float
     exposed_comm_s: float
-    """step_time_s - compute_s: communication compute did not hide, plus any bookkeeping time a
+    """step_time_s - compute_s: communication compute did not hide, offload's host operations
+    (the CPU's optimizer step among them) it did not hide, plus any bookkeeping time a
     calibration profile measured (its other_s)."""
     comm_bytes_per_rank: dict[str, int]
     comm_time_s: float
     """The critical rank's collectives' durations, summed (hidden by compute or not)."""
+    host_bytes_per_rank: dict[str, int]
+    """Offload's bytes over the host link and the drives (sim/offload.py), per rank."""
+    host_time_s: float
+    """The critical rank's host operations' durations (copies, the CPU step, drives), summed."""
     peak_bytes: int
     """The most bytes the rank's buffers ask for at once (the analytic model's peak)."""
     memory_at: dict[str, int]
@@ -56,6 +61,7 @@ class StageResult:
                 "comm_bytes_per_rank": self.comm_bytes_per_rank,
                 "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
                 "comm_time_s": self.comm_time_s,
+                "host_bytes_per_rank": self.host_bytes_per_rank, "host_time_s": self.host_time_s,
                 "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
                 "peak_allocated_bytes": self.peak_allocated_bytes,
                 "peak_reserved_bytes": self.peak_reserved_bytes,
@@ -81,12 +87,14 @@ def stage_result(engine, contexts: list) -> StageResult:
         exposed_comm_s=last.state.end_s - last.state.compute_s,
         comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
         comm_time_s=last.state.comm_s,
+        host_bytes_per_rank={op: round(b) for op, b in sorted(rank0.host_bytes.items())},
+        host_time_s=last.state.host_s,
         peak_bytes=max(ctx.state.memory.peak_bytes for ctx in contexts),
         memory_at=dict(rank0.memory.marks), tokens_per_s_per_gpu=tokens_per_s,
         peak_allocated_bytes=max(ctx.state.memory.allocator.peak_allocated_bytes
                                  for ctx in contexts),
         peak_reserved_bytes=reserved,
-        device_bytes=reserved + overhead(scenario.cluster, engine.library),
+        device_bytes=reserved + overhead(scenario.cluster, *engine.libraries.values()),
         mfu=model_flops_per_token(scenario.model, t) * tokens_per_s / peak,
         algorithm=algorithms_used(engine),
         mode=engine.mode,
@@ -106,17 +114,5 @@ def algorithms_used(engine) -> str:
     return ", ".join(parts)
 
 
-def untimed(scenario) -> str | None:
-    """What of the scenario the step's time leaves out, making it no prediction; None: nothing."""
-    if scenario.training.optimizer_offload == "cpu":
-        return ("optimizer_offload = cpu: memory is modeled, time is not (the optimizer step is "
-                "timed as if on the GPU, with no PCIe transfers)")
-    return None
-
-
 def _notes(scenario) -> list[str]:
-    notes = list(scenario.cluster.notes)
-    missing = untimed(scenario)
-    if missing:
-        notes.append(missing)
-    return notes
+    return list(scenario.cluster.notes)

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 from zerosim.memory import keeps_gathered_parameters
 from zerosim.scenario.config import TrainingConfig
-from zerosim.sim.stages import STAGE_PROGRAMS, ZeRO3
+from zerosim.sim.stage_family import with_family
+from zerosim.sim.stage_zero3 import STAGE_PROGRAMS, ZeRO3
 
 
 class KeepGathered(ZeRO3):
@@ -33,4 +34,5 @@ class KeepGathered(ZeRO3):
 
 def stage_program(t: TrainingConfig, stage: int) -> type:
     """The program a rank runs for `stage` under the scenario's framework."""
-    return KeepGathered if keeps_gathered_parameters(t, stage) else STAGE_PROGRAMS[stage]
+    program = KeepGathered if keeps_gathered_parameters(t, stage) else STAGE_PROGRAMS[stage]
+    return with_family(program, t)

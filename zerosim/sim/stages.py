@@ -1,5 +1,6 @@
 """What one rank does in one training step, stage by stage: DDP first, then each ZeRO stage as
-the difference it makes (the ZeRO paper, Rajbhandari et al. 2020, §5 and §7).
+the difference it makes (the ZeRO paper, Rajbhandari et al. 2020, §5 and §7); ZeRO-3 is
+stage_zero3.py.
 
 A step is: forward unit by unit, backward in reverse producing gradients, their reduction, the
 optimizer step. Units are the ZeRO-3 gather units of model.py (embedding, layers, head). Under
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from zerosim.contract import OTHER, STAGES
-from zerosim.memory import STAGE2_LIVE_BUCKETS, STAGE3_LIVE_LAYER_GRADS
+from zerosim.contract import OTHER
+from zerosim.memory import STAGE2_LIVE_BUCKETS
+from zerosim.sim.groups import WORLD
 from zerosim.sim.step_shape import StepShape
 
 
@@ -41,6 +43,9 @@ class DDP:
         self.layers = len(shape.gather_elements)
         self.reducing = True
         """This micro-step reduces its gradients (the last one, or every one)."""
+        self.last_micro = True
+        self.group = WORLD
+        """The ranks that shard the model states (sim/groups.py: the world, or a shard group)."""
 
     def run(self) -> Iterator:
         mem = self.shape.memory
@@ -54,6 +59,7 @@ class DDP:
         steps = self.shape.gradient_accumulation
         for micro in range(steps):
             self.reducing = self.reduces_every_micro_step or micro == steps - 1
+            self.last_micro = micro == steps - 1
             yield from self.micro_step()
         if self.shape.residue_bytes:
             self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
@@ -131,9 +137,15 @@ class DDP:
         return iter(())  # a slice of the persistent gradient buffer: nothing to allocate
 
     def launch_bucket(self, after=None) -> None:
+        group = self.group if self.reduce_op != "all_reduce" else WORLD
         self.pending.append(self.ctx.comm("comm", self.reduce_op, self.filled_bytes, "gradient bucket",
-                                          "backward", self.unit, after=after))
+                                          "backward", self.unit, after=after, group=group))
+        self.reduced("comm", self.filled_bytes, "backward", self.unit)
         self.filled_bytes = 0
+
+    def reduced(self, stream: str, size: float, phase: str, unit: int | None) -> None:
+        """What follows a gradient reduction on `stream` (stage_family.py: hybrid sharding's
+        replica all-reduce, offload's copy to the host); nothing here."""
 
     def drain(self) -> Iterator:
         if self.pending:  # one stream's, first in first out: the last completes last
@@ -155,12 +167,16 @@ class DDP:
             self.ctx.alloc("optimizer workspace", "workspace", workspace)
         for i, (category, size) in enumerate(self.shape.step_blocks):  # DeepSpeed's fp32
             self.ctx.alloc(("step", i), category, size)  # gradients, foreach Adam's square roots
-        yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
-                                    None)
+        yield from self.update(elements)
         for i in range(len(self.shape.step_blocks)):
             self.ctx.free(("step", i))
         if workspace:
             self.ctx.free("optimizer workspace")
+
+    def update(self, elements: int) -> Iterator:
+        """The optimizer's arithmetic on the GPU (offload moves it: stage_family.py)."""
+        yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
+                                    None)
 
     # ZeRO-3 hooks: nothing to gather while parameters are replicated.
     def start_gathers(self, phase: str, units) -> None:
@@ -190,7 +206,8 @@ class ZeRO1(DDP):
         chunk = self.shape.allgather_bucket_bytes
         for start in range(0, total, chunk):
             self.pending.append(self.ctx.comm("comm", "all_gather", min(chunk, total - start),
-                                              "parameter all-gather", "step", None))
+                                              "parameter all-gather", "step", None,
+                                              group=self.group))
 
 
 class ZeRO2(ZeRO1):
@@ -223,74 +240,3 @@ class ZeRO2(ZeRO1):
             self.free_buckets.put()
 
         super().launch_bucket(after=reduced)
-
-
-class ZeRO3(ZeRO1):
-    """Stage 3: parameters sharded. Each unit is all-gathered before forward and again before
-    backward (prefetched up to prefetch_layers ahead), freed after use; each unit's gradient is
-    reduce-scattered on its own stream, which shares the links with the gathers."""
-
-    reduces_every_micro_step = True
-
-    def __init__(self, ctx, shape: StepShape) -> None:
-        super().__init__(ctx, shape)
-        self.gather_slots = ctx.slots(1 + shape.prefetch_layers)
-        self.grad_slots = ctx.slots(STAGE3_LIVE_LAYER_GRADS)
-        self.gathers: dict[tuple[str, int], object] = {}
-        self.grad_shards: set[int] = set()
-
-    def start_gathers(self, phase: str, units) -> None:
-        for unit in units:
-            size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
-
-            def take_slot(unit=unit, size=size) -> Iterator:
-                yield from self.gather_slots.take()  # prefetch depth: wait for a free buffer
-                # allocated for the gather's stream (DeepSpeed and FSDP2 gather on their own)
-                self.ctx.alloc(("gathered", phase, unit), "gathered", size, stream="gather")
-
-            self.gathers[phase, unit] = self.ctx.comm("gather", "all_gather", size,
-                                                      "parameter all-gather", phase, unit,
-                                                      before=take_slot)
-
-    def gathered(self, unit: int, phase: str) -> Iterator:
-        yield self.gathers.pop((phase, unit))
-        if not self.shape.overlap_comm:  # synchronous prefetch: the next units before compute
-            # gathers are queued in the order the units compute
-            ahead = [self.gathers[key] for key in self.gathers if key[0] == phase]
-            ahead = ahead[:self.shape.prefetch_layers]
-            if ahead:
-                yield self.env.all_of(ahead)
-
-    def release(self, unit: int, phase: str) -> None:
-        self.ctx.free(("gathered", phase, unit))
-        self.gather_slots.put()
-
-    def produce_gradients(self, unit: int) -> Iterator:
-        yield from self.grad_slots.take()
-        bg = self.shape.grad_bytes_per_element
-        key = ("layer_grads", unit)
-        # A tied head produces a gradient for the whole shared matrix (memory), but its part is
-        # added to the embedding's and reduce-scattered with the embedding unit: sent once.
-        self.ctx.alloc(key, "layer_grads", bg * self.shape.gather_elements[unit])
-        size = bg * self.shape.gradient_elements[unit]
-        yield from self.ctx.compute(self.shape.backward_s[unit], "backward", "backward", unit)
-
-        def reduced() -> None:
-            self.ctx.free(key)
-            self.grad_slots.put()
-            if self.shape.grad_shard_bytes and unit not in self.grad_shards:
-                self.grad_shards.add(unit)  # once: later micro-steps add into it. FSDP2 makes
-                # them the reduce-scatter's output, on the reduce-scatter stream (its own pool)
-                for i, size in enumerate(self.shape.grad_shard_bytes[unit]):
-                    self.ctx.alloc(("grad shard", unit, i), "grads", size, stream="reduce")
-
-        self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
-                                          "gradient reduce-scatter", "backward", unit,
-                                          after=reduced))
-        yield from self.synchronous()
-
-    def optimizer_step(self) -> Iterator:
-        yield from DDP.optimizer_step(self)  # on the shard; parameters stay sharded: no all-gather
-
-
-STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))

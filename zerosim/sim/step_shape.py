@@ -13,6 +13,8 @@ from zerosim.memory import (MOMENTS, StageMemory, foreach_adam, grad_bytes_per_e
                             shard_elements, stage_memory)
 from zerosim.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
+from zerosim.scenario.family import shard_degree
+from zerosim.sim.family_shape import FamilyShape, family_shape
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
                                other_s)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
@@ -64,6 +66,8 @@ class StepShape:
     """Where sharded gradients come into being as each unit's reduce-scatter completes instead
     of a buffer held all step (memory.grads_made_in_backward: FSDP2), each unit's parameter
     tensors' parts of the rank's gradient shard."""
+    family: FamilyShape = field(default_factory=FamilyShape)
+    """Hybrid sharding, offload and ZeRO++ (family_shape.py; stage_family.py runs them)."""
     state_blocks: list[tuple[str, int]] = field(default_factory=list)
     """Where model states are one tensor per parameter (FSDP2: each sharded parameter, then
     each of its optimizer moments), (category, bytes) in allocation order; else one block per
@@ -78,19 +82,22 @@ UNIT_WEIGHT = 10
 
 
 def _check_size(stage: int, units: int, grad_bytes: int, bucket_bytes: int, param_bytes: int,
-                allgather_bytes: int) -> None:
+                allgather_bytes: int, micro_steps: int = 1) -> None:
     buckets = math.ceil(grad_bytes / bucket_bytes) if stage < 3 else 0
     chunks = math.ceil(param_bytes / allgather_bytes) if stage in (1, 2) else 0
-    if UNIT_WEIGHT * units + buckets + chunks > MAX_STEP_PIECES:
-        parts = [f"{UNIT_WEIGHT} x {units:,} units"]
-        if buckets:
+    if micro_steps * (UNIT_WEIGHT * units + buckets) + chunks > MAX_STEP_PIECES:
+        parts = [f"{micro_steps:,} micro-steps x ({UNIT_WEIGHT} x {units:,} units"
+                 + (f" + {buckets:,} gradient buckets)" if buckets else ")")]
+        if micro_steps == 1:
+            parts = [f"{UNIT_WEIGHT} x {units:,} units"]
+        if buckets and micro_steps == 1:
             parts.append(f"{grad_bytes:,} / {bucket_bytes:,} = {buckets:,} gradient buckets")
         if chunks:
             parts.append(f"{param_bytes:,} / {allgather_bytes:,} = {chunks:,} all-gather chunks")
         raise InputError(
             f"stage {stage} would simulate {' + '.join(parts)}, more than {MAX_STEP_PIECES:,} "
             f"pieces: raise training.reduce_bucket_MiB or allgather_bucket_MiB, or lower "
-            f"model.layers")
+            f"model.layers or training.gradient_accumulation")
 
 
 # HBM bytes per element of torch's foreach Adam (FSDP2's and DDP's optimizer; fp32 parameters,
@@ -124,7 +131,7 @@ def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tu
     """FSDP2's per-parameter states: the gradient shard per unit and tensor, and the allocation
     order of parameters then moments (Adam's exp_avg, exp_avg_sq per parameter)."""
     moments = MOMENTS[scenario.training.optimizer]
-    units = _tensor_shards(scenario, scenario.world_size)
+    units = _tensor_shards(scenario, shard_degree(scenario, 2))
     flat = [w for unit in units for w in unit]
     grads, at = _split(memory.grads_bytes, flat), 0
     per_unit = []
@@ -143,8 +150,8 @@ def _step_blocks(scenario, stage: int, memory: StageMemory) -> list[tuple[str, i
     total, t = memory.step_bytes, scenario.training
     if not total or t.framework == "deepspeed" or scenario.model.is_bare:
         return [("grads" if t.framework == "deepspeed" else "workspace", total)] if total else []
-    weights = [w for unit in _tensor_shards(scenario, scenario.world_size if stage >= 1 else 1)
-               for w in unit]
+    ways = shard_degree(scenario, stage) if stage >= 1 else 1
+    weights = [w for unit in _tensor_shards(scenario, ways) for w in unit]
     return [("workspace", b) for b in _split(total, weights)]
 
 
@@ -172,7 +179,7 @@ def step_shape(scenario, stage: int) -> StepShape:
     psi = total_params(m)
     # Checked before the unit list is built: a bare Ψ may ask for 2**53 layers.
     _check_size(stage, m.n_layers + 2, bg * psi, mib_to_bytes(t.reduce_bucket_MiB), bp * psi,
-                mib_to_bytes(t.allgather_bucket_MiB))
+                mib_to_bytes(t.allgather_bucket_MiB), t.gradient_accumulation)
     units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
     forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t), stage)
@@ -189,7 +196,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
         activation_bytes=activation_bytes,
         recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
-        params=psi, shard=shard_elements(psi, scenario.world_size),
+        params=psi, shard=shard_elements(psi, shard_degree(scenario, stage)),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
         optimizer=optimizer_cost(scenario, traffic or bg + master + 2 * FP32_BYTES * moments,
@@ -201,4 +208,5 @@ def step_shape(scenario, stage: int) -> StepShape:
         loss_blocks=loss_blocks(m, t),
         step_blocks=_step_blocks(scenario, stage, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
-        residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage))
+        residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage),
+        family=family_shape(scenario, stage))

@@ -3,7 +3,9 @@
 Everything here is a search over the analytic memory model (memory.py: the ZeRO paper's formulas),
 so its answers are exactly consistent with `zerosim memory`; only the ranking of configurations
 that fit runs the simulator. Per-rank memory depends on the world size alone and never grows with
-it, and model memory never shrinks as the model grows, so each search is a bisection.
+it, and model memory never shrinks as the model grows, so each search is a bisection. What
+`--allow` adds, offload, hybrid sharding and ZeRO++ on the scenario's GPUs with the time each
+costs, is plan_family.py.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from zerosim.errors import InputError
 from zerosim.memory import stage_memory
 from zerosim.model import param_counts, total_params
 from zerosim.scenario.checks import MAX_VALUE
+from zerosim.scenario.family import shard_degree
 from zerosim.sim.device import overhead_bytes
 from zerosim.scenario.config import SHAPE_KEYS, Scenario
+from zerosim.tradeoffs import plan_family
+from zerosim.tradeoffs.plan_family import gib, gpus_text, overflow
 from zerosim.tradeoffs.sweep import rows_of
-from zerosim.units import GiB, KiB, MiB
 
 MAX_GPUS = 1 << 20  # a million GPUs: past any real cluster, so "never fits" means never
-TERMS = (("params", "params_bytes"), ("grads", "grads_bytes"), ("optimizer states", "optimizer_bytes"),
-         ("activations", "activations_bytes"), ("buffers", "buffers_bytes"))
 
 
 def largest(fits: Callable[[int], bool], hi: int) -> int:
@@ -85,39 +87,46 @@ def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str
     return {"max_params_model_states": states, "max_params_whole": whole, "max_layers": layers}
 
 
-def overflow(row, budget_bytes: int) -> str:
-    """Why a stage's memory does not fit: the terms over budget by themselves, else the largest."""
-    terms = sorted(((getattr(row, key), name) for name, key in TERMS), reverse=True)
-    listed = ", ".join(f"{name} {gib(size)}" for size, name in terms if size)
-    alone = [name for size, name in terms if size > budget_bytes]
-    lead = (f"over it by {'itself' if len(alone) == 1 else 'themselves'}: {' and '.join(alone)}"
-            if alone else f"largest term: {terms[0][1]}")
-    return f"{gib(row.peak_bytes)} > {gib(budget_bytes)}; {lead} ({listed})"
+def valid_world(scenario: Scenario, index: int) -> tuple[int, Scenario]:
+    """The first world size from the index-th on that the scenario's own keys allow (its
+    shard_group must divide it, its hpz_partition a node's GPUs): its index, the scenario on it.
+    Plain ZeRO allows every one; a shard group g, one in at most g + n."""
+    last = index + scenario.training.shard_group + scenario.cluster.gpus_per_node
+    for i in range(index, last):
+        try:
+            return i, with_world(scenario, gpu_count(scenario, i))
+        except InputError:
+            continue
+    return last, with_world(scenario, gpu_count(scenario, last))  # its refusal, if any
 
 
 def fewest_gpus(scenario: Scenario, stage: int, gpu_bytes: int) -> dict[str, Any]:
     """(b) The fewest GPUs on which the scenario's model fits whole, or why none do; each world
     size judged on what its GPUs leave beside the CUDA context and NCCL's buffers."""
     def at(index: int):
-        """The stage's memory on the index-th world size, and what its GPUs leave for it."""
-        world = with_world(scenario, gpu_count(scenario, index))
-        return stage_memory(world, stage), gpu_bytes - overhead_bytes(world)
+        """The stage's memory on the index-th world size the scenario allows, and what its GPUs
+        leave for it."""
+        found, world = valid_world(scenario, index)
+        return found, stage_memory(world, stage), gpu_bytes - overhead_bytes(world)
 
     def fits_at(index: int) -> bool:
-        row, budget = at(index)
+        _, row, budget = at(index)
         return row.peak_bytes <= budget
 
     per_node = scenario.cluster.gpus_per_node
     lo, hi = 0, MAX_GPUS // per_node + per_node - 2  # indices of the first and last candidates
     if not fits_at(hi):
+        found, row, budget = at(hi)
+        ways = f"{shard_degree(with_world(scenario, gpu_count(scenario, found)), stage):,}"
         how = ("DDP shards nothing, so it always needs" if stage == 0 else
-               f"even sharded {gpu_count(scenario, hi):,} ways it needs")
+               f"even sharded {ways} ways it needs")
         return {"gpus": None, "peak_bytes": None,
-                "why": f"no GPU count fits: {how} {overflow(*at(hi))}"}
+                "why": f"no GPU count fits: {how} {overflow(row, budget)}"}
     while lo < hi:  # per-rank memory never grows with the world size: bisect
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits_at(mid) else (mid + 1, hi)
-    return {"gpus": gpu_count(scenario, lo), "peak_bytes": at(lo)[0].peak_bytes, "why": None}
+    found, row, _ = at(lo)
+    return {"gpus": gpu_count(scenario, found), "peak_bytes": row.peak_bytes, "why": None}
 
 
 def candidate_gpus(scenario: Scenario, fewest: list[int | None]) -> list[int]:
@@ -132,12 +141,8 @@ def candidate_gpus(scenario: Scenario, fewest: list[int | None]) -> list[int]:
     return sorted(sizes)
 
 
-def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
-         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """`progress(done, total)` after each GPU count simulated (jitter makes each take seconds)."""
-    n = scenario.world_size
-    overhead = overhead_bytes(scenario)
-    budget = budget_bytes - overhead  # what the buffers may take on the scenario's GPUs
+def _stage_rows(scenario: Scenario, budget_bytes: int, budget: int) -> list[dict[str, Any]]:
+    """Per stage: the largest model, the fewest GPUs, and whether it fits the scenario's GPUs."""
     stages = []
     for stage in STAGES:
         row = stage_memory(scenario, stage)
@@ -148,61 +153,89 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
                        "fits": row.peak_bytes <= budget,
                        "why_not": None if row.peak_bytes <= budget
                        else f"needs {overflow(row, budget)}"})
+    return stages
+
+
+def _rank(scenario: Scenario, sizes: list[int], budget_bytes: int, mode: str,
+          done: Callable[[], None]) -> tuple[list[dict], list[str]]:
+    """Each world size's fitting stages, simulated; a world zerosim refuses is a note."""
     configs, notes = [], []
-    if scenario.training.seq_len is not None:  # a bare Ψ without a sequence has no step time
-        sizes = candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages])
-        for done, gpus in enumerate(sizes, 1):
+    for gpus in sizes:
+        try:
             world = with_world(scenario, gpus)
             room = budget_bytes - overhead_bytes(world)
             fitting = [s for s in STAGES if stage_memory(world, s).peak_bytes <= room]
-            try:
-                configs.extend(rows_of(world, fitting, {}, mode))
-            except InputError as exc:  # e.g. too many ranks to simulate one by one
-                notes.append(f"{gpus} GPUs not ranked: {exc}")
-            if progress is not None:
-                progress(done, len(sizes))
+            configs.extend(rows_of(world, fitting, {}, mode))
+        except InputError as exc:  # e.g. too many ranks to simulate one by one
+            notes.append(f"{gpus} GPUs not ranked: {exc}")
+        done()
+    return configs, notes
+
+
+def _notes(scenario: Scenario, stages: list[dict], configs: list[dict]) -> list[str]:
+    notes = []
     named = (*scenario.variation.slow_ranks, *scenario.variation.degraded_links)
     if named and any(c["world_size"] <= max(named) for c in configs):
         notes.append("ranks that [variation] names beyond a smaller world's last rank are left "
                      "out of its simulation")
     if any(s["host_bytes"] for s in stages):
-        notes.append("optimizer_offload = cpu: host memory per GPU (" + ", ".join(
-            f"{s['name']} {gib(s['host_bytes'])}" for s in stages) + ") is not in the GPU "
-            "memory budget")
+        notes.append(f"optimizer_offload = {scenario.training.optimizer_offload}: host memory "
+                     f"per GPU (" + ", ".join(f"{s['name']} {gib(s['host_bytes'])}" for s in
+                                              stages if s["host_bytes"]) +
+                     ") is not in the GPU memory budget")
     if any(s["max_params_model_states"] == MAX_VALUE or s["max_params_whole"] == MAX_VALUE
            for s in stages):
         notes.append(f"a largest model of {params_text(MAX_VALUE)} is zerosim's limit on Ψ "
                      f"(2**53), not the memory's")
+    return notes
+
+
+def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
+         progress: Callable[[int, int], None] | None = None,
+         allow: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`progress(done, total)` after each GPU count simulated (jitter makes each take seconds),
+    and after each --allow candidate simulated (plan_family); `allow` names those schemes."""
+    overhead = overhead_bytes(scenario)
+    budget = budget_bytes - overhead  # what the buffers may take on the scenario's GPUs
+    stages = _stage_rows(scenario, budget_bytes, budget)
+    entries, fitting, family_notes = plan_family.consider(scenario, allow, budget)
+    timed = scenario.training.seq_len is not None  # a bare Ψ without a sequence has no step time
+    sizes = candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages]) if timed else []
+    fitting = fitting if timed else []
+    count = iter(range(1, len(sizes) + len(fitting) + 1))
+
+    def done() -> None:
+        step = next(count)
+        if progress is not None:
+            progress(step, len(sizes) + len(fitting))
+    configs, notes = _rank(scenario, sizes, budget_bytes, mode, done)
+    family_notes += plan_family.rank(entries, fitting, mode, done)
+    notes += _notes(scenario, stages, configs)
     pick = {
         "fastest": min(configs, key=lambda r: (r["step_time_s"], r["world_size"], r["stage"]),
                        default=None),
         "cheapest": min(configs, key=lambda r: (r["gpu_seconds_per_step"], r["world_size"],
                                                 r["stage"]), default=None)}
+    family = {}
+    if allow:
+        base = plan_family.cost(entries, configs, scenario.world_size)
+        family = {"allow": list(allow), "candidates": entries,
+                  "baseline": _config(base) if base else None,
+                  **plan_family.picks([_config(r) for r in configs], entries)}
     return {"scenario": scenario.source, "model": scenario.model.name,
-            "params": total_params(scenario.model), "world_size": n,
+            "params": total_params(scenario.model), "world_size": scenario.world_size,
             "gpus_per_node": scenario.cluster.gpus_per_node,
             "gpu_memory_bytes": budget_bytes, "overhead_bytes": overhead,
             "micro_batch": scenario.training.micro_batch,
             "seq_len": scenario.training.seq_len, "stages": stages,
-            "configurations": [_config(r) for r in configs], "notes": notes,
-            **{k: _config(r) if r else None for k, r in pick.items()}}
+            "configurations": [_config(r) for r in configs], "notes": notes + family_notes,
+            **{k: _config(r) if r else None for k, r in pick.items()}, **family}
 
 
 def _config(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in ("stage", "stage_name", "world_size", "peak_bytes", "step_time_s",
                                 "gpu_seconds_per_step", "tokens_per_step", "exposed_comm_s",
                                 "comm_bytes_per_rank_total")}
-
-
-def gib(size_bytes: float) -> str:
-    """GiB, or a smaller binary unit for small sizes (a 1-element shard is a few bytes)."""
-    unit, size = next(((u, v) for u, v in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
-                       if size_bytes >= v / 10), ("bytes", 1))
-    return f"{size_bytes / size:.4g} {unit}"
-
-
-def gpus_text(n: int) -> str:
-    return f"{n:,} GPU" + ("" if n == 1 else "s")
 
 
 def params_text(psi: int) -> str:
@@ -255,5 +288,7 @@ def format_plan(p: dict[str, Any]) -> str:
                       f"every GPU takes the same tokens per step)",
                   f"Cheapest per step: {cheap['stage_name']} on {gpus_text(cheap['world_size'])}, "
                   f"{cheap['gpu_seconds_per_step']:.4g} GPU-s"]
+    if "allow" in p:
+        lines += plan_family.format_candidates(p)
     lines += [f"note: {note}" for note in p["notes"]]
     return "\n".join(lines)

@@ -63,7 +63,8 @@ class Choice:
 class Collectives:
     """The cluster's collective library on one group of ranks."""
 
-    def __init__(self, scenario, group: Group) -> None:
+    def __init__(self, scenario, group: Group, node_gpus: int | None = None) -> None:
+        """`node_gpus`: a subgroup's node size, so that it gets its share of the NICs (Comm.of)."""
         c = scenario.cluster
         self.group, self.hardware = group, c.hardware
         self.library = c.collective_library
@@ -72,7 +73,7 @@ class Collectives:
         if self.library == "gloo":
             self.algorithm = choose_algorithm(c.collective_algorithm, group)
         elif group.size > 1:
-            self.comm = Comm.of(self.hardware, group.size, group.gpus_per_node)
+            self.comm = Comm.of(self.hardware, group.size, group.gpus_per_node, node_gpus)
             tuner.check(self.comm, self.algorithm, self.protocol)
 
     @property

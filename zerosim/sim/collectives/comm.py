@@ -58,13 +58,20 @@ class Comm:
     inter_latency_us: float | None = None
 
     @classmethod
-    def of(cls, hardware, ranks: int, ppn: int) -> "Comm":
+    def of(cls, hardware, ranks: int, ppn: int, node_gpus: int | None = None) -> "Comm":
+        """`node_gpus`: the GPUs of a node when this communicator has only `ppn` of them and
+        node_gpus / ppn like it run at once (hybrid sharding's replica groups): it gets its
+        share of the node's NICs (whole NICs, or a part of one's bandwidth)."""
         f = hardware.fabric
         ratio = T.NVLINK_PER_LINK_GBPS[f.generation] / T.NVLINK_DATASHEET_PER_LINK_GBPS[f.generation]
         nic = min(f.nic_bytes_per_s / GB, T.PCIE_X16_GBPS[f.pcie_gen])
+        nics = f.nics_per_node
+        if node_gpus is not None and ppn < node_gpus:
+            share = nics * ppn / node_gpus
+            nics, nic = (int(share), nic) if share >= 1 else (1, nic * share)
         return cls(ranks=ranks, nodes=-(-ranks // ppn), ppn=ppn, generation=f.generation,
                    nvlink_GBps=hardware.intra.bandwidth_bytes_per_s / GB * ratio,
-                   nic_GBps=nic, nics=f.nics_per_node, nvls=f.nvlink_sharp and ppn > 1,
+                   nic_GBps=nic, nics=nics, nvls=f.nvlink_sharp and ppn > 1,
                    host_cpu=f.host_cpu,
                    intra_latency_us=_us(hardware.intra.latency_s),
                    inter_latency_us=_us(hardware.inter.latency_s))

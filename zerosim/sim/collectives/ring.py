@@ -61,10 +61,16 @@ class Phase:
 
 @dataclass(frozen=True)
 class Group:
-    """The first `size` ranks of the cluster, `gpus_per_node` of them per node."""
+    """`size` ranks of the cluster, `gpus_per_node` of them per node: the first ones, or (a
+    subgroup, sim/groups.py) one of the groups of ranks `stride` apart, where a rank's place in
+    its group is (rank // stride) % size."""
 
     size: int
     gpus_per_node: int
+    stride: int = 1
+
+    def place(self, rank: int) -> int:
+        return (rank // self.stride) % self.size
 
     @property
     def nodes(self) -> int:
@@ -79,8 +85,9 @@ def ring_phases(op: str, size_bytes: float, group: Group) -> list[Phase]:
 def link_tier(group: Group, rank: int, scope: str) -> str:
     if scope != FLAT:
         return scope
-    successor = (rank + 1) % group.size
-    same_node = rank // group.gpus_per_node == successor // group.gpus_per_node
+    place = group.place(rank)
+    successor = (place + 1) % group.size
+    same_node = place // group.gpus_per_node == successor // group.gpus_per_node
     return INTRA if same_node else INTER
 
 

@@ -1,0 +1,98 @@
+"""The ZeRO family beyond the four stages, as [training] keys say it: optimizer and parameter
+offload (ZeRO-Offload, ZeRO-Infinity), hybrid sharding (HSDP, MiCS) and ZeRO++. What goes with
+what is checked here, once: every impossible combination is one InputError naming the keys.
+
+Which ranks share a collective under hybrid sharding (shard_group = g of N ranks, n per node):
+the shard group is g consecutive ranks (inside a node when g <= n, whole nodes when g > n); the
+replica group is the N / g ranks with the same place in their shard groups (one per node when
+g = n). ZeRO++'s hpZ group is h consecutive ranks inside a node; qgZ's second all-to-all runs
+among the ranks with the same local index on every node.
+"""
+
+from __future__ import annotations
+
+from zerosim.errors import InputError
+
+# What a scheme applies to, and the frameworks that run it as zerosim models it.
+ZEROPP_KEYS = ("hpz_partition", "quantized_weights", "quantized_gradients")
+
+
+def zeropp(t) -> bool:
+    """Any of ZeRO++'s three techniques is on (hpZ needs a partition of 2 or more)."""
+    return t.hpz_partition > 1 or t.quantized_weights or t.quantized_gradients
+
+
+def offloads(t) -> bool:
+    return t.optimizer_offload != "none" or t.param_offload != "none"
+
+
+def check_training(t) -> None:
+    """The combinations [training] alone rules out."""
+    stage = t.zero_stage
+    if t.param_offload != "none" and stage != 3:
+        raise InputError(f"training.param_offload = {t.param_offload!r} offloads the parameter "
+                         f"shards of ZeRO-3, but training.zero_stage = {stage}")
+    if t.optimizer_offload != "none" and stage == 0:
+        raise InputError(f"training.optimizer_offload = {t.optimizer_offload!r} needs a ZeRO "
+                         f"stage (1-3: DeepSpeed offloads the optimizer's partition), not "
+                         f"training.zero_stage = 0")
+    if t.param_offload != "none" and t.optimizer_offload == "none":
+        raise InputError(f"training.param_offload = {t.param_offload!r} without "
+                         f"optimizer_offload: DeepSpeed offloads parameters only with the "
+                         f"optimizer (set training.optimizer_offload too)")
+    if t.delayed_update and t.optimizer_offload == "none":
+        raise InputError("training.delayed_update = true delays the CPU's optimizer step, but "
+                         "training.optimizer_offload = 'none'")
+    if offloads(t) and t.framework in ("fsdp2", "ddp"):
+        raise InputError(f"offload is modelled as DeepSpeed runs it; training.framework = "
+                         f"{t.framework!r} (use 'deepspeed' or 'zero')")
+    on = [k for k in ZEROPP_KEYS if getattr(t, k) is True or getattr(t, k) is not False
+          and getattr(t, k) > 1]
+    if on and stage != 3:
+        raise InputError(f"training.{on[0]} is ZeRO++, which works on ZeRO-3, but "
+                         f"training.zero_stage = {stage}")
+    if on and t.framework in ("fsdp2", "ddp"):
+        raise InputError(f"training.{on[0]} is ZeRO++ (DeepSpeed), but training.framework = "
+                         f"{t.framework!r}")
+    if on and t.shard_group:
+        raise InputError(f"training.shard_group = {t.shard_group} with training.{on[0]}: hybrid "
+                         f"sharding and ZeRO++ are separate schemes here; set one of them")
+    if t.shard_group and stage == 0:
+        raise InputError(f"training.shard_group = {t.shard_group} shards model states, but "
+                         f"training.zero_stage = 0 replicates them all")
+
+
+def check_scenario(scenario) -> None:
+    """The combinations that depend on the cluster."""
+    t, c = scenario.training, scenario.cluster
+    world, n = c.world_size, c.gpus_per_node
+    g = t.shard_group
+    if g:
+        if g > world or world % g:
+            raise InputError(f"training.shard_group = {g} must divide the world size "
+                             f"{world} ({c.nodes} nodes x {n} GPUs)")
+        if g % n and n % g:
+            raise InputError(f"training.shard_group = {g} must divide gpus_per_node = {n} or be "
+                             f"a multiple of it, so that groups follow node boundaries")
+    h = t.hpz_partition
+    if h > 1 and (h > min(n, world) or min(n, world) % h):
+        raise InputError(f"training.hpz_partition = {h} must divide the GPUs of a node "
+                         f"({min(n, world)}): hpZ's secondary partition stays inside a node")
+    nvme = "nvme" in (t.optimizer_offload, t.param_offload)
+    unset = [k for k in ("nvme_read_GBps", "nvme_write_GBps") if getattr(c, k) is None]
+    if nvme and unset:
+        raise InputError(
+            f"offload to nvme needs {' and '.join('cluster.' + k for k in unset)} (per node; "
+            f"measured: DeepNVMe 10 / 5 GB/s on 4 Gen4 drives, 27 / 11 on 4 Gen5, 48 / 26 on 8 "
+            f"Gen5; ZeRO-Infinity's DGX-2 25.6 GB/s read)")
+
+
+def shard_degree(scenario, stage: int) -> int:
+    """How many ranks share each model-state shard in `stage`: the shard group, or all ranks."""
+    g = scenario.training.shard_group
+    return g if g and stage >= 1 else scenario.world_size
+
+
+def hpz(t) -> int:
+    """hpZ's secondary partition size, or 0 when off."""
+    return t.hpz_partition if t.hpz_partition > 1 else 0

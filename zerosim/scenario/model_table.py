@@ -1,0 +1,109 @@
+"""[model]: a decoder-only transformer by shape, or a bare parameter count (the ZeRO paper's Ψ).
+Checked on construction; an impossible value raises InputError with the arithmetic that rules it
+out. (config.py re-exports it with the other tables.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.errors import InputError
+from zerosim.scenario.checks import one_of as _one_of, positive as _positive
+
+MLPS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
+# Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
+SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """[model]: a decoder-only transformer by shape, or a bare parameter count (the ZeRO paper's Ψ)."""
+
+    name: str = ""
+    """Free text shown in reports."""
+    params: int | None = None
+    """Bare parameter count Ψ (e.g. 7.5e9). Excludes the shape keys; activations are then 0."""
+    layers: int | None = None
+    """Transformer blocks. With a bare Ψ, optional: Ψ is split evenly into this many ZeRO-3 gather
+    units (default 1: the whole model is gathered at once)."""
+    hidden: int | None = None
+    """Model width h."""
+    heads: int | None = None
+    """Attention heads a; must divide hidden."""
+    kv_heads: int | None = None
+    """Key/value heads for grouped-query attention; must divide heads. Default: heads."""
+    ffn: int | None = None
+    """MLP inner width. Default 4 * hidden for gelu; required for swiglu."""
+    vocab: int | None = None
+    """Vocabulary size v."""
+    max_seq_len: int | None = None
+    """Rows of the learned position embedding (tokens); required when position = "learned"."""
+    mlp: str = "gelu"
+    """"gelu" (two matrices, GPT-2/GPT-3) or "swiglu" (three matrices, Llama)."""
+    norm: str = "layernorm"
+    """"layernorm" (weight + bias) or "rmsnorm" (weight only)."""
+    bias: bool = True
+    """Linear layers and layer norms carry biases (GPT-2/GPT-NeoX: true; Llama: false)."""
+    tied_embeddings: bool = True
+    """The LM head reuses the token embedding matrix (GPT-2: true; Llama: false)."""
+    position: str = "learned"
+    """"learned" position embeddings (parameters) or "rope" (none)."""
+    dropout: bool = True
+    """Dropout layers present: their 1-byte masks count as activations (Korthikanti et al. 2022)."""
+    hf_config: str | None = None
+    """Hugging Face config.json (or its folder) the shape was read from; relative to the scenario."""
+
+    def __post_init__(self) -> None:
+        for key in ("params", "layers", *SHAPE_KEYS):
+            value = getattr(self, key)
+            if value is not None:
+                _positive(f"model.{key}", value)
+        _one_of("model.mlp", self.mlp, MLPS)
+        _one_of("model.norm", self.norm, NORMS)
+        _one_of("model.position", self.position, POSITIONS)
+        if self.params is not None:
+            given = [k for k in SHAPE_KEYS if getattr(self, k) is not None]
+            if given:
+                raise InputError(
+                    f"model.params (a bare parameter count) excludes the shape keys, but "
+                    f"{', '.join('model.' + k for k in given)} {'is' if len(given) == 1 else 'are'} "
+                    f"also set: give either params (and optionally layers) or a full shape")
+            return
+        missing = [k for k in ("layers", "hidden", "heads", "vocab") if getattr(self, k) is None]
+        if self.mlp == "swiglu" and self.ffn is None:
+            missing.append("ffn")
+        if self.position == "learned" and self.max_seq_len is None:
+            missing.append("max_seq_len")
+        if missing:
+            raise InputError(
+                f"[model] needs either params = Ψ or a shape; missing "
+                f"{', '.join('model.' + k for k in missing)}")
+        if self.hidden % self.heads:
+            raise InputError(
+                f"model.heads = {self.heads} does not divide model.hidden = {self.hidden} "
+                f"({self.hidden} / {self.heads} = {self.hidden / self.heads:.4g})")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise InputError(
+                f"model.kv_heads = {self.kv_heads} does not divide model.heads = {self.heads} "
+                f"({self.heads} / {self.kv_heads} = {self.heads / self.kv_heads:.4g})")
+
+    @property
+    def is_bare(self) -> bool:
+        return self.params is not None
+
+    @property
+    def n_layers(self) -> int:
+        return self.layers if self.layers is not None else 1
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def ffn_width(self) -> int:
+        return self.ffn if self.ffn is not None else 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads

@@ -1,0 +1,87 @@
+"""The numbers the ZeRO family's stage programs (stage_family.py) work from, derived once per
+stage: which group shards, what follows each reduction, the host operations of the optimizer
+step and of each parameter fetch, and ZeRO++'s switches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from zerosim.memory import MOMENTS, grad_bytes_per_element, shard_elements
+from zerosim.model import total_params
+from zerosim.scenario.family import hpz, shard_degree
+from zerosim.sim.groups import HPZ, SHARD, WORLD, subgroups
+from zerosim.sim.network import CPU_ADAM, H2D, NVME_READ, NVME_WRITE
+from zerosim.sim.offload import GRAD_TO_HOST_BYTES, kernel_seconds
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
+
+
+@dataclass(frozen=True)
+class FamilyShape:
+    group: str = WORLD
+    """The group that shards the model states: the world, or hybrid sharding's shard group."""
+    ways: int = 1
+    """Ranks in it (the shard degree)."""
+    replica: bool = False
+    """Shards are all-reduced across replica groups after each reduction."""
+    replica_every_micro_step: bool = True
+    offload: bool = False
+    offload_every_micro_step: bool = False
+    """Stages 2-3 copy each micro-step's reduced partition down (no GPU shard holds them in
+    between: memory.stage_memory); stage 1 reduces in the last one only."""
+    grad_to_host_per_byte: float = 0.0
+    """Bytes copied to the host per byte of gradient the rank reduces (its part, in fp32)."""
+    step_ops: list[tuple[str, float]] = field(default_factory=list)
+    """The optimizer step's host operations in order (op, bytes; the CPU step: elements)."""
+    fetch_ops: list[tuple[str, float]] = field(default_factory=list)
+    """Parameter offload: host operations before each all-gather, per byte it gathers."""
+    delayed: bool = False
+    backward_group: str = WORLD
+    """Where backward's all-gathers run (ZeRO++ hpZ: the secondary partition's group)."""
+    hpz_ways: int = 0
+    """ZeRO++ hpZ's secondary partition size (0: off)."""
+    quantized_weights: bool = False
+    quantized_gradients: bool = False
+    nodes: int = 1
+    node_gpus: int = 1
+    kernel_s_per_byte: float = 0.0
+    """Seconds per byte of a memory-bound kernel (quantization: offload.kernel_seconds)."""
+    param_bytes: int = 2
+    grad_bytes: int = 2
+
+
+def family_shape(scenario, stage: int) -> FamilyShape:
+    t, c = scenario.training, scenario.cluster
+    ways = shard_degree(scenario, stage)
+    grouped = SHARD in subgroups(scenario) and stage >= 1
+    bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
+    offload = t.optimizer_offload != "none" and stage >= 1
+    shard = shard_elements(total_params(scenario.model), ways)
+    states = FP32_BYTES * (1 + MOMENTS[t.optimizer])
+    params_off = stage == 3 and t.param_offload != "none"
+    step_ops: list[tuple[str, float]] = []
+    if offload:
+        nvme = t.optimizer_offload == "nvme"
+        step_ops = ([(NVME_READ, states * shard)] if nvme else []) + [(CPU_ADAM, shard)]
+        step_ops += [(NVME_WRITE, states * shard)] if nvme else []
+        step_ops += ([(NVME_WRITE, bp * shard)] if t.param_offload == "nvme" else []) if params_off \
+            else [(H2D, bp * shard)]
+    fetch = []
+    if params_off:
+        fetch = ([(NVME_READ, 1 / ways)] if t.param_offload == "nvme" else []) + [(H2D, 1 / ways)]
+    return FamilyShape(
+        group=SHARD if grouped else WORLD, ways=ways, replica=grouped,
+        replica_every_micro_step=t.replica_allreduce == "every_micro_step",
+        offload=offload, offload_every_micro_step=stage >= 2,
+        grad_to_host_per_byte=GRAD_TO_HOST_BYTES / (bg * ways) if offload else 0.0,
+        step_ops=step_ops, fetch_ops=fetch, delayed=t.delayed_update and offload,
+        backward_group=HPZ if hpz(t) and stage == 3 else (SHARD if grouped else WORLD),
+        hpz_ways=hpz(t) if stage == 3 else 0, quantized_weights=t.quantized_weights and stage == 3,
+        quantized_gradients=t.quantized_gradients and stage == 3,
+        nodes=c.nodes, node_gpus=min(c.gpus_per_node, c.world_size),
+        kernel_s_per_byte=kernel_seconds(scenario, 1.0), param_bytes=bp, grad_bytes=bg)
+
+
+def uses_family(t) -> bool:
+    """Whether a stage program needs stage_family's behaviour at all."""
+    return bool(t.shard_group or t.optimizer_offload != "none" or hpz(t)
+                or t.quantized_weights or t.quantized_gradients)

@@ -1,0 +1,42 @@
+"""The groups of ranks a step's collectives run among, beyond the whole world: hybrid
+sharding's shard and replica groups, ZeRO++'s hpZ group and qgZ's two all-to-all groups
+(scenario/family.py says which ranks each holds).
+
+A group is described as collectives.ring.Group describes the world: its size and how many of its
+ranks share a node. Groups of one kind run side by side, one per place in the node (the n
+replica groups of a node each cross the network at once), so a group that has fewer ranks in a
+node than the node has GPUs gets that share of the node's NICs (collectives.Collectives,
+node_gpus): on a rail-optimized DGX with a NIC per GPU, each replica group has its GPU's NIC.
+
+    shard     g consecutive ranks, min(g, n) per node
+    replica   N / g ranks g apart, max(1, n / g) per node
+    hpz       h ranks of one node (ZeRO++ hpZ: backward's all-gather)
+    node      the n ranks of a node (qgZ's first all-to-all)
+    inter     one rank per node, n apart, N / n of them (qgZ's second all-to-all)
+"""
+
+from __future__ import annotations
+
+from zerosim.scenario.family import hpz
+from zerosim.sim.collectives.ring import Group
+
+WORLD = "world"
+SHARD, REPLICA, HPZ, NODE, INTER_NODE = "shard", "replica", "hpz", "node", "inter"
+
+
+def subgroups(scenario) -> dict[str, Group]:
+    """The groups the scenario's stage programs use, by name (none for plain ZeRO)."""
+    t, c = scenario.training, scenario.cluster
+    world, n = c.world_size, min(c.gpus_per_node, c.world_size)
+    out: dict[str, Group] = {}
+    g = t.shard_group
+    if g and g < world:
+        out[SHARD] = Group(g, min(g, n))
+        out[REPLICA] = Group(world // g, max(1, n // g), stride=g)
+    h = hpz(t)
+    if h:
+        out[HPZ] = Group(h, h)
+    if t.quantized_gradients:
+        out[NODE] = Group(n, n)
+        out[INTER_NODE] = Group(world // n, 1, stride=n)
+    return out

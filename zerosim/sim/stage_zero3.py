@@ -1,0 +1,107 @@
+"""ZeRO-3 as the difference it makes to ZeRO-1 (stages.py): parameters sharded, gathered unit by
+unit before forward and again before backward, and each unit's gradient reduce-scattered on a
+stream of its own, which shares the links with the gathers. STAGE_PROGRAMS maps every stage to
+its program."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from zerosim.contract import STAGES
+from zerosim.memory import STAGE3_LIVE_LAYER_GRADS
+from zerosim.sim.stages import DDP, ZeRO1, ZeRO2
+from zerosim.sim.step_shape import StepShape
+
+
+class ZeRO3(ZeRO1):
+    """Stage 3: parameters sharded. Each unit is all-gathered before forward and again before
+    backward (prefetched up to prefetch_layers ahead), freed after use; each unit's gradient is
+    reduce-scattered on its own stream, which shares the links with the gathers."""
+
+    reduces_every_micro_step = True
+
+    def __init__(self, ctx, shape: StepShape) -> None:
+        super().__init__(ctx, shape)
+        self.gather_slots = ctx.slots(1 + shape.prefetch_layers)
+        self.grad_slots = ctx.slots(STAGE3_LIVE_LAYER_GRADS)
+        self.gathers: dict[tuple[str, int], object] = {}
+        self.grad_shards: set[int] = set()
+
+    def start_gathers(self, phase: str, units) -> None:
+        for unit in units:
+            size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
+
+            def take_slot(unit=unit, size=size) -> Iterator:
+                yield from self.gather_slots.take()  # prefetch depth: wait for a free buffer
+                # allocated for the gather's stream (DeepSpeed and FSDP2 gather on their own)
+                self.ctx.alloc(("gathered", phase, unit), "gathered", size, stream="gather")
+
+            self.fetch(phase, unit)
+            self.gathers[phase, unit] = self.ctx.comm("gather", "all_gather", self.wire(size),
+                                                      "parameter all-gather", phase, unit,
+                                                      before=take_slot,
+                                                      group=self.gather_group(phase))
+
+    def fetch(self, phase: str, unit: int) -> None:
+        """What precedes a unit's all-gather on its stream (parameter offload's copy up)."""
+
+    def wire(self, size: int) -> float:
+        """Bytes an all-gather of `size` bytes of parameters sends (ZeRO++ qwZ: fewer)."""
+        return size
+
+    def gather_group(self, phase: str) -> str:
+        return self.group
+
+    def gathered(self, unit: int, phase: str) -> Iterator:
+        yield self.gathers.pop((phase, unit))
+        yield from self.unpack(unit, phase)
+        if not self.shape.overlap_comm:  # synchronous prefetch: the next units before compute
+            # gathers are queued in the order the units compute
+            ahead = [self.gathers[key] for key in self.gathers if key[0] == phase]
+            ahead = ahead[:self.shape.prefetch_layers]
+            if ahead:
+                yield self.env.all_of(ahead)
+
+    def unpack(self, unit: int, phase: str) -> Iterator:
+        """Compute on a gathered unit before its own (ZeRO++ qwZ's dequantization)."""
+        return iter(())
+
+    def release(self, unit: int, phase: str) -> None:
+        self.ctx.free(("gathered", phase, unit))
+        self.gather_slots.put()
+
+    def produce_gradients(self, unit: int) -> Iterator:
+        yield from self.grad_slots.take()
+        bg = self.shape.grad_bytes_per_element
+        key = ("layer_grads", unit)
+        # A tied head produces a gradient for the whole shared matrix (memory), but its part is
+        # added to the embedding's and reduce-scattered with the embedding unit: sent once.
+        self.ctx.alloc(key, "layer_grads", bg * self.shape.gather_elements[unit])
+        size = bg * self.shape.gradient_elements[unit]
+        yield from self.ctx.compute(self.shape.backward_s[unit], "backward", "backward", unit)
+
+        def reduced() -> None:
+            self.ctx.free(key)
+            self.grad_slots.put()
+            if self.shape.grad_shard_bytes and unit not in self.grad_shards:
+                self.grad_shards.add(unit)  # once: later micro-steps add into it. FSDP2 makes
+                # them the reduce-scatter's output, on the reduce-scatter stream (its own pool)
+                for i, size in enumerate(self.shape.grad_shard_bytes[unit]):
+                    self.ctx.alloc(("grad shard", unit, i), "grads", size, stream="reduce")
+
+        yield from self.reduce_unit(size, unit, reduced)
+        yield from self.synchronous()
+
+    def reduce_unit(self, size: int, unit: int, after) -> Iterator:
+        """Reduce-scatter one unit's gradient (`size` bytes) among the shard group."""
+        self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
+                                          "gradient reduce-scatter", "backward", unit,
+                                          after=after, group=self.group))
+        self.reduced("reduce", size, "backward", unit)
+        return iter(())
+
+    def optimizer_step(self) -> Iterator:
+        yield from DDP.optimizer_step(self)  # on the shard; parameters stay sharded: no all-gather
+
+
+STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))

@@ -1,0 +1,247 @@
+"""`zerosim plan --allow offload,hybrid,zeropp`: the ZeRO family beyond the four stages, as
+candidates on the scenario's own GPUs, and what each costs in time.
+
+Each candidate is the scenario with [training] set to one stage and one scheme, built as any
+scenario is (dataclasses.replace runs TrainingConfig's and Scenario's checks, scenario/family.py),
+so a combination zerosim refuses is skipped with its reason instead of planned. Its memory is
+memory.stage_memory of that configuration, judged as plan judges the stages (against what the
+CUDA context and NCCL's buffers leave); one that fits is simulated as the stages are
+(sweep.rows_of), and its time cost is its step time minus that of the fastest plain stage on
+the same GPUs.
+
+    offload   optimizer_offload = "cpu" at stages 1-3, and with param_offload = "cpu" at stage 3
+    hybrid    shard_group = g at stages 1-3, for up to MAX_SHARD_GROUPS of the g >= 2 that
+              properly divide the world size and divide gpus_per_node or are a multiple of it
+              (gpus_per_node first, then the nearest by ratio, the larger first on a tie)
+    zeropp    stage 3 with hpz_partition = gpus_per_node, quantized_weights, quantized_gradients
+
+Candidates start from the scenario's [training] with every key of these schemes at its default
+(PLAIN), so each candidate is exactly its scheme. How plan words a size and a misfit (gib,
+overflow) lives here too, so that plan.py and this module say them alike.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from zerosim.contract import STAGE_NAMES
+from zerosim.errors import InputError, brief
+from zerosim.memory import stage_memory
+from zerosim.scenario.config import Scenario
+from zerosim.tradeoffs.sweep import rows_of
+from zerosim.units import GiB, KiB, MiB
+
+ALLOWS = ("offload", "hybrid", "zeropp")
+MAX_SHARD_GROUPS = 4
+MAX_RATIO = 1 << 12  # shard groups from a 4096th of a node to 4096 nodes
+PLAIN = {"optimizer_offload": "none", "param_offload": "none", "delayed_update": False,
+         "shard_group": 0, "hpz_partition": 0, "quantized_weights": False,
+         "quantized_gradients": False}
+TERMS = (("params", "params_bytes"), ("grads", "grads_bytes"),
+         ("optimizer states", "optimizer_bytes"), ("activations", "activations_bytes"),
+         ("buffers", "buffers_bytes"))
+"""What overflow names, as StageMemory's fields."""
+RANKED = ("step_time_s", "gpu_seconds_per_step", "tokens_per_step", "exposed_comm_s",
+          "comm_bytes_per_rank_total")
+
+
+def gib(size_bytes: float) -> str:
+    """GiB, or a smaller binary unit for small sizes (a 1-element shard is a few bytes)."""
+    unit, size = next(((u, v) for u, v in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
+                       if size_bytes >= v / 10), ("bytes", 1))
+    return f"{size_bytes / size:.4g} {unit}"
+
+
+def overflow(row, budget_bytes: int) -> str:
+    """Why a stage's memory does not fit: the terms over budget by themselves, else the largest."""
+    terms = sorted(((getattr(row, key), name) for name, key in TERMS), reverse=True)
+    listed = ", ".join(f"{name} {gib(size)}" for size, name in terms if size)
+    alone = [name for size, name in terms if size > budget_bytes]
+    lead = (f"over it by {'itself' if len(alone) == 1 else 'themselves'}: {' and '.join(alone)}"
+            if alone else f"largest term: {terms[0][1]}")
+    return f"{gib(row.peak_bytes)} > {gib(budget_bytes)}; {lead} ({listed})"
+
+
+def parse_allow(text: str) -> tuple[str, ...]:
+    """'offload,hybrid' -> ('offload', 'hybrid'), in ALLOWS' order, each once."""
+    names = [name.strip() for name in text.split(",")]
+    for name in names:
+        if name not in ALLOWS:
+            what = "an empty name" if not name else brief(name)
+            raise InputError(f"{what} in {brief(text)} is not one of {', '.join(ALLOWS)} (a "
+                             f"comma list, e.g. --allow offload,hybrid)")
+    return tuple(a for a in ALLOWS if a in names)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    allow: str
+    stage: int
+    settings: tuple[tuple[str, Any], ...]
+    """The [training] keys it sets beyond PLAIN, in order."""
+    label: str
+
+
+def shard_groups(world: int, per_node: int) -> list[int]:
+    """The shard groups --allow hybrid tries on `world` GPUs (module docstring)."""
+    below, above = [], []  # the nearest a node by ratio: n / j and k n for the smallest j, k
+    for j in range(2, min(per_node // 2, MAX_RATIO) + 1):
+        if per_node % j == 0 and len(below) < MAX_SHARD_GROUPS:
+            below.append(per_node // j)  # a divisor of the node, so of the world
+    for k in range(1, min(-(-world // per_node) - 1, MAX_RATIO) + 1):
+        if world % (k * per_node) == 0 and k * per_node >= 2 and len(above) < MAX_SHARD_GROUPS:
+            above.append(k * per_node)
+    near = sorted(below + above, key=lambda g: (abs(math.log(g / per_node)), -g))
+    return sorted(near[:MAX_SHARD_GROUPS])
+
+
+def candidates(scenario: Scenario, allow: tuple[str, ...]) -> list[Candidate]:
+    out = []
+    if "offload" in allow:
+        for stage in (1, 2, 3):
+            out.append(Candidate("offload", stage, (("optimizer_offload", "cpu"),),
+                                 f"{STAGE_NAMES[stage]} + optimizer offload (cpu)"))
+        out.append(Candidate("offload", 3, (("optimizer_offload", "cpu"), ("param_offload", "cpu")),
+                             f"{STAGE_NAMES[3]} + optimizer and parameter offload (cpu)"))
+    if "hybrid" in allow:
+        for g in shard_groups(scenario.world_size, scenario.cluster.gpus_per_node):
+            out.extend(Candidate("hybrid", stage, (("shard_group", g),),
+                                 f"{STAGE_NAMES[stage]} hybrid (shard group {g})")
+                       for stage in (1, 2, 3))
+    if "zeropp" in allow:
+        h = scenario.cluster.gpus_per_node
+        parts = ([f"hpZ {h}"] if h > 1 else []) + ["qwZ", "qgZ"]
+        out.append(Candidate("zeropp", 3, (("hpz_partition", h), ("quantized_weights", True),
+                                           ("quantized_gradients", True)),
+                             f"{STAGE_NAMES[3]} ZeRO++ ({', '.join(parts)})"))
+    return out
+
+
+def build(scenario: Scenario, candidate: Candidate) -> Scenario:
+    """The candidate's scenario; InputError where zerosim's rules refuse the combination."""
+    training = replace(scenario.training, zero_stage=candidate.stage,
+                       **{**PLAIN, **dict(candidate.settings)})
+    return replace(scenario, training=training)
+
+
+def _entry(scenario: Scenario, candidate: Candidate, room: int) -> dict[str, Any]:
+    row = stage_memory(scenario, candidate.stage)
+    per_node = min(scenario.cluster.gpus_per_node, scenario.world_size)
+    fits = row.peak_bytes <= room
+    return {"allow": candidate.allow, "label": candidate.label, "stage": candidate.stage,
+            "stage_name": STAGE_NAMES[candidate.stage], "world_size": scenario.world_size,
+            "settings": dict(candidate.settings), "fits": fits,
+            "why_not": None if fits else f"needs {overflow(row, room)}",
+            "peak_bytes": row.peak_bytes, "host_bytes": row.host_bytes,
+            "host_bytes_per_node": row.host_bytes * per_node,
+            **{key: None for key in RANKED}, "cost_s": None, "cost_pct": None, "cost_vs": None}
+
+
+def consider(scenario: Scenario, allow: tuple[str, ...],
+             room: int) -> tuple[list[dict], list[Scenario], list[str]]:
+    """Every candidate's entry (memory judged against `room`), the scenarios of those that fit
+    (in the entries' order), and notes on what was skipped and why."""
+    entries, fitting, skipped = [], [], {}
+    if not allow:
+        return entries, fitting, []
+    for candidate in candidates(scenario, allow):
+        try:
+            built = build(scenario, candidate)
+        except InputError as exc:
+            skipped.setdefault((candidate.allow, " ".join(str(exc).split())), []).append(
+                candidate.label)
+            continue
+        entries.append(_entry(built, candidate, room))
+        if entries[-1]["fits"]:
+            fitting.append(built)
+    notes = [f"--allow {kind}: skipped {', '.join(labels)}: {why}"
+             for (kind, why), labels in skipped.items()]
+    if "hybrid" in allow and not shard_groups(scenario.world_size, scenario.cluster.gpus_per_node):
+        notes.append(f"--allow hybrid: no shard group on {scenario.world_size} GPUs (one >= 2 "
+                     f"that properly divides the world size and divides gpus_per_node = "
+                     f"{scenario.cluster.gpus_per_node} or is a multiple of it)")
+    own = [f"{k} = {getattr(scenario.training, k)!r}" for k, v in PLAIN.items()
+           if getattr(scenario.training, k) != v]
+    if own:
+        notes.append(f"the scenario sets {', '.join(own)}: the plain stages keep it, the "
+                     f"--allow candidates set their own scheme alone")
+    return entries, fitting, notes
+
+
+def rank(entries: list[dict], fitting: list[Scenario], mode: str,
+         done: Callable[[], None]) -> list[str]:
+    """Simulate each fitting candidate as plan simulates the stages; `done()` after each."""
+    notes = []
+    for entry, built in zip((e for e in entries if e["fits"]), fitting):
+        try:
+            row = rows_of(built, [entry["stage"]], {}, mode)[0]
+            entry.update({key: row[key] for key in RANKED})
+        except InputError as exc:
+            notes.append(f"{entry['label']} not ranked: {exc}")
+        done()
+    return notes
+
+
+def cost(entries: list[dict], configs: list[dict], world: int) -> dict[str, Any] | None:
+    """Each ranked entry's time cost against the fastest plain stage on `world` GPUs (that
+    configuration, or None where no plain stage fits there)."""
+    plain = [c for c in configs if c["world_size"] == world]
+    base = min(plain, key=lambda c: (c["step_time_s"], c["stage"]), default=None)
+    if base is None:
+        return None
+    for entry in entries:
+        if entry["step_time_s"] is not None:
+            entry["cost_s"] = entry["step_time_s"] - base["step_time_s"]
+            entry["cost_pct"] = 100 * entry["cost_s"] / base["step_time_s"]
+            entry["cost_vs"] = base["stage_name"]
+    return base
+
+
+def picks(configs: list[dict], entries: list[dict]) -> dict[str, dict[str, Any] | None]:
+    """The fastest per step and the cheapest in GPU-seconds per step of the plain
+    configurations and the ranked candidates together, as plan picks among the plain ones."""
+    every = [{"label": c["stage_name"], **c} for c in configs]
+    every += [e for e in entries if e["step_time_s"] is not None]
+    return {f"{name}_allowed": min(every, key=lambda r: (r[key], r["world_size"], r["stage"]),
+                                   default=None)
+            for name, key in (("fastest", "step_time_s"), ("cheapest", "gpu_seconds_per_step"))}
+
+
+def format_candidates(p: dict[str, Any]) -> list[str]:
+    """The lines of the --allow candidates: each one's memory, and for each that fits its step
+    and its time cost against the fastest plain stage on the same GPUs."""
+    entries, base, n = p["candidates"], p["baseline"], p["world_size"]
+    against = (f"against the fastest plain stage there, {base['stage_name']} at "
+               f"{base['step_time_s']:.4g} s/step" if base else
+               "no plain stage fits there, so no time cost" if p["seq_len"] else
+               "no step times: a bare-Ψ model needs training.seq_len")
+    lines = ["", f"Also considered on {gpus_text(n)} (--allow {','.join(p['allow'])}), {against}:"]
+    if not entries:
+        return lines + ["  none (see the notes)"]
+    width = max(len(e["label"]) for e in entries) + 2
+    vs = f"vs {base['stage_name']}" if base else "time cost"
+    lines.append(f"  {'configuration':<{width}}{'peak/GPU':>11}{'step':>11}  {vs:<22}"
+                 f"{'host/node':>11}")
+    for e in entries:
+        if not e["fits"]:
+            lines.append(f"  {e['label']:<{width}}does not fit: it {e['why_not']}")
+            continue
+        step = f"{e['step_time_s']:>10.4g}s" if e["step_time_s"] is not None else f"{'-':>11}"
+        cost = (f"{e['cost_s']:+.3g} s/step ({e['cost_pct']:+.0f}%)" if e["cost_s"] is not None
+                else "-")
+        host = gib(e["host_bytes_per_node"]) if e["host_bytes"] else "-"
+        lines.append(f"  {e['label']:<{width}}{gib(e['peak_bytes']):>11}{step}  {cost:<22}"
+                     f"{host:>11}")
+    fast, cheap = p["fastest_allowed"], p["cheapest_allowed"]
+    if fast is not None:
+        lines += ["", f"With --allow {','.join(p['allow'])}: fastest per step {fast['label']} on "
+                      f"{gpus_text(fast['world_size'])}, {fast['step_time_s']:.4g} s; cheapest "
+                      f"per step {cheap['label']} on {gpus_text(cheap['world_size'])}, "
+                      f"{cheap['gpu_seconds_per_step']:.4g} GPU-s"]
+    return lines
+
+
+def gpus_text(n: int) -> str:
+    return f"{n:,} GPU" + ("" if n == 1 else "s")
