@@ -72,10 +72,17 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
     preflight.check_devices(args.backend, local)
     world = args.fake_world_size or args.nproc
     nodes, per_node = (world // local, local) if torchrun else (1, world)
-    # The run defines the cluster and stage the scenario describes (for the zerosim comparison).
-    scenario = load_scenario(args.scenario, [*args.overrides, f"cluster.nodes={nodes}",
-                                             f"cluster.gpus_per_node={per_node}",
-                                             f"training.zero_stage={args.stage}"])
+    # The run defines the cluster and stage the scenario describes (for the zerosim comparison);
+    # flags win over --set, which wins over the file.
+    flagged = [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}",
+               f"training.zero_stage={args.stage}"]
+    if args.shard_group is not None:
+        if args.shard_group and world % args.shard_group:
+            raise InputError(f"--shard-group {args.shard_group} does not divide the {world} "
+                             f"ranks of this run ({world} / {args.shard_group} = "
+                             f"{world / args.shard_group:.4g}); give a divisor, or 0 for all")
+        flagged.append(f"training.shard_group={args.shard_group}")
+    scenario = load_scenario(args.scenario, [*args.overrides, *flagged])
     preflight.check_scenario(scenario, args.scenario)
     if args.backend == "gloo" and not (args.fake_world_size and torch.cuda.is_available()):
         preflight.check_memory(scenario, args.stage, 1 if args.fake_world_size else local, world)
@@ -153,6 +160,10 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--out", metavar="FILE.json", help="write the measurement JSON here")
     run.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="TABLE.KEY=VALUE", help="override one scenario key (repeatable)")
+    run.add_argument("--shard-group", type=flags.shard_group, metavar="G",
+                     help="hybrid sharding (stages 1-3): model states sharded over groups of G "
+                          "consecutive ranks and replicated across the groups; G divides the "
+                          "ranks; 0 = all ranks (default: the scenario's training.shard_group)")
     run.add_argument("--fake-world-size", type=flags.nproc, metavar="W",
                      help="one rank against a fake process group of W ranks: memory at W-way "
                           "sharding without W processes (losses are not meaningful)")

@@ -14,6 +14,13 @@ the algorithm zerosim simulates, so on CPU it is the honest counterpart of the s
 Sizes recorded follow nccl-tests: all_reduce the buffer, reduce_scatter/all_gather the whole
 buffer (N x per-rank piece).
 
+Hybrid sharding's process groups (`mesh`; training.shard_group = g of N ranks, FSDP2's HSDP,
+MiCS): model states are sharded over the g consecutive ranks of a shard group, [i*g, (i+1)*g),
+and replicated across the N/g replica groups, the ranks with the same place in their shard groups
+(zerosim.scenario.family's layout). torch.distributed.new_group is collective over the whole
+world: every rank creates every group, in the same order, members or not; the groups of a
+(world, g) are made once per process and reused by every stage built on them.
+
 Waiting, native gloo on CPU between processes: each collective is started asynchronously and its
 work polled, the core yielded between polls, instead of waited for asleep in work.wait() (see
 wait_yielding). Errors and timeouts still raise from work.wait(), called once the work is done.
@@ -22,6 +29,7 @@ wait_yielding). Errors and timeouts still raise from work.wait(), called once th
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -63,11 +71,24 @@ def wait_yielding(work) -> None:
 
 
 class Collectives:
+    """Collectives among the ranks of the world, or of one process group (`subgroup`): `rank`
+    and `world_size` are then this rank's place in the group and the group's size."""
+
     def __init__(self, mode: str, rank: int, world_size: int, recorder, backend: str):
         if mode not in COLLECTIVE_IMPLS:
             raise ValueError(f"collectives mode {mode!r} is not one of {COLLECTIVE_IMPLS}")
         self.mode, self.rank, self.world_size = mode, rank, world_size
         self.recorder, self.backend = recorder, backend
+        self.group, self.ranks = None, range(world_size)  # group rank -> global rank
+        self._in_group: dict = {}  # torch.distributed's group= argument (none for the world)
+
+    def subgroup(self, group, ranks: list[int]) -> Collectives:
+        """The same collectives among `ranks` (global ranks, this one among them), over the
+        process group `group` that every rank created (collectives.mesh)."""
+        sub = Collectives(self.mode, ranks.index(self.ranks[self.rank]), len(ranks),
+                          self.recorder, self.backend)
+        sub.group, sub.ranks, sub._in_group = group, list(ranks), {"group": group}
+        return sub
 
     def _nbytes(self, t: torch.Tensor) -> int:
         return t.numel() * t.element_size()
@@ -82,9 +103,9 @@ class Collectives:
         """torch.distributed's `collective(*args, **kwargs)`, waited for awake where that pays
         (args[0] is the tensor it writes, as for every torch.distributed collective)."""
         if self.polls(args[0]):
-            wait_yielding(collective(*args, **kwargs, async_op=True))
+            wait_yielding(collective(*args, **kwargs, **self._in_group, async_op=True))
         else:
-            collective(*args, **kwargs)
+            collective(*args, **kwargs, **self._in_group)
 
     # -- the interface the stages use ----------------------------------------------------------
 
@@ -115,11 +136,11 @@ class Collectives:
                 self._native(dist.all_reduce, t)
             elif len(set(sizes)) == 1:
                 lo = self.rank * sizes[0]
-                _reduce_scatter_single(t[lo:lo + sizes[0]], t)
+                _reduce_scatter_single(t[lo:lo + sizes[0]], t, **self._in_group)
             else:  # uneven on NCCL: each owner receives the reduction of its piece
                 for r, (start, size) in enumerate(zip(_offsets(sizes), sizes)):
                     if size:
-                        dist.reduce(t[start:start + size], dst=r)
+                        dist.reduce(t[start:start + size], dst=self.ranks[r], **self._in_group)
 
     def all_gather(self, t: torch.Tensor, sizes: list[int], name: str = "all_gather") -> None:
         """Rank r's piece of `t` is valid; afterwards every piece is, on every rank."""
@@ -135,7 +156,7 @@ class Collectives:
             else:
                 for r, (start, size) in enumerate(zip(_offsets(sizes), sizes)):
                     if size:
-                        self._native(dist.broadcast, t[start:start + size], src=r)
+                        self._native(dist.broadcast, t[start:start + size], src=self.ranks[r])
 
     @property
     def _gloo_native(self) -> bool:
@@ -147,13 +168,13 @@ class Collectives:
         """Send to the right neighbour and receive from the left one at the same time. One batch:
         at world size 2 both are the same peer, and NCCL deadlocks on a lone isend followed by
         an irecv to that peer on one communicator; batch_isend_irecv groups them (gloo too)."""
-        right = (self.rank + 1) % self.world_size
-        left = (self.rank - 1) % self.world_size
+        right = self.ranks[(self.rank + 1) % self.world_size]  # global ranks, as P2POp's peer
+        left = self.ranks[(self.rank - 1) % self.world_size]
         ops = []
         if send is not None and send.numel():
-            ops.append(dist.P2POp(dist.isend, send.contiguous(), right))
+            ops.append(dist.P2POp(dist.isend, send.contiguous(), right, self.group))
         if recv is not None and recv.numel():
-            ops.append(dist.P2POp(dist.irecv, recv, left))
+            ops.append(dist.P2POp(dist.irecv, recv, left, self.group))
         if ops:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
@@ -179,3 +200,41 @@ class Collectives:
             send_i, recv_i = (self.rank - k) % n, (self.rank - k - 1) % n
             self._exchange(t[offsets[send_i]:offsets[send_i] + sizes[send_i]],
                            t[offsets[recv_i]:offsets[recv_i] + sizes[recv_i]])
+
+
+# -- hybrid sharding's process groups -------------------------------------------------------
+
+_GROUPS: dict = {}
+"""(the world's process group, shard group size) -> every group's handle, in creation order."""
+
+
+@dataclass(frozen=True)
+class Mesh:
+    shard: Collectives
+    """This rank's shard group: the reduce-scatters and all-gathers of the stage."""
+    replica: Collectives | None
+    """This rank's replica group (the ranks holding the same shard), None without hybrid."""
+
+
+def shard_groups(world_size: int, g: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(shard groups, replica groups) of N = world_size ranks, in global ranks."""
+    if g < 1 or world_size % g:
+        raise ValueError(f"a shard group of {g} ranks does not divide {world_size} ranks")
+    shards = [list(range(i * g, (i + 1) * g)) for i in range(world_size // g)]
+    replicas = [list(range(j, world_size, g)) for j in range(g)]
+    return shards, replicas
+
+
+def mesh(comm: Collectives, g: int) -> Mesh:
+    """This rank's shard and replica groups for shard groups of g ranks (`comm`: the world)."""
+    n, rank = comm.world_size, comm.rank
+    if g == n:
+        return Mesh(shard=comm, replica=None)
+    shards, replicas = shard_groups(n, g)
+    key = (dist.group.WORLD, g)
+    if key not in _GROUPS:
+        _GROUPS[key] = [dist.new_group(ranks) for ranks in shards + replicas]
+    handles = _GROUPS[key]
+    shard, replica = rank // g, rank % g
+    return Mesh(shard=comm.subgroup(handles[shard], shards[shard]),
+                replica=comm.subgroup(handles[len(shards) + replica], replicas[replica]))

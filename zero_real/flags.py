@@ -18,6 +18,9 @@ collective cuts a piece per rank, every flat buffer is padded to a multiple of i
 2-core box, one ZeRO-3 step of the tiny scenario with --fake-world-size 65536 (2**16) ran 44 s
 whole, 2**20 over 5 minutes, and torch's own message came at 2**40. A local --nproc meets
 preflight's memory check long before this bound."""
+MAX_SHARD_GROUP = MAX_WORLD
+"""--shard-group: ranks per shard group (0: all of them), at most as many as there can be ranks;
+that it divides the run's ranks is checked once they are known (cli.prepare_run)."""
 MAX_STEPS = 10_000
 """--steps and --timed-steps: every step's events are held in memory (the profiler keeps every
 allocation of a profiled step besides) and written to the measurement: 13 KB per step for 2
@@ -93,6 +96,7 @@ def micro_batches(text: str) -> tuple[int, ...]:
 
 
 nproc = whole(1, MAX_WORLD)
+shard_group = whole(0, MAX_SHARD_GROUP)
 steps = whole(1, MAX_STEPS)
 timed_steps = whole(0, MAX_STEPS)
 seed = whole(0, MAX_SEED)

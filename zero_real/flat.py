@@ -51,6 +51,11 @@ class Layout:
     def owned(self, rank: int) -> tuple[int, int]:
         return rank * self.shard, (rank + 1) * self.shard
 
+    def owned_within(self, lo: int, hi: int, rank: int) -> tuple[int, int]:
+        """[a, b) of the elements of [lo, hi) that `rank` owns (a >= b: none)."""
+        own_lo, own_hi = self.owned(rank)
+        return max(lo, own_lo), min(hi, own_hi)
+
     def pieces(self, lo: int, hi: int) -> list[int]:
         """Sizes of [lo, hi) cut at the rank boundaries: piece r is what rank r owns of it."""
         return [max(0, min(hi, (r + 1) * self.shard) - max(lo, r * self.shard))

@@ -27,15 +27,23 @@ STATE_CATEGORIES = ("params", "grads", "master", "moments")
 # autograd_grads: a gradient autograd allocated that the stage has not yet taken (ZeRO-2 copies
 # each into buckets and frees it; a tied weight's first part waits there for its second).
 CATEGORIES = STATE_CATEGORIES + ("activations", "buckets", "gathered", "autograd_grads")
+HOST = "host"  # model states in host memory under optimizer offload (Ledger.add_host)
 MARK = "zero_real.mark."
 
 
 class Ledger:
-    """Persistent model states (fixed after init) plus live transient buffers with their peaks."""
+    """Persistent model states (fixed after init) plus live transient buffers with their peaks;
+    and, under optimizer offload, the states in host memory (by STATE_CATEGORIES, apart).
 
-    def __init__(self):
+    `host_is_device`: a CPU-only run, whose "device" memory is the host's: host states are then
+    part of what the device holds (`now`, which the measured memory is compared with)."""
+
+    def __init__(self, host_is_device: bool = True):
         self.states: dict[str, int] = defaultdict(int)
         self.padding_bytes = 0.0
+        self.host: dict[str, int] = defaultdict(int)
+        self.host_padding_bytes = 0.0
+        self.host_is_device = host_is_device
         self.live: dict[str, int] = defaultdict(int)
         self.peak: dict[str, int] = defaultdict(int)
 
@@ -46,6 +54,12 @@ class Ledger:
         self.states[category] += t.numel() * t.element_size()
         self.padding_bytes += (t.numel() - ideal_elements) * t.element_size()
 
+    def add_host(self, category: str, t: torch.Tensor, ideal_elements: float) -> None:
+        """A model state in host memory (offload), as add_state."""
+        assert category in STATE_CATEGORIES
+        self.host[category] += t.numel() * t.element_size()
+        self.host_padding_bytes += (t.numel() - ideal_elements) * t.element_size()
+
     def alloc(self, category: str, nbytes: int) -> None:
         self.live[category] += nbytes
         self.peak[category] = max(self.peak[category], self.live[category])
@@ -54,7 +68,13 @@ class Ledger:
         self.live[category] -= nbytes
 
     def now(self) -> dict[str, int]:
-        return {c: self.states.get(c, 0) + self.live.get(c, 0) for c in CATEGORIES}
+        out = {c: self.states.get(c, 0) + self.live.get(c, 0) for c in CATEGORIES}
+        if self.host and self.host_is_device:
+            out[HOST] = self.host_bytes()
+        return out
+
+    def host_bytes(self) -> int:
+        return sum(self.host.values())
 
     def model_states_bytes(self) -> int:
         return sum(self.states.values())
@@ -66,6 +86,10 @@ class Ledger:
         out["model_states"] = self.model_states_bytes()
         out["total"] = sum(out[c] for c in CATEGORIES)
         out["padding_bytes"] = round(self.padding_bytes, 3)
+        # Host memory (zerosim's host_bytes): 0 without offload; by category where there is some.
+        out[HOST] = self.host_bytes()
+        out.update({f"{HOST}_{c}": self.host[c] for c in STATE_CATEGORIES if self.host.get(c)})
+        out["host_padding_bytes"] = round(self.host_padding_bytes, 3)
         return out
 
 
@@ -113,7 +137,7 @@ class Recorder:
 
     def __init__(self, rank: int, device: torch.device, profile_memory: bool = True):
         self.rank, self.device = rank, device
-        self.ledger = Ledger()
+        self.ledger = Ledger(host_is_device=device.type == "cpu")
         self.events: list[MeasuredEvent] = []
         self.samples: list[MeasuredSample] = []
         self.phase, self.layer = "forward", None

@@ -12,15 +12,20 @@ def summary(result: Measurement, out: str | None) -> str:
              f"{result['hardware']}",
              "losses " + " ".join(f"{x:.4f}" for x in result["losses"])]
     zerosim_states = result["zerosim_memory"]["model_states_bytes"]
+    zerosim_host = result["zerosim_memory"].get("host_bytes", 0)
     for r in result["ranks"]:
         phases = " ".join(f"{k.removeprefix('after_')} {v / MiB:.2f}" for k, v in r["phases"].items()
                           if v is not None)
         # CUDA: the allocator's reservation beside its allocation (absent on CPU).
         reserved = (f" (reserved {r['peak_reserved_bytes'] / MiB:.2f} MiB)"
                     if r.get("peak_reserved_bytes") is not None else "")
+        # Optimizer offload: the states in host memory, beside zerosim's host_bytes.
+        host = r["ledger"].get("host", 0)
+        host = (f", host {host / MiB:.3f} MiB (zerosim {zerosim_host / MiB:.3f})"
+                if host or zerosim_host else "")
         lines.append(f"rank {r['rank']}: model states {r['ledger']['model_states'] / MiB:.3f} MiB "
-                     f"(zerosim {zerosim_states / MiB:.3f}), peak {r['peak_bytes'] / MiB:.2f} MiB"
-                     f"{reserved}, after: {phases} MiB")
+                     f"(zerosim {zerosim_states / MiB:.3f}){host}, peak "
+                     f"{r['peak_bytes'] / MiB:.2f} MiB{reserved}, after: {phases} MiB")
     comm = [e for e in result["events"] if e["stream"] == COMM and e["rank"] == 0]
     step_s = max((e["end_s"] for e in result["events"]), default=0.0)
     lines.append(f"rank 0: {len(comm)} collectives, {sum(e['bytes'] for e in comm) / MiB:.2f} MiB, "

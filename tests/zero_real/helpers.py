@@ -67,7 +67,7 @@ def gradient_shards(rank: int, world_size: int, setup: RankSetup, stage: int, sc
                     seed: int = SEED, lr: float = LR) -> list:
     """One step of `stage` (native collectives); for each flat buffer, its layout, the range the
     optimizer steps (the owned shard; DDP: everything) and the averaged gradient it stepped with
-    (divided by N in place before Adam)."""
+    (divided by N in place before Adam; under offload, the host copy)."""
     from zero_real.collectives import Collectives
     from zero_real.measure import Recorder
     from zero_real.stages import STAGES
@@ -80,7 +80,8 @@ def gradient_shards(rank: int, world_size: int, setup: RankSetup, stage: int, sc
                            comm=comm, recorder=recorder, device=cpu, seed=seed, lr=lr)
     engine.step(micro_batches(scenario.model.vocab, t, rank, world_size, seed, 0), 0)
     flats = engine.groups if stage == 3 else [engine.flat]
-    return [(flat.layout, flat.layout.owned(rank) if stage else (0, flat.layout.padded),
+    shard_rank = engine.shard_comm.rank  # the rank's place in its shard group (hybrid sharding)
+    return [(flat.layout, flat.layout.owned(shard_rank) if stage else (0, flat.layout.padded),
              opt.grad.float().clone()) for flat, opt in zip(flats, engine.optimizers)]
 
 

@@ -124,7 +124,6 @@ def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
 
 @pytest.mark.parametrize("override, fragment", [
     ("training.optimizer=sgd", "training.optimizer = sgd"),
-    ("training.optimizer_offload=cpu", "training.optimizer_offload = cpu"),
     ("training.activation_checkpointing=full", "training.activation_checkpointing = full"),
     ("training.gradient_reduction=all_reduce", "training.gradient_reduction = all_reduce"),
 ])

@@ -21,7 +21,8 @@ from zerosim.units import GiB  # noqa: E402
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 COMMON = ["--nproc", "--backend", "--collectives", "--timeout-s", "--run-timeout-s", "--out"]
 FLAGS = {
-    "run": [*COMMON, "--stage", "--steps", "--timed-steps", "--fake-world-size", "--seed", "--lr"],
+    "run": [*COMMON, "--stage", "--steps", "--timed-steps", "--fake-world-size", "--seed", "--lr",
+            "--shard-group"],
     "calibrate": [*COMMON, "--min-size-KiB", "--max-size-MiB", "--seconds-per-size",
                   "--micro-batches"],
 }
@@ -61,6 +62,8 @@ def _check_run(cfg) -> None:
     assert _within(cfg.lr, 0, flags.MAX_LR) and cfg.lr > 0
     assert cfg.fake_world_size is None or _within(cfg.fake_world_size, 1, flags.MAX_WORLD)
     assert cfg.run_timeout_s is None or _within(cfg.run_timeout_s, *flags.TIMEOUT_S)
+    group, world = cfg.scenario.training.shard_group, cfg.fake_world_size or cfg.nproc
+    assert _within(group, 0, flags.MAX_SHARD_GROUP) and (group == 0 or world % group == 0)
 
 
 def _check_calibrate(world) -> None:

@@ -8,6 +8,7 @@ import torch
 from zero_real.flat import FlatParams
 from zero_real.measure import ActivationTracker
 from zero_real.optim import LossScale, ShardAdam
+from zero_real.stages.sharding import Sharding
 from zerosim.memory import STAGE2_LIVE_BUCKETS
 from zerosim.units import MiB
 
@@ -33,6 +34,11 @@ class DDP:
         self.loss_scale = LossScale(scenario.training.precision)
         self.accumulation = scenario.training.gradient_accumulation
         self.reducing = True  # this micro-step reduces its gradients (the last one, or every one)
+        self.device = device
+        # Hybrid sharding and offload (sharding.py): shard_comm is the world without hybrid.
+        self.sharding = Sharding(comm, scenario.training, self.stage, world_size, device,
+                                 recorder.ledger)
+        self.shard_comm = self.sharding.shard
         self.build(device, seed, lr)
         self.acts = ActivationTracker(recorder.ledger, self.is_param_storage)
 
@@ -40,8 +46,8 @@ class DDP:
 
     def build(self, device, seed, lr) -> None:
         named = list(self.model.named_parameters())
-        self.flat = FlatParams(self.model, named, self.rank, self.world_size, self.dtype, device, seed,
-                               sharded=False)
+        self.flat = FlatParams(self.model, named, self.shard_comm.rank, self.shard_comm.world_size,
+                               self.dtype, device, seed, sharded=False)
         layout = self.flat.layout
         self.rec.ledger.add_state("params", self.flat.full, layout.numel)
         self.optimizers = [self.make_optimizer(self.flat, self.make_grads(device), lr)]
@@ -60,8 +66,7 @@ class DDP:
         return self.flat_grad
 
     def make_optimizer(self, flat: FlatParams, grad: torch.Tensor, lr: float) -> ShardAdam:
-        return ShardAdam(flat.full, grad, world_size=self.world_size, ledger=self.rec.ledger,
-                         ideal_elements=flat.layout.numel, lr=lr)
+        return self.sharding.optimizer(flat.full, grad, flat.layout.numel, lr)
 
     def is_param_storage(self, ptr: int) -> bool:
         return ptr == self.flat.full.untyped_storage().data_ptr()
@@ -115,8 +120,10 @@ class DDP:
         seed_value = self.loss_scale.value / self.accumulation
         total, micro = None, -1
         for micro, (idx, targets) in enumerate(batches):
-            self.reducing = self.reduces_every_micro_step or micro == self.accumulation - 1
+            self.last_micro = micro == self.accumulation - 1
+            self.reducing = self.reduces_every_micro_step or self.last_micro
             self.fired, self.filled = [0] * len(self.uses), [0] * len(self.buckets)
+            self.kept: set[int] = set()  # ZeRO-2: buckets reduced (into the shard) this micro-step
             _head_input = x = None  # the previous micro-step's, freed before this forward
             inputs, outputs = self.forward(idx, targets)
             # Alive until the next micro-step or the step's end, as one loop's locals would be:
@@ -176,7 +183,7 @@ class DDP:
 
     def optimizer_step(self) -> None:
         grads = [opt.unscaled_grad(self.loss_scale.value) for opt in self.optimizers]
-        if not self.loss_scale.overflowed(grads, self.comm):
+        if not self.loss_scale.overflowed(grads, self.comm, self.device):
             for opt, g in zip(self.optimizers, grads):
                 opt.step(g)
         self.after_optimizer()
@@ -184,7 +191,7 @@ class DDP:
     def after_optimizer(self) -> None: ...
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
-        return self.flat.full_tensors(self.comm)
+        return self.flat.full_tensors(self.shard_comm)
 
 
 class ZeRO1(DDP):
@@ -193,21 +200,24 @@ class ZeRO1(DDP):
     stage = 1
 
     def make_grads(self, device):
-        lo, hi = self.flat.layout.owned(self.rank)
+        lo, hi = self.flat.layout.owned(self.shard_comm.rank)
         return super().make_grads(device)[lo:hi]
 
     def make_optimizer(self, flat, grad, lr):
-        return ShardAdam(flat.shard, grad, world_size=self.world_size, ledger=self.rec.ledger,
-                         ideal_elements=flat.layout.numel / self.world_size, lr=lr)
+        layout = flat.layout
+        return self.sharding.optimizer(flat.shard, grad, layout.numel / layout.world_size, lr)
 
     def reduce_bucket(self, i):
         lo, hi = self.buckets[i]
-        self.comm.reduce_scatter(self.flat_grad[lo:hi], self.flat.layout.pieces(lo, hi),
-                                 name=f"bucket {i}")
+        self.shard_comm.reduce_scatter(self.flat_grad[lo:hi], self.flat.layout.pieces(lo, hi),
+                                       name=f"bucket {i}")
+        a, b = self.flat.layout.owned_within(lo, hi, self.shard_comm.rank)
+        self.sharding.reduced(self.flat_grad[a:b], name=f"bucket {i}")
 
     def after_optimizer(self):
         layout = self.flat.layout
-        self.comm.all_gather(self.flat.full, [layout.shard] * self.world_size, name="parameters")
+        self.shard_comm.all_gather(self.flat.full, [layout.shard] * layout.world_size,
+                                   name="parameters")
 
 
 class ZeRO2(ZeRO1):
@@ -225,9 +235,9 @@ class ZeRO2(ZeRO1):
     reduces_every_micro_step = True
 
     def make_grads(self, device):
-        layout = self.flat.layout
-        self.grad_shard = torch.zeros(layout.shard, dtype=self.dtype, device=device)
-        self.rec.ledger.add_state("grads", self.grad_shard, layout.numel / self.world_size)
+        layout = self.flat.layout  # the gradient shard: on the host, fp32, under offload
+        self.grad_shard = self.sharding.grad_shard(layout.shard, self.dtype,
+                                                   layout.numel / layout.world_size)
         self.bucket_buffers: dict[int, torch.Tensor] = {}  # filling, oldest first
         self.pool: list[torch.Tensor] = []  # free buffers, reused across buckets and steps
         self.pool_size = 0
@@ -259,12 +269,14 @@ class ZeRO2(ZeRO1):
 
     def reduce_bucket(self, i, name=None):
         lo, hi = self.buckets[i]
-        bucket = self.bucket_buffers.pop(i)
-        self.comm.reduce_scatter(bucket, self.flat.layout.pieces(lo, hi), name=name or f"bucket {i}")
-        own_lo, own_hi = self.flat.layout.owned(self.rank)
-        a, b = max(lo, own_lo), min(hi, own_hi)
+        bucket, layout, name = self.bucket_buffers.pop(i), self.flat.layout, name or f"bucket {i}"
+        self.shard_comm.reduce_scatter(bucket, layout.pieces(lo, hi), name=name)
+        own_lo, _ = layout.owned(self.shard_comm.rank)
+        a, b = layout.owned_within(lo, hi, self.shard_comm.rank)
         if a < b:  # add: a bucket reduced early comes back for the rest of its elements
-            self.grad_shard[a - own_lo:b - own_lo].add_(bucket[a - lo:b - lo])
+            self.sharding.keep(bucket[a - lo:b - lo], self.grad_shard[a - own_lo:b - own_lo], name,
+                               last_micro=self.last_micro, fresh=i not in self.kept)
+        self.kept.add(i)
         self.pool.append(bucket._base)
 
     def _bucket(self, i: int) -> torch.Tensor:
@@ -277,7 +289,7 @@ class ZeRO2(ZeRO1):
                 self.pool_size += 1
                 self.rec.ledger.alloc("buckets", self.bucket_elements * self.flat.full.element_size())
                 self.pool.append(torch.empty(self.bucket_elements, dtype=self.dtype,
-                                             device=self.grad_shard.device))
+                                             device=self.flat.full.device))
             lo, hi = self.buckets[i]
             # Zeroed: a bucket reduced before it fills must add nothing for its missing elements.
             self.bucket_buffers[i] = self.pool.pop()[:hi - lo].zero_()

@@ -1,9 +1,9 @@
 """ZeRO-3, as what it changes from ZeRO-2 (replicated.py): parameters sharded too.
 
 Each gather unit (zerosim's: embedding token and position matrices, each block, final norm +
-head) is its own flat buffer padded to a multiple of N, so per-rank parameter bytes are the sum of
-per-unit ceil(n/N), at most one element per unit above zerosim's ceil(Ψ/N) (the ledger reports
-it as padding). A unit's full parameters and full gradient exist only around its use: their
+head) is its own flat buffer padded to a multiple of N (under hybrid sharding, of the shard
+group's g), so per-rank parameter bytes are the sum of per-unit ceil(n/N), at most one element
+per unit above zerosim's ceil(Ψ/N) (the ledger reports it as padding). A unit's full parameters and full gradient exist only around its use: their
 storages are shrunk to zero bytes afterwards. A tied matrix's gradient is the exception: the
 head's part stays in its full buffer until the embedding unit's backward adds its own, and the
 sum is reduce-scattered once (zerosim sends it once, with the embedding unit).
@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 
 from zero_real.flat import FlatParams
-from zero_real.optim import ShardAdam
 from zero_real.stages.replicated import ZeRO2
 
 
@@ -24,28 +23,26 @@ class ZeRO3(ZeRO2):
     stage = 3
 
     def build(self, device, seed, lr):
-        m, ledger, n = self.model, self.rec.ledger, self.world_size
+        m, ledger, n = self.model, self.rec.ledger, self.shard_comm.world_size  # the shard group
         # zerosim's gather units: the embedding (token, position), each block, final norm + head.
         units = [list(m.embedding.tok.named_parameters("embedding.tok"))]
         if m.embedding.pos is not None:
             units.append(list(m.embedding.pos.named_parameters("embedding.pos")))
         units += [list(b.named_parameters(f"blocks.{i}")) for i, b in enumerate(m.blocks)]
         units.append(list(m.head.named_parameters("head")))
-        self.groups = [FlatParams(self.model, named, self.rank, n, self.dtype, device, seed, sharded=True)
-                       for named in units]
+        self.groups = [FlatParams(self.model, named, self.shard_comm.rank, n, self.dtype, device, seed,
+                                  sharded=True) for named in units]
         self.optimizers = []
         for g in self.groups:
             ideal = g.layout.numel / n
             ledger.add_state("params", g.shard, ideal)
-            g.grad_shard = torch.zeros_like(g.shard)
+            g.grad_shard = self.sharding.grad_shard(g.layout.shard, self.dtype, ideal)  # or host
             # The unit's whole gradient lives only around its backward: like the gathered
             # parameters, its storage is shrunk to nothing after use (anything the process group
             # still references then holds no bytes).
             g.grad_full = torch.empty_like(g.full)
             g.grad_full.untyped_storage().resize_(0)
-            ledger.add_state("grads", g.grad_shard, ideal)
-            self.optimizers.append(ShardAdam(g.shard, g.grad_shard, world_size=n, ledger=ledger,
-                                             ideal_elements=ideal, lr=lr))
+            self.optimizers.append(self.sharding.optimizer(g.shard, g.grad_shard, ideal, lr))
         first_block = 1 if m.embedding.pos is None else 2
         head = [len(self.groups) - 1] + ([0] if self.tied else [])  # a tied head re-gathers tok
         self.segments = ([list(range(first_block))]
@@ -64,7 +61,7 @@ class ZeRO3(ZeRO2):
                 g = self.groups[gi]
                 if not g.gathered:
                     self.rec.layer = self.visits[j]
-                    g.gather(self.comm)
+                    g.gather(self.shard_comm)
                     self.rec.ledger.alloc("gathered", g.full_bytes)
 
     def _leave(self, k: int) -> None:
@@ -101,10 +98,12 @@ class ZeRO3(ZeRO2):
                 # counts it), not once per use.
                 continue
             g = self.groups[gi]
-            grad = g.grad_full
-            self.comm.reduce_scatter(grad, [g.layout.shard] * self.world_size, name="unit gradient")
-            lo, hi = g.layout.owned(self.rank)
-            g.grad_shard.add_(grad[lo:hi])  # add: micro-steps accumulate into the shard
+            grad, n = g.grad_full, self.shard_comm.world_size
+            self.shard_comm.reduce_scatter(grad, [g.layout.shard] * n, name="unit gradient")
+            lo, hi = g.layout.owned(self.shard_comm.rank)
+            # add: micro-steps accumulate into the shard (summed over replicas: sharding.py)
+            self.sharding.keep(grad[lo:hi], g.grad_shard, "unit gradient",
+                               last_micro=self.last_micro)
             for p in g.params:
                 p.grad = None
             grad.untyped_storage().resize_(0)
@@ -123,5 +122,5 @@ class ZeRO3(ZeRO2):
     def full_parameters(self):
         out = {}
         for g in self.groups:
-            out.update(g.full_tensors(self.comm))
+            out.update(g.full_tensors(self.shard_comm))
         return out
