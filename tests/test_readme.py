@@ -25,7 +25,14 @@ def test_readme_has_its_samples():
     assert [argv for argv, _ in SAMPLES] == ["simulate scenarios/zero_paper_7b5_64gpu.toml",
                                              "memory scenarios/zero_paper_7b5_64gpu.toml",
                                              "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4",
-                                             "plan scenarios/zero_paper_7b5_64gpu.toml"]
+                                             "plan scenarios/zero_paper_7b5_64gpu.toml",
+                                             "simulate scenarios/family_zero_offload_10b_v100.toml --stage 2",
+                                             "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
+                                             "training.shard_group=8 --set cluster.inter_node_bandwidth_GBps=1.5625",
+                                             "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
+                                             "training.framework=deepspeed --set training.hpz_partition=8 --set "
+                                             "training.quantized_weights=true --set training.quantized_gradients=true "
+                                             "--set cluster.inter_node_bandwidth_GBps=1.5625"]
 
 
 def test_readme_shows_the_figures():
@@ -42,3 +49,16 @@ def test_readme_sample_output_is_the_real_output(monkeypatch, argv, sample):
     result = run_zerosim(*argv.split())
     assert result.code == 0
     assert result.stdout == sample
+
+
+EXCERPTS = re.findall(r"<!-- excerpt: zerosim (.*?) -->\n```text\n(.*?)```", README, re.S)
+
+
+@pytest.mark.parametrize("argv, excerpt", EXCERPTS, ids=[argv for argv, _ in EXCERPTS])
+def test_readme_excerpts_are_lines_of_the_real_output(monkeypatch, argv, excerpt):
+    """An excerpt shows some lines of a longer output: each is a line of it, as printed."""
+    monkeypatch.chdir(ROOT)
+    result = run_zerosim(*argv.split())
+    assert result.code == 0
+    lines = result.stdout.splitlines()
+    assert EXCERPTS and all(line in lines for line in excerpt.splitlines())
