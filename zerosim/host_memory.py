@@ -95,6 +95,8 @@ def estimator_lines(scenario, host_bytes_per_rank: int) -> list[str]:
     t, c = scenario.training, scenario.cluster
     if t.optimizer_offload == "none" or t.zero_stage == 0:
         return []
+    if "nvme" in (t.optimizer_offload, t.param_offload):
+        return ["DeepSpeed's estimators cover offload to the CPU only: none is quoted for nvme"]
     psi, n, k = total_params(scenario.model), min(c.gpus_per_node, c.world_size), c.nodes
     if t.zero_stage == 3:
         gpu, cpu = deepspeed_zero3_estimate(psi, max_gather_window(scenario.model, 1), n, k, True,

@@ -249,7 +249,8 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
         cells = [f"{r.stage} {STAGE_NAMES[r.stage]}{chosen}"]
         cells += [f"{getattr(r, key) / scale:.2f}" for _, key in _COLUMNS]
         cells += [f"{r.peak_bytes / bscale:.2f}",
-                  "yes" if fits(scenario, r.peak_bytes + overhead) else "NO"]
+                  "yes" if fits(scenario, r.peak_bytes + overhead_bytes(scenario, r.stage))
+                  else "NO"]
         body.append(cells)
     lines = _describe(scenario)
     lines += ["", f"per-rank memory in {unit} (1 {unit} = {unit_def} bytes), peak also in {bunit} "

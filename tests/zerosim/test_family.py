@@ -270,3 +270,27 @@ def test_host_constants_are_the_sources_figures():
     params, seconds = [1, 2, 4, 8, 10], [0.22, 0.51, 1.03, 2.41, 2.57]
     slope = sum(p * s for p, s in zip(params, seconds)) / sum(p * p for p in params)
     assert round(1e9 / slope / 48 / 1e6, 1) == CPU_ADAM_MELEMENTS_PER_S_PER_CORE
+
+
+def test_review_fixes(tmp_path):
+    """A world all-reduce under hybrid sharding sums the replicas itself (no replica all-reduce
+    after it); hpZ's backward gathers need no copy up under parameter offload; a delayed update
+    under jitter runs (event by event); a host rate that underflows is one line."""
+    s = load_scenario(bare(tmp_path, 4, 8, "zero_stage = 2\nshard_group = 8\n"
+                           "gradient_reduction = 'all_reduce'"))
+    sent = simulate(s, 2, keep_events=False).comm_bytes_per_rank
+    assert "all_reduce (replica)" not in sent and sent["all_reduce"] > 0
+    common = "zero_stage = 3\nframework = 'deepspeed'\noptimizer_offload = 'cpu'\nparam_offload = 'cpu'"
+    plain = simulate(load_scenario(bare(tmp_path, 2, 8, common)), 3, keep_events=False)
+    hpz = simulate(load_scenario(bare(tmp_path, 2, 8, common + "\nhpz_partition = 8")), 3,
+                   keep_events=False)
+    assert hpz.host_bytes_per_rank["h2d"] == plain.host_bytes_per_rank["h2d"] - 2 * PSI // 16
+    s = load_scenario(LLAMA, ["model.layers=4", "cluster.nodes=2", DS, "training.zero_stage=2",
+                              "training.optimizer_offload='cpu'", "training.delayed_update=true",
+                              "variation.jitter_pct=5"])
+    assert simulate(s, 2, keep_events=False).step_time_s > 0
+    assert_one_line_error(run_zerosim("simulate", LLAMA, "--set", "training.zero_stage=3", "--set",
+                                      "training.optimizer_offload='cpu'", "--set",
+                                      "cluster.cpu_cores_per_gpu=1e-300", "--set",
+                                      "cluster.cpu_adam_Melements_per_s_per_core=1e-300"),
+                          "must be a positive finite number")

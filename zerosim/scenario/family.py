@@ -78,6 +78,13 @@ def check_scenario(scenario) -> None:
     if h > 1 and (h > min(n, world) or min(n, world) % h):
         raise InputError(f"training.hpz_partition = {h} must divide the GPUs of a node "
                          f"({min(n, world)}): hpZ's secondary partition stays inside a node")
+    if offloads(t):
+        for name, rate in vars(c.host).items():
+            if rate is not None and not 0 < rate < float("inf"):
+                raise InputError(f"the host's {name.replace('_', ' ')} comes to {rate:g} from "
+                                 f"cluster's host keys (host_link_GBps, gpus_per_host_link, "
+                                 f"cpu_cores_per_gpu, cpu_adam_Melements_per_s_per_core, "
+                                 f"nvme_*_GBps): it must be a positive finite number")
     nvme = "nvme" in (t.optimizer_offload, t.param_offload)
     unset = [k for k in ("nvme_read_GBps", "nvme_write_GBps") if getattr(c, k) is None]
     if nvme and unset:

@@ -16,11 +16,12 @@ def overhead(cluster, collectives: Collectives, *others: Collectives) -> int:
     return cluster.cuda_context_bytes + sum(c.buffer_bytes for c in (collectives, *others))
 
 
-def overhead_bytes(scenario) -> int:
+def overhead_bytes(scenario, stage: int | None = None) -> int:
     """overhead() for collectives over the whole world and every subgroup the scenario's
-    schemes use (sim/groups.py: hybrid sharding, ZeRO++)."""
+    schemes use at `stage` (default: the scenario's; sim/groups.py: hybrid sharding, ZeRO++)."""
     c = scenario.cluster
+    stage = scenario.training.zero_stage if stage is None else stage
     world = Group(c.world_size, c.gpus_per_node)
     return overhead(c, Collectives(scenario, world), *(
         Collectives(scenario, group, node_gpus=world.gpus_per_node)
-        for group in subgroups(scenario).values()))
+        for group in subgroups(scenario, stage).values()))

@@ -80,7 +80,7 @@ class Engine:
         c = scenario.cluster
         self.group = Group(c.world_size, c.gpus_per_node)
         self.library = Collectives(scenario, self.group)
-        self.groups = subgroups(scenario)  # name -> ranks (hybrid sharding, ZeRO++)
+        self.groups = subgroups(scenario, stage)  # name -> ranks (hybrid sharding, ZeRO++)
         self.libraries = {WORLD: self.library}  # and each subgroup's the step used
         self.used: dict[str, dict[str, float]] = {}
         """op -> the algorithm (and protocol) that ran it -> bytes of the calls it ran."""
@@ -98,7 +98,8 @@ class Engine:
         """The share of a GPU's SMs one collective's kernel takes from compute (op-by-op compute
         only: the flat fraction of peak already stands for everything a step loses)."""
         self.lockstep = self.mode == "per_rank" and granularity == "collective" and (
-            c.world_size > 1)
+            c.world_size > 1) and not scenario.training.delayed_update  # its host stream
+        # starts at 0 beside the step: the lockstep needs streams that start in time order
         """Every rank at once (per_rank.py); else every simulated rank event by event."""
         self.keep_events = keep_events
         self.keep_samples = keep_events

@@ -24,19 +24,20 @@ WORLD = "world"
 SHARD, REPLICA, HPZ, NODE, INTER_NODE = "shard", "replica", "hpz", "node", "inter"
 
 
-def subgroups(scenario) -> dict[str, Group]:
-    """The groups the scenario's stage programs use, by name (none for plain ZeRO)."""
+def subgroups(scenario, stage: int = 3) -> dict[str, Group]:
+    """The groups `stage`'s program uses under the scenario, by name (none for plain ZeRO):
+    hybrid sharding's from stage 1, ZeRO++'s at stage 3."""
     t, c = scenario.training, scenario.cluster
     world, n = c.world_size, min(c.gpus_per_node, c.world_size)
     out: dict[str, Group] = {}
-    g = t.shard_group
+    g = t.shard_group if stage >= 1 else 0
     if g and g < world:
         out[SHARD] = Group(g, min(g, n))
         out[REPLICA] = Group(world // g, max(1, n // g), stride=g)
-    h = hpz(t)
+    h = hpz(t) if stage == 3 else 0
     if h:
         out[HPZ] = Group(h, h)
-    if t.quantized_gradients:
+    if t.quantized_gradients and stage == 3:
         out[NODE] = Group(n, n)
         out[INTER_NODE] = Group(world // n, 1, stride=n)
     return out

@@ -27,8 +27,11 @@ def host_rates(scenario: Scenario) -> dict[str, float]:
     """Each host link's rate for one rank (bytes/s; the CPU step: elements/s; NVMe unset: 1,
     never used: family.check_scenario refuses nvme offload without its rates)."""
     h = scenario.cluster.host
+    def unset(rate):
+        return 1.0 if rate is None else rate
+
     return {D2H: h.d2h_bytes_per_s, H2D: h.h2d_bytes_per_s, CPU_ADAM: h.adam_elements_per_s,
-            NVME_READ: h.nvme_read_bytes_per_s or 1.0, NVME_WRITE: h.nvme_write_bytes_per_s or 1.0}
+            NVME_READ: unset(h.nvme_read_bytes_per_s), NVME_WRITE: unset(h.nvme_write_bytes_per_s)}
 
 # Transfers finishing together with the timed one: fewer bytes than this fraction of them remain
 # (float round-off only).

@@ -17,6 +17,15 @@ host (stage 3 with param_offload, which copies each unit's 16-bit shard up befor
 all-gather). On NVMe the step reads and writes the fp32 master and moments (4 + 4 x moments
 bytes per element each way, pipeline_read/write off: DeepSpeed's default), and offloaded
 parameters are read before each all-gather and written after the step.
+
+Simplifications, each a departure from DeepSpeed's code paths: with gradient accumulation,
+stages 2 and 3 copy every micro-step's reduced partition down in fp32 (DeepSpeed's stage 2 moves
+a 16-bit host accumulator up and back instead, about as many bytes split over both directions;
+its stage 3 keeps a 16-bit gradient partition on the GPU between micro-steps and copies once,
+at the boundary, so it moves fewer bytes and holds bg x Ψ/N more GPU memory than modelled here;
+zero_real copies every micro-step as modelled). A host operation, queued like a collective,
+starts once every simulated rank has joined it, though a copy is each rank's own: where ranks
+differ (jitter, stragglers) that can delay it; it stayed hidden in every case tried.
 """
 
 from __future__ import annotations

@@ -153,7 +153,8 @@ def _check(state: RankState, end_s: float, compute_s: float, comm_s: float,
                                                                      host_s):
         raise RuntimeError(
             f"rank {state.rank} replayed differs from lockstep: end {state.end_s!r} vs {end_s!r}, "
-            f"compute {state.compute_s!r} vs {compute_s!r}, comm {state.comm_s!r} vs {comm_s!r}")
+            f"compute {state.compute_s!r} vs {compute_s!r}, comm {state.comm_s!r} vs {comm_s!r}, "
+            f"host {state.host_s!r} vs {host_s!r}")
 
 
 def memory_groups(log: MemoryLog, n: int) -> np.ndarray:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from zerosim.sim.family_shape import uses_family
-from zerosim.sim.groups import INTER_NODE, NODE, REPLICA
+from zerosim.sim.groups import INTER_NODE, NODE, REPLICA, WORLD
 from zerosim.sim.network import D2H
 from zerosim.sim.offload import HOST, QGZ_BYTES_PER_ELEMENT, QWZ_BYTES_PER_ELEMENT
 
@@ -49,10 +49,12 @@ class Family:
             self.delayed_done = self.host_ops("host", "previous step's update")
         yield from super().run()
 
-    def reduced(self, stream: str, size: float, phase: str, unit: int | None) -> None:
+    def reduced(self, stream: str, size: float, phase: str, unit: int | None,
+                group: str) -> None:
         f, ctx = self.family, self.ctx
         ops = []
-        if f.replica and (f.replica_every_micro_step or self.last_micro):
+        # a world all-reduce (gradient_reduction = "all_reduce") has summed the replicas already
+        if f.replica and group != WORLD and (f.replica_every_micro_step or self.last_micro):
             ops.append(("all_reduce", size / f.ways, REPLICA, "shard all-reduce"))
         if f.offload and (f.offload_every_micro_step or self.last_micro):
             ops.append((D2H, size * f.grad_to_host_per_byte, HOST, "gradient to host"))
@@ -88,6 +90,8 @@ class Family:
     # ZeRO-3's hooks
     def fetch(self, phase: str, unit: int) -> None:
         f = self.family
+        if phase == "backward" and f.hpz_ways:
+            return  # backward gathers hpZ's secondary partition, already on the GPU
         size = f.param_bytes * self.shape.gather_elements[unit]
         for op, per_byte in f.fetch_ops:
             self.ctx.comm("gather", op, size * per_byte, f"parameters from host: {op}", phase,
@@ -139,7 +143,7 @@ class Family:
                                  "gradient all-to-all (nodes)", "backward", unit, after=after,
                                  group=INTER_NODE)
         self.pending.append(done)
-        self.reduced("reduce", size, "backward", unit)
+        self.reduced("reduce", size, "backward", unit, NODE)
 
 
 def with_family(program: type, t) -> type:

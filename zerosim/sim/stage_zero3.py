@@ -97,7 +97,7 @@ class ZeRO3(ZeRO1):
         self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
                                           "gradient reduce-scatter", "backward", unit,
                                           after=after, group=self.group))
-        self.reduced("reduce", size, "backward", unit)
+        self.reduced("reduce", size, "backward", unit, self.group)
         return iter(())
 
     def optimizer_step(self) -> Iterator:

@@ -140,12 +140,13 @@ class DDP:
         group = self.group if self.reduce_op != "all_reduce" else WORLD
         self.pending.append(self.ctx.comm("comm", self.reduce_op, self.filled_bytes, "gradient bucket",
                                           "backward", self.unit, after=after, group=group))
-        self.reduced("comm", self.filled_bytes, "backward", self.unit)
+        self.reduced("comm", self.filled_bytes, "backward", self.unit, group)
         self.filled_bytes = 0
 
-    def reduced(self, stream: str, size: float, phase: str, unit: int | None) -> None:
-        """What follows a gradient reduction on `stream` (stage_family.py: hybrid sharding's
-        replica all-reduce, offload's copy to the host); nothing here."""
+    def reduced(self, stream: str, size: float, phase: str, unit: int | None,
+                group: str) -> None:
+        """What follows a gradient reduction among `group` on `stream` (stage_family.py: hybrid
+        sharding's replica all-reduce, offload's copy to the host); nothing here."""
 
     def drain(self) -> Iterator:
         if self.pending:  # one stream's, first in first out: the last completes last
