@@ -294,3 +294,22 @@ def test_review_fixes(tmp_path):
                                       "cluster.cpu_cores_per_gpu=1e-300", "--set",
                                       "cluster.cpu_adam_Melements_per_s_per_core=1e-300"),
                           "must be a positive finite number")
+
+
+def test_sweep_counts_subgroup_and_host_bytes(tmp_path):
+    """A sweep's per-op columns add the subgroups' bytes (the replica all-reduce is an
+    all-reduce), and its host columns carry offload's."""
+    import json
+
+    out = tmp_path / "s.json"
+    result = run_zerosim("sweep", LLAMA, "--vary", "training.shard_group=0,8", "--vary",
+                         "training.zero_stage=3", "--set", "training.optimizer_offload=cpu",
+                         "--set", "model.layers=4", "--out", out, "--quiet")
+    assert result.code == 0, result.stderr
+    rows = {row["training.shard_group"]: row for row in json.loads(out.read_text())["rows"]}
+    hybrid = simulate(load_scenario(LLAMA, ["training.shard_group=8", "model.layers=4",
+                                            "training.optimizer_offload=cpu"]), 3,
+                      keep_events=False)
+    assert rows[8]["comm_bytes_all_reduce"] == hybrid.comm_bytes_per_rank["all_reduce (replica)"]
+    assert rows[0]["comm_bytes_all_reduce"] == 0
+    assert rows[8]["host_bytes_per_rank_total"] == sum(hybrid.host_bytes_per_rank.values()) > 0

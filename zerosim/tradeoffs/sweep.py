@@ -27,6 +27,7 @@ from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES, STAGES
 from zerosim.errors import InputError
 from zerosim.memory import check_scale, fits, stage_memory
 from zerosim.model import total_params
+from zerosim.report import op_bytes
 from zerosim.scenario.load import load_scenario, parse_override
 from zerosim.sim.costs import op_model
 from zerosim.sim.engine import simulate
@@ -162,7 +163,9 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
                "step_time_s": result.step_time_s, "compute_s": result.compute_s,
                "exposed_comm_s": result.exposed_comm_s, "comm_time_s": result.comm_time_s,
                "comm_bytes_per_rank_total": sum(comm.values()),
-               **{f"comm_bytes_{op}": comm.get(op, 0) for op in COLLECTIVE_OPS},
+               **{f"comm_bytes_{op}": op_bytes(comm, op) for op in COLLECTIVE_OPS},
+               "host_bytes_per_rank_total": sum(result.host_bytes_per_rank.values()),
+               "host_time_s": result.host_time_s,
                "simulated_peak_bytes": result.peak_bytes,
                "gpu_seconds_per_step": result.step_time_s * scenario.world_size,
                **{key: getattr(result, key) for key in RESULT_COLUMNS}}
