@@ -1,7 +1,8 @@
 """Host and NVMe memory under offload (ZeRO-Offload, ZeRO-Infinity), per rank, and DeepSpeed's
-own estimators of it, quoted as a cross-check (deepspeed_estimate): what DeepSpeed allocates is
-the model (offload_bytes, used by memory.stage_memory); its estimators are what its users plan
-with, and where they add a safety factor the report says so.
+own estimators of it, quoted as a cross-check (deepspeed_zero2_estimate, deepspeed_zero3_estimate,
+estimator_lines): what DeepSpeed allocates is the model (offload_bytes, used by
+memory.stage_memory); its estimators are what its users plan with, and where they add a safety
+factor the report says so.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ NVME_PARAM_BUFFERS, NVME_PARAM_BUFFER = 5, 10**8
 
 def offload_bytes(t, stage: int, shard: int, moments: int) -> tuple[int, int]:
     """(host, NVMe) bytes per rank of an offloaded optimizer (and stage 3's parameters) over a
-    shard of `shard` elements, with `moments` fp32 moments per element (memory.MOMENTS). ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840) §4.1: the
-    optimizer states and the gradient partition they update live off the GPU. As DeepSpeed
-    implements it the host holds an fp32 master copy (the GPU keeps its own working
-    parameters), the gradient partition in fp32 and the moments: 4 + 4 + 4 x moments bytes per
+    shard of `shard` elements, with `moments` fp32 moments per element (memory.MOMENTS).
+    ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840) §4.1: the optimizer states and the
+    gradient partition they update live off the GPU. As DeepSpeed implements it the host holds
+    an fp32 master copy (the GPU keeps its own working parameters), the gradient partition in
+    fp32 and the moments: 4 + 4 + 4 x moments bytes per
     element, 16 for Adam, the 16 of estimate_zero3_model_states_mem_needs. DeepSpeed's stages
     1-2 add a pinned 16-bit copy of the partition that the step casts into before copying it up
     (stage_1_and_2.py, param_buffer_of_bit16_for_cpu_offload_groups): 18. Parameter offload adds
@@ -45,8 +47,6 @@ def offload_bytes(t, stage: int, shard: int, moments: int) -> tuple[int, int]:
         nvme += bp * shard
         host += NVME_PARAM_BUFFERS * min(NVME_PARAM_BUFFER, shard) * bp
     return host, nvme
-
-
 
 
 # DeepSpeed's additional_buffer_factor: its estimators multiply the CPU bytes, and only them,

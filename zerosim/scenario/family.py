@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from zerosim.errors import InputError
 
-# What a scheme applies to, and the frameworks that run it as zerosim models it.
-ZEROPP_KEYS = ("hpz_partition", "quantized_weights", "quantized_gradients")
 
-
-def zeropp(t) -> bool:
-    """Any of ZeRO++'s three techniques is on (hpZ needs a partition of 2 or more)."""
-    return t.hpz_partition > 1 or t.quantized_weights or t.quantized_gradients
+def zeropp(t) -> list[str]:
+    """The ZeRO++ techniques the keys turn on (hpZ needs a partition of 2 or more)."""
+    on = (("hpz_partition", t.hpz_partition > 1), ("quantized_weights", t.quantized_weights),
+          ("quantized_gradients", t.quantized_gradients))
+    return [key for key, set_ in on if set_]
 
 
 def offloads(t) -> bool:
@@ -46,8 +45,7 @@ def check_training(t) -> None:
     if offloads(t) and t.framework in ("fsdp2", "ddp"):
         raise InputError(f"offload is modelled as DeepSpeed runs it; training.framework = "
                          f"{t.framework!r} (use 'deepspeed' or 'zero')")
-    on = [k for k in ZEROPP_KEYS if getattr(t, k) is True or getattr(t, k) is not False
-          and getattr(t, k) > 1]
+    on = zeropp(t)
     if on and stage != 3:
         raise InputError(f"training.{on[0]} is ZeRO++, which works on ZeRO-3, but "
                          f"training.zero_stage = {stage}")

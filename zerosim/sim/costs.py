@@ -75,12 +75,18 @@ class OptimizerCost:
         profile, n = self.scenario.profile, self.scenario.world_size
         measured = profile.optimizer_time(n, elements) if profile is not None else None
         if measured is None:  # the bytes it moves over HBM bandwidth (as measured, op by op)
-            bandwidth = self.scenario.cluster.hardware.hbm_bytes_per_s
-            per_op = op_model(self.scenario)
-            if per_op is not None:
-                bandwidth *= per_op.spec.hbm_achievable_fraction
-            measured = elements * self.bytes_per_element / bandwidth
+            measured = hbm_seconds(self.scenario, elements * self.bytes_per_element)
         return measured * self.scale
+
+
+def hbm_seconds(scenario, size_bytes: float) -> float:
+    """A memory-bound kernel moving size_bytes over HBM: the data sheet's bandwidth, at the
+    fraction a streaming kernel reaches under the op model (GpuSpec.hbm_achievable_fraction)."""
+    bandwidth = scenario.cluster.hardware.hbm_bytes_per_s
+    per_op = op_model(scenario)
+    if per_op is not None:
+        bandwidth *= per_op.spec.hbm_achievable_fraction
+    return size_bytes / bandwidth
 
 
 def optimizer_cost(scenario, bytes_per_element: int, stage: int) -> OptimizerCost:

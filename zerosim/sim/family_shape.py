@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from zerosim.memory import MOMENTS, grad_bytes_per_element, shard_elements
 from zerosim.model import total_params
-from zerosim.scenario.family import hpz, shard_degree
+from zerosim.scenario.family import hpz, offloads, shard_degree, zeropp
 from zerosim.sim.groups import HPZ, SHARD, WORLD, subgroups
 from zerosim.sim.network import CPU_ADAM, H2D, NVME_READ, NVME_WRITE
 from zerosim.sim.offload import GRAD_TO_HOST_BYTES, kernel_seconds
@@ -45,14 +45,12 @@ class FamilyShape:
     node_gpus: int = 1
     kernel_s_per_byte: float = 0.0
     """Seconds per byte of a memory-bound kernel (quantization: offload.kernel_seconds)."""
-    param_bytes: int = 2
-    grad_bytes: int = 2
 
 
 def family_shape(scenario, stage: int) -> FamilyShape:
     t, c = scenario.training, scenario.cluster
     ways = shard_degree(scenario, stage)
-    grouped = SHARD in subgroups(scenario) and stage >= 1
+    grouped = SHARD in subgroups(scenario, stage)
     bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
     offload = t.optimizer_offload != "none" and stage >= 1
     shard = shard_elements(total_params(scenario.model), ways)
@@ -63,8 +61,10 @@ def family_shape(scenario, stage: int) -> FamilyShape:
         nvme = t.optimizer_offload == "nvme"
         step_ops = ([(NVME_READ, states * shard)] if nvme else []) + [(CPU_ADAM, shard)]
         step_ops += [(NVME_WRITE, states * shard)] if nvme else []
-        step_ops += ([(NVME_WRITE, bp * shard)] if t.param_offload == "nvme" else []) if params_off \
-            else [(H2D, bp * shard)]
+        if not params_off:  # the updated 16-bit partition goes back to the GPU
+            step_ops.append((H2D, bp * shard))
+        elif t.param_offload == "nvme":  # the host's parameters go back to the drives
+            step_ops.append((NVME_WRITE, bp * shard))
     fetch = []
     if params_off:
         fetch = ([(NVME_READ, 1 / ways)] if t.param_offload == "nvme" else []) + [(H2D, 1 / ways)]
@@ -78,10 +78,9 @@ def family_shape(scenario, stage: int) -> FamilyShape:
         hpz_ways=hpz(t) if stage == 3 else 0, quantized_weights=t.quantized_weights and stage == 3,
         quantized_gradients=t.quantized_gradients and stage == 3,
         nodes=c.nodes, node_gpus=min(c.gpus_per_node, c.world_size),
-        kernel_s_per_byte=kernel_seconds(scenario, 1.0), param_bytes=bp, grad_bytes=bg)
+        kernel_s_per_byte=kernel_seconds(scenario, 1.0))
 
 
 def uses_family(t) -> bool:
     """Whether a stage program needs stage_family's behaviour at all."""
-    return bool(t.shard_group or t.optimizer_offload != "none" or hpz(t)
-                or t.quantized_weights or t.quantized_gradients)
+    return bool(t.shard_group or offloads(t) or zeropp(t))

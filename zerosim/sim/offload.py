@@ -31,7 +31,7 @@ differ (jitter, stragglers) that can delay it; it stayed hidden in every case tr
 from __future__ import annotations
 
 from zerosim.sim.collectives.ring import Phase
-from zerosim.sim.costs import op_model
+from zerosim.sim.costs import hbm_seconds
 from zerosim.sim.network import HOST_OPS
 
 HOST = "host"
@@ -55,12 +55,8 @@ def host_phases(op: str, size: float) -> list[Phase]:
 
 
 def kernel_seconds(scenario, size_bytes: float) -> float:
-    """A memory-bound kernel (quantize, dequantize) moving size_bytes over HBM at the rate the
-    optimizer step is priced at (achievable HBM bandwidth): DeepSpeed's quantizers are fused
-    CUDA kernels. Our eager torch version on an H100 is 6-8x slower (profiles/h100/
+    """A quantize or dequantize kernel moving size_bytes over HBM at the rate the optimizer
+    step is priced at (costs.hbm_seconds): DeepSpeed's quantizers are fused CUDA kernels. Our
+    eager torch version on an H100 is 6-8x slower (profiles/h100/
     offload_microbench_2026-11-26.json, gpu_quantize), the bound for an unfused one."""
-    bandwidth = scenario.cluster.hardware.hbm_bytes_per_s
-    per_op = op_model(scenario)
-    if per_op is not None:
-        bandwidth *= per_op.spec.hbm_achievable_fraction
-    return size_bytes / bandwidth
+    return hbm_seconds(scenario, size_bytes)

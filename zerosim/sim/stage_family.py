@@ -61,7 +61,7 @@ class Family:
         if not ops:
             return
         before = None
-        if stream == "reduce":  # stage 3: its own stream, after the reduce-scatter
+        if stream == "reduce":  # ZeRO-3: on a stream of its own, after the reduce-scatter
             stream, before = "replica", (lambda event=self.pending[-1]: _after(event))
         for op, op_size, group, name in ops:
             self.pending.append(ctx.comm(stream, op, op_size, name, phase, unit, before=before,
@@ -81,25 +81,22 @@ class Family:
         elif self.delayed_done is not None:
             yield self.delayed_done
         else:
-            yield self.host_ops("comm" if self.stage_streams_one else "reduce", "optimizer")
-
-    @property
-    def stage_streams_one(self) -> bool:
-        return not hasattr(self, "gather_slots")  # stages 0-2: every collective on "comm"
+            yield self.host_ops(self.reduce_stream, "optimizer")
 
     # ZeRO-3's hooks
     def fetch(self, phase: str, unit: int) -> None:
         f = self.family
         if phase == "backward" and f.hpz_ways:
             return  # backward gathers hpZ's secondary partition, already on the GPU
-        size = f.param_bytes * self.shape.gather_elements[unit]
+        size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
         for op, per_byte in f.fetch_ops:
             self.ctx.comm("gather", op, size * per_byte, f"parameters from host: {op}", phase,
                           unit, group=HOST)
 
     def wire(self, size: int) -> float:
         f = self.family
-        return size / f.param_bytes * QWZ_BYTES_PER_ELEMENT if f.quantized_weights else size
+        return (size / self.shape.param_bytes_per_element * QWZ_BYTES_PER_ELEMENT
+                if f.quantized_weights else size)
 
     def gather_group(self, phase: str) -> str:
         return self.family.backward_group if phase == "backward" else self.group
@@ -110,7 +107,7 @@ class Family:
             key = ("secondary", unit)
             if phase == "forward":
                 size = -(-self.shape.gather_elements[unit] // self.family.hpz_ways)
-                self.ctx.alloc(key, "gathered", self.family.param_bytes * size)
+                self.ctx.alloc(key, "gathered", self.shape.param_bytes_per_element * size)
             else:
                 self.ctx.free(key)
 
@@ -118,7 +115,8 @@ class Family:
         f = self.family
         if f.quantized_weights:  # read INT8, write the 16-bit unit
             elements = self.shape.gather_elements[unit]
-            yield from self.ctx.compute(f.kernel_s_per_byte * (1 + f.param_bytes) * elements,
+            bp = self.shape.param_bytes_per_element
+            yield from self.ctx.compute(f.kernel_s_per_byte * (1 + bp) * elements,
                                         "dequantize", phase, unit)
 
     def reduce_unit(self, size: int, unit: int, after) -> Iterator:
@@ -126,24 +124,24 @@ class Family:
         if not f.quantized_gradients:
             yield from super().reduce_unit(size, unit, after)
             return
-        n, elements = f.node_gpus, size / f.grad_bytes
-        q = QGZ_BYTES_PER_ELEMENT
+        bg, n, q = self.shape.grad_bytes_per_element, f.node_gpus, QGZ_BYTES_PER_ELEMENT
+        elements = size / bg
         # quantize the unit; reduce the node's n INT4 parts and requantize; reduce across nodes
         # into the rank's shard
-        kernel_bytes = ((f.grad_bytes + q) * elements + (q + q / n) * elements
-                        + (q / n) * elements + f.grad_bytes * elements / (n * f.nodes))
+        kernel_bytes = ((bg + q) * elements + (q + q / n) * elements
+                        + (q / n) * elements + bg * elements / (n * f.nodes))
         yield from self.ctx.compute(f.kernel_s_per_byte * kernel_bytes, "quantize", "backward",
                                     unit)
         across = f.nodes > 1
-        done = self.ctx.comm("reduce", "reduce_scatter", q * elements,
+        done = self.ctx.comm(self.reduce_stream, "reduce_scatter", q * elements,
                              "gradient all-to-all (node)", "backward", unit,
                              after=None if across else after, group=NODE)
         if across:
-            done = self.ctx.comm("reduce", "reduce_scatter", q * elements / n,
+            done = self.ctx.comm(self.reduce_stream, "reduce_scatter", q * elements / n,
                                  "gradient all-to-all (nodes)", "backward", unit, after=after,
                                  group=INTER_NODE)
         self.pending.append(done)
-        self.reduced("reduce", size, "backward", unit, NODE)
+        self.reduced(self.reduce_stream, size, "backward", unit, NODE)
 
 
 def with_family(program: type, t) -> type:

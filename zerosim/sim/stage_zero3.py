@@ -19,6 +19,7 @@ class ZeRO3(ZeRO1):
     reduce-scattered on its own stream, which shares the links with the gathers."""
 
     reduces_every_micro_step = True
+    reduce_stream = "reduce"
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
@@ -94,10 +95,10 @@ class ZeRO3(ZeRO1):
 
     def reduce_unit(self, size: int, unit: int, after) -> Iterator:
         """Reduce-scatter one unit's gradient (`size` bytes) among the shard group."""
-        self.pending.append(self.ctx.comm("reduce", "reduce_scatter", size,
+        self.pending.append(self.ctx.comm(self.reduce_stream, "reduce_scatter", size,
                                           "gradient reduce-scatter", "backward", unit,
                                           after=after, group=self.group))
-        self.reduced("reduce", size, "backward", unit, self.group)
+        self.reduced(self.reduce_stream, size, "backward", unit, self.group)
         return iter(())
 
     def optimizer_step(self) -> Iterator:

@@ -34,6 +34,8 @@ class DDP:
 
     reduce_op = "all_reduce"
     reduces_every_micro_step = False
+    reduce_stream = "comm"
+    """The stream gradients are reduced on (one stream for every collective before ZeRO-3)."""
 
     def __init__(self, ctx, shape: StepShape) -> None:
         self.ctx, self.shape, self.env = ctx, shape, ctx.env
