@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from zerosim.scenario.load import load_scenario
-from zerosim.memory import memory_table
+from zerosim.analytic.memory import memory_table
 from zerosim.report import format_memory_table
 
 ROOT = Path(__file__).resolve().parents[1]

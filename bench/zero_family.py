@@ -28,9 +28,9 @@ from pathlib import Path
 
 from zerosim.calibration.references import read_reference
 from zerosim.errors import InputError
-from zerosim.host_memory import estimator_lines
-from zerosim.memory import stage_memory
-from zerosim.model import total_params, unit_flops
+from zerosim.analytic.host_memory import estimator_lines
+from zerosim.analytic.memory import stage_memory
+from zerosim.analytic.model import total_params, unit_flops
 from zerosim.scenario.load import build_scenario, load_scenario
 from zerosim.sim.collectives.ring import Group
 from zerosim.sim.engine import simulate

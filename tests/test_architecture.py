@@ -1,5 +1,5 @@
 """The shape of the code, as docs/architecture.md draws it: imports point one way, down the
-layers below, with no cycle; modules and functions stay small. Read with `ast` from the sources,
+layers below, with no cycle; a module is one concept, a package one layer. Read with `ast` from the sources,
 so nothing is imported and no third-party tool is needed.
 
 An import of a submodule from outside its package also runs the package's __init__, so it counts
@@ -18,13 +18,16 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGES = ("zerosim", "zero_real")
-# Lowest first. A module may import from its own layer or a lower one, never a higher one.
+# Lowest first. A module may import from its own layer or a lower one, never a higher one. A
+# package is one layer (or one room of a layer); a module is one concept.
 LAYERS = (
     ("foundation", ("zerosim", "zerosim.contract", "zerosim.units", "zerosim.errors",
                     "zerosim.files", "zero_real")),
+    ("hardware catalogue", ("zerosim.hardware",)),
+    ("frameworks", ("zerosim.frameworks",)),
     ("scenario", ("zerosim.scenario",)),
-    ("analytic model", ("zerosim.model", "zerosim.memory", "zerosim.memory_terms",
-                        "zerosim.host_memory")),
+    ("parallel layout", ("zerosim.parallel",)),
+    ("analytic model", ("zerosim.analytic",)),
     ("simulation", ("zerosim.sim",)),
     ("reports", ("zerosim.report",)),
     ("calibration and trade-offs", ("zerosim.calibration", "zerosim.tradeoffs")),
@@ -38,7 +41,9 @@ LAYERS = (
     ("real runs: calibration", ("zero_real.calibrate",)),
     ("commands", ("zerosim.cli", "zerosim.__main__", "zero_real.cli", "zero_real.__main__")),
 )
-MAX_MODULE_LINES = 300
+# One concept per module: a module past this is two concepts, and a split names each (its
+# docstring's first line). A soft ceiling, not a target: most modules are well under 300.
+MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
 
@@ -172,8 +177,12 @@ def test_the_contract_depends_on_nothing():
 
 
 @pytest.mark.parametrize("name", sorted(modules()))
-def test_modules_and_functions_stay_small(name):
+def test_a_module_is_one_named_concept(name):
+    """Every module and package says in its docstring's first line what it is (its concept);
+    none grows past the ceiling where it is two; no function runs past a screen."""
     text = modules()[name].read_text(encoding="utf-8")
+    docstring = ast.get_docstring(ast.parse(text)) or ""
+    assert docstring.strip() or name.endswith("__main__"), f"{name}: no docstring naming its concept"
     assert len(text.splitlines()) <= MAX_MODULE_LINES, name
     long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
             for node in ast.walk(ast.parse(text))

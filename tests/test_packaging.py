@@ -13,7 +13,7 @@ import pytest
 
 import zerosim
 from zerosim.scenario.load import load_scenario
-from zerosim.model import total_params
+from zerosim.analytic.model import total_params
 
 from tests.conftest import ROOT, SCENARIOS
 
@@ -27,7 +27,7 @@ def run(*argv, **kw):
 def test_zerosim_imports_without_torch():
     names = [m.name for m in pkgutil.walk_packages(zerosim.__path__, "zerosim.")
              if not m.name.endswith(".__main__")]  # runs the CLI: test_python_dash_m_zerosim
-    assert "zerosim.memory" in names and "zerosim.cli" in names
+    assert "zerosim.analytic.memory" in names and "zerosim.cli" in names
     code = ("import sys, importlib\n"
             f"for name in {names!r} + ['zerosim']: importlib.import_module(name)\n"
             "bad = [m for m in ('torch', 'zero_real') if m in sys.modules]\n"

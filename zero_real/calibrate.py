@@ -63,7 +63,7 @@ def prepare(args) -> dict:
     """Check everything before the first process starts, the largest world first (what fits
     this box bounds --nproc before a world is built); the settings of every world."""
     preflight.require_torch()
-    from zerosim.model import total_params
+    from zerosim.analytic.model import total_params
     from zerosim.scenario.load import load_scenario
 
     modes, sizes = _modes(args.collectives), _sizes(args, args.nproc)

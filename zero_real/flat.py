@@ -1,6 +1,6 @@
 """Flat buffers: parameters as views into one 1-D buffer padded to a multiple of the world size.
 
-Rank r owns the contiguous slice [r*S, (r+1)*S) with S = ceil(numel / N) (zerosim.memory's
+Rank r owns the contiguous slice [r*S, (r+1)*S) with S = ceil(numel / N) (zerosim.analytic.memory's
 shard_elements): the last ranks may own only padding, and a buffer with fewer elements than ranks
 still works (S = 1). Padding elements are never read by the model; their gradients stay zero.
 """
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from zero_real.model import init_tensor
-from zerosim.memory import shard_elements  # one definition of the shard size, zerosim's
+from zerosim.analytic.memory import shard_elements  # one definition of the shard size, zerosim's
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A GPT-style decoder in torch, built from zerosim's ModelConfig, cut into ZeRO-3 gather units.
 
-Shapes follow zerosim.model.param_counts tensor by tensor, so `numel` equals zerosim's Ψ exactly.
+Shapes follow zerosim.analytic.model.param_counts tensor by tensor, so `numel` equals zerosim's Ψ exactly.
 The model is built on the meta device: nothing is allocated until a stage decides what a rank
 owns; `init_tensor` then materialises any parameter from (seed, name) alone, identically on every
 rank and in the single-process reference, whatever the sharding.
@@ -24,7 +24,7 @@ INIT_STD = 0.02  # GPT-2's initializer_range
 
 # training.flash_attention: a fused kernel that keeps no s x s matrix (FlashAttention-2,
 # memory-efficient or cuDNN on CUDA, the flash kernel for CPU), or the plain math of
-# softmax(QK^T)V whose softmax output autograd keeps, as zerosim.model.activations counts it.
+# softmax(QK^T)V whose softmax output autograd keeps, as zerosim.analytic.model.activations counts it.
 # Without the choice made here SDPA picks a fused kernel whenever one applies, and a scenario
 # saying `flash_attention = false` would be measured with flash's memory.
 ATTENTION_KERNELS = {
@@ -124,7 +124,7 @@ class Head(nn.Module):
 
 
 class GPT(nn.Module):
-    """Units in forward order: [embedding, block 1..L, head] (zerosim.model's gather units)."""
+    """Units in forward order: [embedding, block 1..L, head] (zerosim.analytic.model's gather units)."""
 
     def __init__(self, m: ModelConfig, flash: bool = False):
         super().__init__()

@@ -8,7 +8,7 @@ torch's Adam is the reference. Gradients arrive summed over ranks; the division 
 
 Offloaded (training.optimizer_offload = "cpu", ZeRO-Offload, Ren et al. 2021 §4.1): HostAdam keeps
 the fp32 master, m and v and an fp32 gradient buffer of the shard in host memory (pinned when the
-parameters are on a GPU), 16 bytes per element (zerosim.host_memory.offload_bytes), and steps
+parameters are on a GPU), 16 bytes per element (zerosim.analytic.host_memory.offload_bytes), and steps
 there; the updated master is cast back into the device's parameter shard. The arithmetic is
 ShardAdam's, on the same fp32 values, so the parity with torch's Adam holds unchanged. On a
 CPU-only box host and device are the same memory, and the same separate buffers and copies run.

@@ -130,7 +130,7 @@ def mem_available() -> int | None:
 def check_memory(scenario, stage: int, procs: int, world: int) -> None:
     """On CPU, ranks share the box's memory: refuse a run that cannot fit, rather than let the
     kernel's OOM killer pick a rank mid-run (or swap the box to a halt)."""
-    from zerosim.memory import stage_memory
+    from zerosim.analytic.memory import stage_memory
 
     check_fits(procs, stage_memory(scenario, stage).peak_bytes,
                f"zerosim's peak for stage {stage} at world size {world}")

@@ -19,7 +19,7 @@ from zero_real import watch
 from zero_real.launch import init_distributed, spawn
 from zero_real.runconfig import RunConfig
 from zerosim.contract import STAGE_NAMES, Measurement, RankMeasurement
-from zerosim.memory import stage_memory
+from zerosim.analytic.memory import stage_memory
 
 
 def device_for(backend: str, rank: int) -> torch.device:

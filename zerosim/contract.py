@@ -60,7 +60,7 @@ profile prices each separately (cluster.collective_impl)."""
 
 UNIT_KINDS = ("embedding", "block", "head")
 """Kinds of ZeRO-3 gather unit, in forward order: zero_real times one of each, a profile fits one
-line per kind, zerosim prices each unit by its kind (zerosim.model.unit_kinds)."""
+line per kind, zerosim prices each unit by its kind (zerosim.analytic.model.unit_kinds)."""
 EMBEDDING, BLOCK, HEAD = UNIT_KINDS
 
 PASSES = ("forward", "backward")

@@ -8,9 +8,9 @@ from typing import Any
 from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
 from zerosim.sim.costs import op_model
 from zerosim.sim.device import overhead_bytes
-from zerosim.host_memory import estimator_lines
-from zerosim.memory import StageMemory, fits, optimizer_bytes_per_param
-from zerosim.model import total_params
+from zerosim.analytic.host_memory import estimator_lines
+from zerosim.analytic.memory import StageMemory, fits, optimizer_bytes_per_param
+from zerosim.analytic.model import total_params
 from zerosim.scenario.config import Scenario
 from zerosim.units import FP32_BYTES, GB, KB, MB, US, GiB, KiB, MiB
 

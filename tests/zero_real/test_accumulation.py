@@ -291,7 +291,7 @@ def test_flash_attention_keeps_no_score_matrix_and_plain_attention_keeps_it():
     flash's memory). The measured activations differ by exactly zerosim's score term."""
     from zero_real.launch import spawn
     from zero_real.runconfig import RankSetup
-    from zerosim.model import activations
+    from zerosim.analytic.model import activations
 
     # zero_real has no dropout (zero_real.model): without it zerosim keeps the softmax output.
     plain = tiny(1, "model.dropout=false")

@@ -95,7 +95,7 @@ def test_the_memory_check_counts_each_process_not_the_model_alone(dry_run, monke
     """The tiny model peaks at ~2.7 MB per rank, but each rank's process holds ~150 MiB (torch,
     gloo, the profiler): on a box with 1 GiB available (80% usable: 819 MiB), 3 ranks fit and 4
     do not. Counting the model alone, 300 ranks would have 'fit'."""
-    from zerosim.memory import stage_memory
+    from zerosim.analytic.memory import stage_memory
     from zerosim.scenario.load import load_scenario
 
     monkeypatch.setattr(preflight, "mem_available", lambda: GiB)

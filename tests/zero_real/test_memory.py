@@ -10,7 +10,7 @@ from functools import partial  # noqa: E402
 from tests.zero_real.helpers import parity_worker  # noqa: E402
 from tests.conftest import SCENARIOS  # noqa: E402
 from zerosim.scenario.load import load_scenario  # noqa: E402
-from zerosim.memory import stage_memory  # noqa: E402
+from zerosim.analytic.memory import stage_memory  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 UNATTRIBUTED_BYTES = 4

@@ -1,6 +1,6 @@
 """Optimizer offload (training.optimizer_offload = "cpu") and hybrid sharding (training.shard_group
 = 2 of 4 ranks: a 2 x 2 gloo mesh) at stages 1-3, on 4 gloo processes, against one plain PyTorch
-process (torch.optim.Adam); their ledgers against zerosim.memory.stage_memory, host bytes too;
+process (torch.optim.Adam); their ledgers against zerosim.analytic.memory.stage_memory, host bytes too;
 the replica all-reduces each replica_allreduce runs; the `--shard-group` flag and the refusals.
 
 One spawned group of 4 runs every training the module checks (a module fixture): the module pays
@@ -19,7 +19,7 @@ from tests.zero_real.helpers import (reference_grads, reference_shard, reference
                                      relative_error, train_worker)
 from tests.zero_real.test_memory import UNATTRIBUTED_BYTES, unowned_bytes  # noqa: E402
 from tests.zero_real.test_parity import BF16_RTOL, UNEVEN, assert_parity  # noqa: E402
-from zerosim.memory import stage_memory  # noqa: E402
+from zerosim.analytic.memory import stage_memory  # noqa: E402
 from zerosim.scenario.config import ClusterConfig, Scenario, TrainingConfig  # noqa: E402
 from zerosim.scenario.load import load_scenario  # noqa: E402
 

@@ -13,7 +13,7 @@ from functools import partial  # noqa: E402
 from tests.zero_real.helpers import (LR, parity_worker, reference_grads, reference_shard,  # noqa: E402
                                      reference_train, relative_error)
 from zerosim.scenario.config import ClusterConfig, ModelConfig, Scenario, TrainingConfig  # noqa: E402
-from zerosim.model import total_params  # noqa: E402
+from zerosim.analytic.model import total_params  # noqa: E402
 
 STEPS = 5
 FP32_RTOL = 1e-5

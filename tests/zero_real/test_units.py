@@ -8,7 +8,7 @@ from zero_real.flat import Layout, shard_elements  # noqa: E402
 from zero_real.model import build_model, count_params  # noqa: E402
 from zerosim.scenario.config import ModelConfig  # noqa: E402
 from zerosim.scenario.load import load_scenario  # noqa: E402
-from zerosim.model import total_params  # noqa: E402
+from zerosim.analytic.model import total_params  # noqa: E402
 from tests.conftest import SCENARIOS  # noqa: E402
 
 

@@ -4,7 +4,7 @@ recover and the engine must reproduce (tests/zerosim/test_calibrate.py, test_val
 import dataclasses
 
 from tests.conftest import SCENARIOS
-from zerosim.model import unit_flops
+from zerosim.analytic.model import unit_flops
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import simulate
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from zerosim.scenario.load import load_scenario
-from zerosim.memory import memory_table
-from zerosim.model import total_params
+from zerosim.analytic.memory import memory_table
+from zerosim.analytic.model import total_params
 
 from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 

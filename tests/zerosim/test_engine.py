@@ -9,7 +9,7 @@ import pytest
 
 from zerosim.sim.engine import simulate
 from zerosim.scenario.load import load_scenario
-from zerosim.memory import stage_memory, steady_points
+from zerosim.analytic.memory import stage_memory, steady_points
 from zerosim.units import mib_to_bytes
 
 from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
@@ -91,7 +91,7 @@ def test_fsdp2_timeline_stays_within_the_analytic_peak(path, overrides, stage):
     """FSDP2's gradients made in backward: the timeline passes through the steady points, starts
     without them, and never exceeds the analytic peak (backward trades activations for
     gradients unit by unit; with accumulation the first micro-step's stay)."""
-    from zerosim.memory import grads_made_in_backward
+    from zerosim.analytic.memory import grads_made_in_backward
 
     s = load_scenario(path, overrides)
     result = simulate(s, stage, keep_events=False)

@@ -6,13 +6,13 @@ import pytest
 
 from tests.conftest import ROOT, assert_one_line_error, run_zerosim
 from zerosim.errors import InputError
-from zerosim.host_memory import (DEEPSPEED_BUFFER_FACTOR, deepspeed_zero2_estimate,
+from zerosim.analytic.host_memory import (DEEPSPEED_BUFFER_FACTOR, deepspeed_zero2_estimate,
                                  deepspeed_zero3_estimate)
-from zerosim.memory import stage_memory, steady_points
+from zerosim.analytic.memory import stage_memory, steady_points
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import simulate
 from zerosim.sim.offload import QGZ_BYTES_PER_ELEMENT, QWZ_BYTES_PER_ELEMENT
-from zerosim.sim.step_shape import step_shape
+from zerosim.sim.stages.step_shape import step_shape
 
 SCENARIOS = ROOT / "scenarios"
 LLAMA, TINY = SCENARIOS / "llama2_7b_64gpu.toml", SCENARIOS / "tiny_gpt_4rank_cpu.toml"

@@ -4,7 +4,7 @@ Expected bytes are counted by hand."""
 
 import pytest
 
-from zerosim.memory import stage_memory
+from zerosim.analytic.memory import stage_memory
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import simulate
 
@@ -115,7 +115,7 @@ def test_fsdp2_shards_each_tensor_along_its_rows():
     """torchtitan's Llama-2-7B layer, counted by hand: attention norm, Q, K, V, O, MLP norm,
     w1, w2, w3 (nn.Linear weights are (out, in)); at 64 ranks each tensor keeps ceil(rows / 64)
     rows: norms 64 of 4096 elements... one row of 4096 rows of one column each."""
-    from zerosim.model import gradient_units, unit_tensor_shapes
+    from zerosim.analytic.model import gradient_units, unit_tensor_shapes
 
     m = load_scenario(LLAMA2_7B).model
     units = unit_tensor_shapes(m)
@@ -129,7 +129,7 @@ def test_fsdp2_model_states_are_one_block_per_tensor_and_gradients_live_in_their
     """FSDP2's parameters and Adam's moments are one tensor each per parameter (small ones share
     the allocator's 2 and 20 MiB segments), and each gradient shard is the reduce-scatter's
     output, allocated on the reduce-scatter stream: its own pool of segments."""
-    from zerosim.sim.step_shape import step_shape
+    from zerosim.sim.stages.step_shape import step_shape
 
     s = load_scenario(LLAMA2_7B, ["training.framework='fsdp2'"])
     shape, row = step_shape(s, 3), stage_memory(s, 3)
@@ -174,7 +174,7 @@ def test_foreach_adam_takes_one_fp32_square_root_per_parameter_element_for_the_s
     tensors, one per parameter: 4 bytes per element it updates, during the step only (the H100
     measured 4,000,002,048 bytes for 10^9 elements). DeepSpeed's step holds its fp32 gradient
     partition instead; the paper's accounting holds nothing."""
-    from zerosim.sim.step_shape import step_shape
+    from zerosim.sim.stages.step_shape import step_shape
 
     fsdp = load_scenario(LLAMA2_7B, ["training.framework='fsdp2'"])
     ddp = load_scenario(MEGATRON, ["training.framework='ddp'", "training.zero_stage=0"])
@@ -194,7 +194,7 @@ def test_fsdp2_stage_2_keeps_what_forward_gathered_until_backward():
     unit once and keeps it (16-bit) until the unit's backward; backward gathers nothing, so a
     rank all-gathers half what ZeRO-3 does, and nothing after the step (ZeRO-2 gathers the
     updated parameters there). Between steps only FSDP2's fp32 shards and moments remain."""
-    from zerosim.model import gather_units
+    from zerosim.analytic.model import gather_units
 
     two = load_scenario(LLAMA2_7B, ["training.framework='fsdp2'", "training.zero_stage=2"])
     three = load_scenario(LLAMA2_7B, ["training.framework='fsdp2'"])

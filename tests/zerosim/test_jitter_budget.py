@@ -1,4 +1,4 @@
-"""Per-rank mode is capped by memory, not by a count of ranks (sim/budget.py): a step whose ranks
+"""Per-rank mode is capped by memory, not by a count of ranks (sim/lockstep/budget.py): a step whose ranks
 simulated one by one would take more than the budget is refused before it starts, in one line
 naming the estimate and the limit; an event log (--trace) counts."""
 
@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ZERO_PAPER, assert_one_line_error, run_zerosim
 from zerosim.errors import InputError
 from zerosim.scenario.load import load_scenario
-from zerosim.sim import budget
+from zerosim.sim.lockstep import budget
 from zerosim.sim.engine import Engine, simulate, step_counts
 
 JITTER = ("--set", "variation.jitter_pct=5")
@@ -23,7 +23,7 @@ def test_a_step_over_the_budget_is_refused_in_one_line(monkeypatch, tmp_path):
     refused = run_zerosim("simulate", ZERO_PAPER, *JITTER, *thousand,
                           "--trace", tmp_path / "t.json")  # every rank's event log: ~0.5 MB each
     assert_one_line_error(refused, "1024 ranks one by one", "jitter", " GB (", "kB per rank",
-                          "0.20 GB limit (zerosim.sim.budget.BUDGET_BYTES)")
+                          "0.20 GB limit (zerosim.sim.lockstep.budget.BUDGET_BYTES)")
     assert not (tmp_path / "t.json").exists()
     assert_one_line_error(run_zerosim("simulate", ZERO_PAPER, *JITTER, "--set", "cluster.nodes=8192"),
                           "65536 ranks one by one")

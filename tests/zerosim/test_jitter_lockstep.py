@@ -1,4 +1,4 @@
-"""Per-rank mode in lockstep (sim/lockstep.py, sim/per_rank.py) gives what simulating every rank
+"""Per-rank mode in lockstep (sim/lockstep/strands.py, sim/lockstep/replay.py) gives what simulating every rank
 event by event gives (granularity "phase": every rank's own processes, every rank's links, every
 phase and wait an event), to the last bit: results, every rank's times and memory, event logs
 and traces, with jitter, stragglers, degraded links, SMs shared with NCCL, ties at one instant
@@ -11,10 +11,10 @@ import pytest
 
 from tests.conftest import SCENARIOS, ZERO_PAPER
 from zerosim.scenario.load import load_scenario
-from zerosim.sim import per_rank
+from zerosim.sim.lockstep import replay as per_rank
 from zerosim.sim.engine import Engine, simulate
-from zerosim.sim.lockstep import MemoryLog, Strand
-from zerosim.sim.per_rank import memory_groups
+from zerosim.sim.lockstep.strands import MemoryLog, Strand
+from zerosim.sim.lockstep.replay import memory_groups
 from zerosim.sim.trace import chrome_trace
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"

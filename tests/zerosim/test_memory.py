@@ -6,8 +6,8 @@ from hypothesis import given, settings, strategies as st
 
 from zerosim.scenario.config import ClusterConfig, ModelConfig, Scenario, TrainingConfig
 from zerosim.scenario.load import load_scenario
-from zerosim.host_memory import deepspeed_zero2_estimate
-from zerosim.memory import memory_table, optimizer_bytes_per_param, stage_memory
+from zerosim.analytic.host_memory import deepspeed_zero2_estimate
+from zerosim.analytic.memory import memory_table, optimizer_bytes_per_param, stage_memory
 
 from tests.conftest import SCENARIOS, run_zerosim
 

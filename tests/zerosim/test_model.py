@@ -4,7 +4,7 @@ import pytest
 
 from zerosim.scenario.config import ModelConfig, TrainingConfig
 from zerosim.scenario.load import load_scenario
-from zerosim.model import activations, max_gather_window, param_counts, total_params
+from zerosim.analytic.model import activations, max_gather_window, param_counts, total_params
 
 from tests.conftest import SCENARIOS
 

@@ -262,7 +262,7 @@ def test_fsdp2_copies_around_its_collectives_are_memory_bound_traffic():
     chunk_cat into the reduce buffer (read 2, write 4 under an fp32 reduce), each a launch plus
     bytes over the streaming bandwidth; at stage 2 (kept parameters) backward copies nothing
     out. The paper's accounting has none of it."""
-    from zerosim.model import gather_units
+    from zerosim.analytic.model import gather_units
     from zerosim.sim.costs import compute_seconds
 
     path, sets = SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='op'"]
@@ -282,7 +282,7 @@ def test_fsdp2_copies_around_its_collectives_are_memory_bound_traffic():
 def test_foreach_adam_moves_80_bytes_per_element():
     """FSDP2's and DDP's torch AdamW, foreach: eight passes over fp32 tensors, 80 bytes per
     element (step_shape.FOREACH_ADAM_BYTES); the fused or DeepSpeed step moves 28."""
-    from zerosim.sim.step_shape import step_shape
+    from zerosim.sim.stages.step_shape import step_shape
 
     path = SCENARIOS / "llama2_7b_64gpu.toml"
     fsdp = step_shape(load_scenario(path, ["training.framework='fsdp2'"]), 3)

@@ -6,8 +6,8 @@ trillion parameters on 1024 GPUs at 16 GB each), then the searches at their boun
 import pytest
 
 from zerosim.scenario.load import load_scenario
-from zerosim.memory import stage_memory
-from zerosim.model import total_params
+from zerosim.analytic.memory import stage_memory
+from zerosim.analytic.model import total_params
 from zerosim.tradeoffs.plan import fewest_gpus, largest_model, plan, with_world
 
 from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
@@ -172,7 +172,7 @@ def test_plan_says_what_it_leaves_out(monkeypatch):
     assert not any("limit" in n for n in plan(paper(8), 32 * GiB)["notes"])
     # a world whose ranks simulated one by one exceed the memory budget is skipped with its
     # reason, not fatal: a budget just large enough for the 16-GPU world's largest step
-    from zerosim.sim import budget
+    from zerosim.sim.lockstep import budget
 
     asked = []
     measure = budget.check
@@ -185,7 +185,7 @@ def test_plan_says_what_it_leaves_out(monkeypatch):
     assert {c["world_size"] for c in per_rank["configurations"]} == {4, 6, 8, 16}
     for gpus in (32, 64):
         assert any(n.startswith(f"{gpus} GPUs not ranked: simulating {gpus} ranks one by one")
-                   and "zerosim.sim.budget.BUDGET_BYTES" in n for n in per_rank["notes"])
+                   and "zerosim.sim.lockstep.budget.BUDGET_BYTES" in n for n in per_rank["notes"])
 
 
 def test_plan_reports_progress_per_gpu_count_once_it_runs_long(monkeypatch):

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from zerosim.memory import stage_memory
+from zerosim.analytic.memory import stage_memory
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.device import overhead_bytes
 from zerosim.sim.engine import simulate

@@ -4,8 +4,8 @@ and every other matmul's output, recompute the rest). Its memory lies between "n
 
 import pytest
 
-from zerosim.memory import stage_memory
-from zerosim.model import activations, unit_flops
+from zerosim.analytic.memory import stage_memory
+from zerosim.analytic.model import activations, unit_flops
 from zerosim.scenario.load import load_scenario
 from zerosim.sim import op_costs as ops
 from zerosim.sim.engine import simulate

@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from tests.conftest import SCENARIOS
-from zerosim.model import unit_flops
+from zerosim.analytic.model import unit_flops
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import simulate
 

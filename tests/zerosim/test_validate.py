@@ -14,7 +14,7 @@ from tests.zerosim.calibration_data import TINY, with_profile
 from zerosim.calibration.measured import measured_metrics, run_samples
 from zerosim.calibration.validate import compare, step_figures
 from zerosim.contract import MEMORY_POINTS, OTHER
-from zerosim.memory import stage_memory
+from zerosim.analytic.memory import stage_memory
 from zerosim.sim.engine import simulate
 from zerosim.tradeoffs import calibration_plot, plot_inputs
 

@@ -7,7 +7,7 @@ and all-gathers stay inside it); the rank's reduced gradient piece is then all-r
 replica group, the N/g ranks holding the same shard: as each piece is reduced, in every
 micro-step (replica_allreduce = "every_micro_step", FSDP2's HSDP), or in the last micro-step
 only, each region of the shard with what the earlier micro-steps accumulated in it
-("once_per_step", MiCS: at the accumulation boundary), as zerosim's stage_family.py sends them.
+("once_per_step", MiCS: at the accumulation boundary), as zerosim's stages/family.py sends them.
 Either way Adam steps the sum over all N ranks, averaged by N.
 
 Optimizer offload (training.optimizer_offload = "cpu", stages 1-3; ZeRO-Offload): the gradient

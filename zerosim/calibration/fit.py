@@ -6,7 +6,7 @@
   gloo's), so the sizes are cut into at most MAX_SEGMENTS ranges, each with its own α-β, where one
   line leaves a point more than SPLIT_ABOVE_PCT off.
 - Compute: per unit kind (embedding, block, head) and pass, time = overhead + slope·work, work the
-  unit's FLOPs (zerosim.model.unit_flops), or its tokens where it has none (the embedding lookup).
+  unit's FLOPs (zerosim.analytic.model.unit_flops), or its tokens where it has none (the embedding lookup).
 - Optimizer step: α-β segments over the elements of the shard it updates.
 - In-step corrections and memory, from the real stages' own steps (fit_steps.py, which
   re-simulates each calibration run).
@@ -27,7 +27,7 @@ import numpy as np
 from zerosim.calibration.fit_steps import fit_memory, fit_step
 from zerosim.contract import PASSES, PROFILE_FORMAT, PROFILE_VERSION, busbw_factor
 from zerosim.errors import InputError
-from zerosim.model import unit_flops, unit_kinds
+from zerosim.analytic.model import unit_flops, unit_kinds
 from zerosim.scenario.profile import check_fit
 from zerosim.units import GB
 

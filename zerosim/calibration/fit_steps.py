@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from zerosim.contract import COMM
-from zerosim.memory import shard_elements
-from zerosim.model import total_params
+from zerosim.analytic.memory import shard_elements
+from zerosim.analytic.model import total_params
 from zerosim.scenario.profile import Profile
 from zerosim.sim.engine import simulate
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from zerosim.errors import InputError
 from zerosim.files import read_text
-from zerosim.model import unit_flops
+from zerosim.analytic.model import unit_flops
 from zerosim.report import columns
 from zerosim.scenario.checks import is_finite_number
 from zerosim.scenario.load import build_scenario, check_keys

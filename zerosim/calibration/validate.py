@@ -74,7 +74,7 @@ def _same_configuration(runs: list[dict[str, Any]], paths: list[str]) -> None:
 
 def _check_memory(m: dict[str, Any], path: str, scenario, scenario_path: str) -> list[str]:
     """Refuse a measurement whose zerosim memory at run time is not this scenario's now."""
-    from zerosim.memory import stage_memory
+    from zerosim.analytic.memory import stage_memory
 
     if "zerosim_memory" not in m:
         return ["the measurement carries no zerosim_memory: its configuration was not checked"]

@@ -92,7 +92,7 @@ def dispatch(prog: str, args: argparse.Namespace) -> int:
 def load(args: argparse.Namespace):
     """The scenario the arguments name, refused if what it makes passes 2**53 (memory.check_scale);
     what a DeepSpeed config contributed goes to stderr, once the scenario is accepted."""
-    from zerosim.memory import check_scale
+    from zerosim.analytic.memory import check_scale
     from zerosim.scenario.load import load_scenario
 
     notes: list[str] = []

@@ -13,7 +13,8 @@ from zerosim.contract import EXIT_OK, OPS, STAGE_NAMES, STAGES
 
 
 def run_memory(args: argparse.Namespace) -> int:
-    from zerosim import memory, report
+    from zerosim import report
+    from zerosim.analytic import memory
 
     scenario = load(args)
     rows = memory.memory_table(scenario)

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from zerosim.contract import COLLECTIVE_OPS, PASSES
-from zerosim.model import UnitFlops, gather_units, gradient_units, unit_kinds
+from zerosim.analytic.model import UnitFlops, gather_units, gradient_units, unit_kinds
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
 from zerosim.sim.op_costs import OpCosts, fsdp2_copies, op_costs, unit_seconds

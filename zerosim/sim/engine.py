@@ -1,6 +1,6 @@
 """Runs one training step of a stage on the simulated cluster and collects what happened.
 
-Every simulated rank has a compute stream (its stage program, stages.py) and communication streams
+Every simulated rank has a compute stream (its stage program, stages/) and communication streams
 (rank.py: FIFO queues served one collective at a time, like CUDA streams carrying NCCL kernels). A
 collective starts when every simulated rank has launched it, and moves its bytes over the links of
 the cluster (network.py) in the phases of its algorithm (collectives/).
@@ -14,7 +14,7 @@ different, so every rank is simulated ("per_rank"): all at once, each stream of 
 program running once for every rank with its clock a vector over the ranks (lockstep.py), over
 the links of the classes (a collective starts when every rank has joined it, so every healthy
 link carries the same transfers), then one rank per order of memory operations replayed event
-by event (per_rank.py). On the same input the modes give identical numbers
+by event (lockstep/replay.py). On the same input the modes give identical numbers
 (tests/zerosim/test_engine.py), and so does per-rank mode event by event, every rank with its own
 processes and links (granularity "phase": tests/zerosim/test_jitter_lockstep.py). What a step
 of many ranks simulated one by one may take in memory is capped (budget.py).
@@ -37,7 +37,7 @@ from zerosim.contract import SIM_MODES
 from zerosim.errors import InputError
 from zerosim.scenario.config import Scenario
 from zerosim.scenario.variation import VariationConfig
-from zerosim.sim import budget
+from zerosim.sim.lockstep import budget
 from zerosim.sim.clock import Environment
 from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, representatives,
@@ -48,9 +48,9 @@ from zerosim.sim.network import Cluster
 from zerosim.sim.offload import HOST, host_phases
 from zerosim.sim.rank import RankContext, refuse_overflow, sm_share
 from zerosim.sim.result import StageResult, stage_result
-from zerosim.sim.stage_fsdp2 import stage_program
-from zerosim.sim.stage_zero3 import ZeRO3
-from zerosim.sim.step_shape import step_shape
+from zerosim.sim.stages import stage_program
+from zerosim.sim.stages.zero3 import ZeRO3
+from zerosim.sim.stages.step_shape import step_shape
 
 COUNT_FROM = 64
 """Ranks simulated one by one from which a step's memory is estimated before it runs (budget.py):
@@ -100,7 +100,7 @@ class Engine:
         self.lockstep = self.mode == "per_rank" and granularity == "collective" and (
             c.world_size > 1) and not scenario.training.delayed_update  # its host stream
         # starts at 0 beside the step: the lockstep needs streams that start in time order
-        """Every rank at once (per_rank.py); else every simulated rank event by event."""
+        """Every rank at once (lockstep/replay.py); else every simulated rank event by event."""
         self.keep_events = keep_events
         self.keep_samples = keep_events
         self._pending: dict[tuple[str, int], list] = {}
@@ -209,7 +209,7 @@ class Engine:
         """Every simulated rank runs the stage's program to the end of the step."""
         shape = step_shape(self.scenario, self.stage)
         if self.lockstep:  # numpy: imported only where every rank runs
-            from zerosim.sim.per_rank import every_rank
+            from zerosim.sim.lockstep.replay import every_rank
 
             return every_rank(self, shape)
         contexts = [RankContext(self, rank) for rank in self.compute_ranks]

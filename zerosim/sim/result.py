@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerosim.contract import STAGE_NAMES
-from zerosim.model import model_flops_per_token
+from zerosim.analytic.model import model_flops_per_token
 from zerosim.sim.device import overhead
 from zerosim.sim.rank import RankContext
 

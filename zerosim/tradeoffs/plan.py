@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from zerosim.contract import STAGE_NAMES, STAGES
 from zerosim.errors import InputError
-from zerosim.memory import stage_memory
-from zerosim.model import param_counts, total_params
+from zerosim.analytic.memory import stage_memory
+from zerosim.analytic.model import param_counts, total_params
 from zerosim.scenario.checks import MAX_VALUE
 from zerosim.scenario.family import shard_degree
 from zerosim.sim.device import overhead_bytes

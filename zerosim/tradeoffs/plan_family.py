@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from zerosim.contract import STAGE_NAMES
 from zerosim.errors import InputError, brief
-from zerosim.memory import stage_memory
+from zerosim.analytic.memory import stage_memory
 from zerosim.scenario.config import Scenario
 from zerosim.tradeoffs.sweep import rows_of
 from zerosim.units import GiB, KiB, MiB

@@ -25,8 +25,8 @@ from typing import Any
 
 from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES, STAGES
 from zerosim.errors import InputError
-from zerosim.memory import check_scale, fits, stage_memory
-from zerosim.model import total_params
+from zerosim.analytic.memory import check_scale, fits, stage_memory
+from zerosim.analytic.model import total_params
 from zerosim.report import op_bytes
 from zerosim.scenario.load import load_scenario, parse_override
 from zerosim.sim.costs import op_model

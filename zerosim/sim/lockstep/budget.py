@@ -9,7 +9,7 @@ step of one rank of the uniform cluster (engine.step_counts) times the figures b
 with tracemalloc on the ZeRO paper's 7.5B scenario (128 to 4096 ranks, stages 0-3; within a
 factor of 2 of the peak: tests/zerosim/test_jitter_budget.py). A step whose estimate exceeds
 the budget is refused before it starts, in one line. Ranks whose memory operations fall in
-orders of their own are each replayed event by event (per_rank.py), which the estimate cannot
+orders of their own are each replayed event by event (lockstep/replay.py), which the estimate cannot
 foresee: once the lockstep pass has counted them, check_replays adds them and refuses again.
 """
 
@@ -100,7 +100,7 @@ def available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 def budget_bytes() -> tuple[int, str]:
     """The most a step may take, and where that figure comes from."""
     if BUDGET_BYTES is not None:
-        return BUDGET_BYTES, "zerosim.sim.budget.BUDGET_BYTES"
+        return BUDGET_BYTES, "zerosim.sim.lockstep.budget.BUDGET_BYTES"
     available = available_bytes()
     if available is None:
         return DEFAULT_BUDGET_BYTES, "the default where available memory cannot be read"

@@ -1,6 +1,6 @@
 """What one rank does in one training step, stage by stage: DDP first, then each ZeRO stage as
 the difference it makes (the ZeRO paper, Rajbhandari et al. 2020, §5 and §7); ZeRO-3 is
-stage_zero3.py.
+zero3.py.
 
 A step is: forward unit by unit, backward in reverse producing gradients, their reduction, the
 optimizer step. Units are the ZeRO-3 gather units of model.py (embedding, layers, head). Under
@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from zerosim.contract import OTHER
-from zerosim.memory import STAGE2_LIVE_BUCKETS
+from zerosim.analytic.memory import STAGE2_LIVE_BUCKETS
 from zerosim.sim.groups import WORLD
-from zerosim.sim.step_shape import StepShape
+from zerosim.sim.stages.step_shape import StepShape
 
 
 class DDP:
@@ -147,7 +147,7 @@ class DDP:
 
     def reduced(self, stream: str, size: float, phase: str, unit: int | None,
                 group: str) -> None:
-        """What follows a gradient reduction among `group` on `stream` (stage_family.py: hybrid
+        """What follows a gradient reduction among `group` on `stream` (stages/family.py: hybrid
         sharding's replica all-reduce, offload's copy to the host); nothing here."""
 
     def drain(self) -> Iterator:
@@ -177,7 +177,7 @@ class DDP:
             self.ctx.free("optimizer workspace")
 
     def update(self, elements: int) -> Iterator:
-        """The optimizer's arithmetic on the GPU (offload moves it: stage_family.py)."""
+        """The optimizer's arithmetic on the GPU (offload moves it: stages/family.py)."""
         yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
                                     None)
 

@@ -1,4 +1,4 @@
-"""The ZeRO family on top of any stage program (stages.py, stage_zero3.py, stage_fsdp2.py), as
+"""The ZeRO family on top of any stage program (replicated.py, zero3.py, fsdp2.py), as
 the differences each scheme makes (family_shape.FamilyShape says which are on):
 
 - hybrid sharding (HSDP, MiCS): reductions, gathers and the post-step all-gather run inside the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from zerosim.sim.family_shape import uses_family
+from zerosim.sim.stages.family_shape import uses_family
 from zerosim.sim.groups import INTER_NODE, NODE, REPLICA, WORLD
 from zerosim.sim.network import D2H
 from zerosim.sim.offload import HOST, QGZ_BYTES_PER_ELEMENT, QWZ_BYTES_PER_ELEMENT

@@ -6,7 +6,7 @@ max-plus recurrence: a compute adds its duration to the stream's clock, a wait t
 the clock and the time of what it waits for, and a collective starts when the last rank joins
 (the maximum over ranks) and ends when its closed form, or the simulated links, say: the same
 time for every rank. So each stream of the stage program (its compute and each communication
-stream) runs once, as a strand whose clock is a numpy vector over the ranks (lockstep_ranks.py),
+stream) runs once, as a strand whose clock is a numpy vector over the ranks (lockstep/ranks.py),
 making rank by rank the float additions and maxima the event-by-event run makes: every time is
 the same to the bit. Collectives that share links (ZeRO-3) move over the engine's links (its
 representative and degraded ones, network.py), event by event, in its clock; the strands run
@@ -15,7 +15,7 @@ not, for that one).
 
 A vector does not carry the order in which two streams of one rank act at one instant, nor the
 memory timeline, which depends on the order of allocations and frees: the strands log their
-memory operations (MemoryLog), and per_rank.py replays one rank of each order event by event.
+memory operations (MemoryLog), and lockstep/replay.py replays one rank of each order event by event.
 """
 
 from __future__ import annotations

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from zerosim.memory import keeps_gathered_parameters
-from zerosim.scenario.config import TrainingConfig
-from zerosim.sim.stage_family import with_family
-from zerosim.sim.stage_zero3 import STAGE_PROGRAMS, ZeRO3
+from zerosim.sim.stages.zero3 import ZeRO3
 
 
 class KeepGathered(ZeRO3):
@@ -31,8 +28,3 @@ class KeepGathered(ZeRO3):
         else:
             self.ctx.free(("gathered", "forward", unit))
 
-
-def stage_program(t: TrainingConfig, stage: int) -> type:
-    """The program a rank runs for `stage` under the scenario's framework."""
-    program = KeepGathered if keeps_gathered_parameters(t, stage) else STAGE_PROGRAMS[stage]
-    return with_family(program, t)

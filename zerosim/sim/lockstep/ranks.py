@@ -1,6 +1,6 @@
 """Every rank's context at once (rank.RankContext for lockstep.py): clocks are vectors over the
 ranks, jitter is drawn from each rank's own generator, and memory operations are logged rather
-than made (per_rank.py replays them)."""
+than made (lockstep/replay.py replays them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from zerosim.contract import OTHER
-from zerosim.sim.lockstep import Idle, Lockstep, Sequence, Signal, Slots
+from zerosim.sim.lockstep.strands import Idle, Lockstep, Sequence, Signal, Slots
 from zerosim.sim.rank import MIN_COMPUTE_RATE
 
 DRAW_BLOCK = 256

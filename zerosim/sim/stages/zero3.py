@@ -1,16 +1,14 @@
-"""ZeRO-3 as the difference it makes to ZeRO-1 (stages.py): parameters sharded, gathered unit by
+"""ZeRO-3 as the difference it makes to ZeRO-1 (replicated.py): parameters sharded, gathered unit by
 unit before forward and again before backward, and each unit's gradient reduce-scattered on a
-stream of its own, which shares the links with the gathers. STAGE_PROGRAMS maps every stage to
-its program."""
+stream of its own, which shares the links with the gathers."""
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from zerosim.contract import STAGES
-from zerosim.memory import STAGE3_LIVE_LAYER_GRADS
-from zerosim.sim.stages import DDP, ZeRO1, ZeRO2
-from zerosim.sim.step_shape import StepShape
+from zerosim.analytic.memory import STAGE3_LIVE_LAYER_GRADS
+from zerosim.sim.stages.replicated import DDP, ZeRO1
+from zerosim.sim.stages.step_shape import StepShape
 
 
 class ZeRO3(ZeRO1):
@@ -104,5 +102,3 @@ class ZeRO3(ZeRO1):
     def optimizer_step(self) -> Iterator:
         yield from DDP.optimizer_step(self)  # on the shard; parameters stay sharded: no all-gather
 
-
-STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))

@@ -8,13 +8,13 @@ import math
 from dataclasses import dataclass, field
 
 from zerosim.errors import InputError
-from zerosim.memory import (MOMENTS, StageMemory, foreach_adam, grad_bytes_per_element,
+from zerosim.analytic.memory import (MOMENTS, StageMemory, foreach_adam, grad_bytes_per_element,
                             grads_made_in_backward, loss_blocks, persistent_buffer_bytes,
                             shard_elements, stage_memory)
-from zerosim.model import (activations, gather_units, gradient_units, total_params,
+from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.scenario.family import shard_degree
-from zerosim.sim.family_shape import FamilyShape, family_shape
+from zerosim.sim.stages.family_shape import FamilyShape, family_shape
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
                                other_s)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
@@ -67,7 +67,7 @@ class StepShape:
     of a buffer held all step (memory.grads_made_in_backward: FSDP2), each unit's parameter
     tensors' parts of the rank's gradient shard."""
     family: FamilyShape = field(default_factory=FamilyShape)
-    """Hybrid sharding, offload and ZeRO++ (family_shape.py; stage_family.py runs them)."""
+    """Hybrid sharding, offload and ZeRO++ (family_shape.py; stages/family.py runs them)."""
     state_blocks: list[tuple[str, int]] = field(default_factory=list)
     """Where model states are one tensor per parameter (FSDP2: each sharded parameter, then
     each of its optimizer moments), (category, bytes) in allocation order; else one block per

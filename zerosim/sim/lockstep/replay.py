@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from zerosim.sim import budget
-from zerosim.sim.budget import ORDERED_AT_ONCE
+from zerosim.sim.lockstep import budget
+from zerosim.sim.lockstep.budget import ORDERED_AT_ONCE
 from zerosim.sim.clock import Environment
-from zerosim.sim.lockstep import Lockstep, MemoryLog
-from zerosim.sim.lockstep_ranks import Ranks
+from zerosim.sim.lockstep.strands import Lockstep, MemoryLog
+from zerosim.sim.lockstep.ranks import Ranks
 from zerosim.sim.rank import RankContext, RankState, refuse_overflow
 
 

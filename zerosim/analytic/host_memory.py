@@ -7,7 +7,7 @@ factor the report says so.
 
 from __future__ import annotations
 
-from zerosim.model import max_gather_window, total_params
+from zerosim.analytic.model import max_gather_window, total_params
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 # DeepSpeed's host buffers for NVMe offload (runtime/zero/offload_config.py defaults): the

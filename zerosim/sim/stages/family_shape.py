@@ -1,4 +1,4 @@
-"""The numbers the ZeRO family's stage programs (stage_family.py) work from, derived once per
+"""The numbers the ZeRO family's stage programs (stages/family.py) work from, derived once per
 stage: which group shards, what follows each reduction, the host operations of the optimizer
 step and of each parameter fetch, and ZeRO++'s switches."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zerosim.memory import MOMENTS, grad_bytes_per_element, shard_elements
-from zerosim.model import total_params
+from zerosim.analytic.memory import MOMENTS, grad_bytes_per_element, shard_elements
+from zerosim.analytic.model import total_params
 from zerosim.scenario.family import hpz, offloads, shard_degree, zeropp
 from zerosim.sim.groups import HPZ, SHARD, WORLD, subgroups
 from zerosim.sim.network import CPU_ADAM, H2D, NVME_READ, NVME_WRITE
@@ -82,5 +82,5 @@ def family_shape(scenario, stage: int) -> FamilyShape:
 
 
 def uses_family(t) -> bool:
-    """Whether a stage program needs stage_family's behaviour at all."""
+    """Whether a stage program needs stages/family.py's behaviour at all."""
     return bool(t.shard_group or offloads(t) or zeropp(t))

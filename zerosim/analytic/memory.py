@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from zerosim.contract import MEMORY_POINTS, STAGES
-from zerosim.model import (activations, gathered_elements, max_gather_window,
+from zerosim.analytic.model import (activations, gathered_elements, max_gather_window,
                            sharded_unit_elements, total_params)
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
-from zerosim.host_memory import offload_bytes
-from zerosim.memory_terms import (foreach_adam, fp32_shards_are_the_master,  # re-exported
+from zerosim.analytic.host_memory import offload_bytes
+from zerosim.analytic.memory_terms import (foreach_adam, fp32_shards_are_the_master,  # re-exported
                                   grads_made_in_backward, keeps_gathered_parameters, loss_blocks,
                                   loss_transient_bytes, persistent_buffer_bytes,
                                   step_transient_bytes)

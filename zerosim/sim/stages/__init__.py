@@ -1,0 +1,34 @@
+"""The stage programs: what one rank does in one training step, mirroring zero_real/stages/.
+
+Read them in the paper's order, each the difference it makes to the one before:
+
+| stage | program | module | what it changes |
+|---|---|---|---|
+| 0 | `DDP` | replicated.py | everything replicated; gradients all-reduced in buckets at the end of backward |
+| 1 | `ZeRO1` | replicated.py | optimizer states sharded: reduce-scatter, step on the shard, all-gather |
+| 2 | `ZeRO2` | replicated.py | gradients sharded too: buckets copied out and freed once reduced |
+| 3 | `ZeRO3` | zero3.py | parameters sharded: each unit gathered before forward and backward |
+| 2 under FSDP2 | `KeepGathered` | fsdp2.py | ZeRO-3 that keeps forward's gathered units until backward |
+
+The ZeRO family (offload, hybrid sharding, ZeRO++) is mixed into any of them by family.py from
+the numbers of family_shape.py; step_shape.py derives everything a program works from, once per
+stage. `stage_program` is the one place a scenario picks its program.
+"""
+
+from __future__ import annotations
+
+from zerosim.analytic.memory import keeps_gathered_parameters
+from zerosim.contract import STAGES
+from zerosim.scenario.config import TrainingConfig
+from zerosim.sim.stages.family import with_family
+from zerosim.sim.stages.fsdp2 import KeepGathered
+from zerosim.sim.stages.replicated import DDP, ZeRO1, ZeRO2
+from zerosim.sim.stages.zero3 import ZeRO3
+
+STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))
+
+
+def stage_program(t: TrainingConfig, stage: int) -> type:
+    """The program a rank runs for `stage` under the scenario's framework."""
+    program = KeepGathered if keeps_gathered_parameters(t, stage) else STAGE_PROGRAMS[stage]
+    return with_family(program, t)
