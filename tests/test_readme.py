@@ -1,4 +1,5 @@
-"""The README's promises stay true: its two commands, and the sample output it shows."""
+"""The README's promises stay true, and so do its pages under docs/: the README's two commands,
+and the sample output every page shows."""
 
 import re
 
@@ -8,6 +9,9 @@ from tests.conftest import ROOT, run_zerosim
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 FIRST_BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)[:2]
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+         for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+"""README.md and the pages beside docs/architecture.md (docs/research/ holds notes, not pages)."""
 
 
 def test_readme_opens_with_the_two_commands():
@@ -18,47 +22,70 @@ def test_readme_opens_with_the_two_commands():
     assert run_tests in ci.splitlines()  # CI runs the README's test command verbatim
 
 
-SAMPLES = re.findall(r"<!-- sample: zerosim (.*?)(?: \(.*?\))? -->\n```text\n(.*?)```", README, re.S)
+def found(kind: str) -> list[tuple[str, str, str]]:
+    """(page, argv, text) for each `<!-- KIND: zerosim ARGV -->` block of every page, in order."""
+    pattern = rf"<!-- {kind}: zerosim (.*?)(?: \(.*?\))? -->\n```text\n(.*?)```"
+    return [(page, argv, text) for page, markdown in PAGES.items()
+            for argv, text in re.findall(pattern, markdown, re.S)]
+
+
+SAMPLES = found("sample")
+EXCERPTS = found("excerpt")
 
 
 def test_readme_has_its_samples():
-    assert [argv for argv, _ in SAMPLES] == ["simulate scenarios/zero_paper_7b5_64gpu.toml",
-                                             "memory scenarios/zero_paper_7b5_64gpu.toml",
-                                             "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4",
-                                             "plan scenarios/zero_paper_7b5_64gpu.toml",
-                                             "simulate scenarios/family_zero_offload_10b_v100.toml --stage 2",
-                                             "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
-                                             "training.shard_group=8 --set cluster.inter_node_bandwidth_GBps=1.5625",
-                                             "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
-                                             "training.framework=deepspeed --set training.hpz_partition=8 --set "
-                                             "training.quantized_weights=true --set training.quantized_gradients=true "
-                                             "--set cluster.inter_node_bandwidth_GBps=1.5625"]
+    assert [(page, argv) for page, argv, _ in SAMPLES] == [
+        ("README.md", "simulate scenarios/zero_paper_7b5_64gpu.toml"),
+        ("docs/collectives.md",
+         "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4"),
+        ("docs/scenarios.md", "memory scenarios/zero_paper_7b5_64gpu.toml"),
+        ("docs/tradeoffs.md", "plan scenarios/zero_paper_7b5_64gpu.toml"),
+        ("docs/zero-family.md", "simulate scenarios/family_zero_offload_10b_v100.toml --stage 2"),
+        ("docs/zero-family.md",
+         "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
+         "training.shard_group=8 --set cluster.inter_node_bandwidth_GBps=1.5625"),
+        ("docs/zero-family.md",
+         "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
+         "training.framework=deepspeed --set training.hpz_partition=8 --set "
+         "training.quantized_weights=true --set training.quantized_gradients=true "
+         "--set cluster.inter_node_bandwidth_GBps=1.5625")]
+
+
+def test_readme_has_its_excerpts():
+    """The front page shows a few lines of each job's command; the pages the rest."""
+    assert [(page, argv) for page, argv, _ in EXCERPTS] == [
+        ("README.md", "memory scenarios/zero_paper_7b5_64gpu.toml"),
+        ("README.md", "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4"),
+        ("README.md", "plan scenarios/zero_paper_7b5_64gpu.toml"),
+        ("README.md", "plan scenarios/zero_paper_7b5_64gpu.toml --allow offload,hybrid,zeropp"),
+        ("docs/zero-family.md", "plan scenarios/zero_paper_7b5_64gpu.toml --allow offload,hybrid")]
 
 
 def test_readme_shows_the_figures():
-    images = re.findall(r"!\[[^\]]+\]\((docs/figures/\w+\.png)\)", README)
-    assert images == [f"docs/figures/{kind}.png" for kind in
+    images = [(page, image) for page, markdown in PAGES.items()
+              for image in re.findall(r"!\[[^\]]+\]\(([^)\s]+\.png)\)", markdown)]
+    assert images == [("docs/tradeoffs.md", f"figures/{kind}.png") for kind in
                       ("memory", "tradeoff", "timeline", "calibration")]
-    for image in images:
-        assert (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for page, image in images:
+        assert ((ROOT / page).parent / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("argv, sample", SAMPLES, ids=[argv for argv, _ in SAMPLES])
-def test_readme_sample_output_is_the_real_output(monkeypatch, argv, sample):
-    monkeypatch.chdir(ROOT)  # the sample shows the path as typed in the README's command
+@pytest.mark.parametrize("page, argv, sample", SAMPLES, ids=[argv for _, argv, _ in SAMPLES])
+def test_readme_sample_output_is_the_real_output(monkeypatch, page, argv, sample):
+    monkeypatch.chdir(ROOT)  # the sample shows the path as typed in the page's command
     result = run_zerosim(*argv.split())
     assert result.code == 0
     assert result.stdout == sample
 
 
-EXCERPTS = re.findall(r"<!-- excerpt: zerosim (.*?) -->\n```text\n(.*?)```", README, re.S)
-
-
-@pytest.mark.parametrize("argv, excerpt", EXCERPTS, ids=[argv for argv, _ in EXCERPTS])
-def test_readme_excerpts_are_lines_of_the_real_output(monkeypatch, argv, excerpt):
-    """An excerpt shows some lines of a longer output: each is a line of it, as printed."""
+@pytest.mark.parametrize("page, argv, excerpt", EXCERPTS,
+                         ids=[f"{page}: {argv}" for page, argv, _ in EXCERPTS])
+def test_readme_excerpts_are_lines_of_the_real_output(monkeypatch, page, argv, excerpt):
+    """An excerpt shows some lines of a longer output: each is a line of it, as printed, in the
+    order printed; a line `...` stands for lines left out."""
     monkeypatch.chdir(ROOT)
     result = run_zerosim(*argv.split())
     assert result.code == 0
-    lines = result.stdout.splitlines()
-    assert EXCERPTS and all(line in lines for line in excerpt.splitlines())
+    lines = iter(result.stdout.splitlines())
+    shown = [line for line in excerpt.splitlines() if line != "..."]
+    assert EXCERPTS and shown and all(line in lines for line in shown)  # `in` consumes: in order
