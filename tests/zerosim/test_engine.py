@@ -91,14 +91,14 @@ def test_fsdp2_timeline_stays_within_the_analytic_peak(path, overrides, stage):
     """FSDP2's gradients made in backward: the timeline passes through the steady points, starts
     without them, and never exceeds the analytic peak (backward trades activations for
     gradients unit by unit; with accumulation the first micro-step's stay)."""
-    from zerosim.analytic.memory import grads_made_in_backward
+    from zerosim.frameworks import framework_of
 
     s = load_scenario(path, overrides)
     result = simulate(s, stage, keep_events=False)
     expected = steady_points(s, stage)
     assert {k: result.memory_at[k] for k in expected} == expected
     analytic = stage_memory(s, stage)
-    made = analytic.grads_bytes if grads_made_in_backward(s.training, stage) else 0
+    made = analytic.grads_bytes if framework_of(s.training).grads_made_in_backward(s.training, stage) else 0
     assert result.memory_at["after_init"] == analytic.model_states_bytes - made
     assert expected["after_forward"] <= result.peak_bytes <= analytic.peak_bytes
 

@@ -8,6 +8,7 @@ factor the report says so.
 from __future__ import annotations
 
 from zerosim.analytic.model import max_gather_window, total_params
+from zerosim.frameworks import framework_of
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 # DeepSpeed's host buffers for NVMe offload (runtime/zero/offload_config.py defaults): the
@@ -34,7 +35,7 @@ def offload_bytes(t, stage: int, shard: int, moments: int) -> tuple[int, int]:
     bp = BYTES_PER_ELEMENT[t.precision]
     states = FP32_BYTES + FP32_BYTES * moments
     host, nvme = FP32_BYTES * shard, 0
-    if t.framework == "deepspeed" and stage in (1, 2):
+    if framework_of(t).pinned_bit16_host_partition(t, stage):
         host += bp * shard
     if t.optimizer_offload == "nvme":
         nvme += states * shard

@@ -17,8 +17,8 @@ Everything alive at once at the start of backward is counted: model states, all 
 FSDP2's gradients, which backward makes, but then also the end of backward: every gradient and
 the last unit's buffers); or, when larger, what the optimizer step holds (DeepSpeed's fp32
 gradient partition, foreach Adam's square roots). That is the peak of the step. Framework
-terms (training.framework, reduce_dtype, gradient_as_bucket_view) are the functions above
-stage_memory.
+terms (training.framework: reduce_dtype, gradient_as_bucket_view) are asked of the framework's
+class (zerosim/frameworks/).
 """
 
 from __future__ import annotations
@@ -26,15 +26,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from zerosim.contract import MEMORY_POINTS, STAGES
+from zerosim.frameworks import framework_of
 from zerosim.analytic.model import (activations, gathered_elements, max_gather_window,
                            sharded_unit_elements, total_params)
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.analytic.host_memory import offload_bytes
-from zerosim.analytic.memory_terms import (foreach_adam, fp32_shards_are_the_master,  # re-exported
-                                  grads_made_in_backward, keeps_gathered_parameters, loss_blocks,
-                                  loss_transient_bytes, persistent_buffer_bytes,
-                                  step_transient_bytes)
 from zerosim.scenario.family import hpz, shard_degree
 from zerosim.scenario.profile_schema import MEMORY_TERMS
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
@@ -67,10 +64,10 @@ def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
 
 def kept_parameter_bytes(m, t: TrainingConfig, stage: int) -> int:
     """What stays of the gathered parameters once forward is done, until each unit's backward:
-    under keeps_gathered_parameters every unit, 16-bit; under ZeRO++'s hpZ each unit's
+    under Framework.keeps_gathered_parameters every unit, 16-bit; under ZeRO++'s hpZ each unit's
     secondary partition over h ranks of the node (ceil(unit / h) elements, DeepSpeed's
     _partition_param_sec); else 0."""
-    if keeps_gathered_parameters(t, stage):
+    if framework_of(t).keeps_gathered_parameters(t, stage):
         return BYTES_PER_ELEMENT[t.precision] * gathered_elements(m)
     h = hpz(t)
     if stage == 3 and h:
@@ -79,8 +76,8 @@ def kept_parameter_bytes(m, t: TrainingConfig, stage: int) -> int:
 
 
 def made_in_backward(t: TrainingConfig, stage: int) -> bool:
-    """grads_made_in_backward, and no earlier micro-step made them (accumulation keeps them)."""
-    return grads_made_in_backward(t, stage) and t.gradient_accumulation == 1
+    """Framework.grads_made_in_backward, and no earlier micro-step made them (accumulation keeps them)."""
+    return framework_of(t).grads_made_in_backward(t, stage) and t.gradient_accumulation == 1
 
 
 def shard_elements(numel: int, world_size: int) -> int:
@@ -156,7 +153,8 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     grads = bg * (shard if stage >= 2 else psi)
     optimizer_numel = shard if stage >= 1 else psi
     optimizer = k * optimizer_numel
-    if fp32_shards_are_the_master(t, stage):
+    fw = framework_of(t)
+    if fw.fp32_shards_are_the_master(t, stage):
         params, grads = FP32_BYTES * shard, FP32_BYTES * shard
         optimizer = FP32_BYTES * MOMENTS[t.optimizer] * shard
     host = nvme = 0
@@ -169,11 +167,11 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
             params = 0  # the shard lives off the GPU, copied in before each all-gather
 
     kept, buffers = _stage_buffers(m, t, stage, psi, bp, bg)
-    persistent = persistent_buffer_bytes(t, stage, psi)
-    buffers += persistent + loss_transient_bytes(m, t)
+    persistent = fw.persistent_buffer_bytes(t, stage, psi)
+    buffers += persistent + fw.loss_transient_bytes(m, t)
     acts = activations(m, t).peak_bytes
     states = params + grads + optimizer
-    step = step_transient_bytes(t, stage, optimizer_numel)
+    step = fw.step_transient_bytes(t, stage, optimizer_numel)
     # Gradients made in backward do not exist at its start (in the first micro-step: later ones
     # add into them); backward then trades activations for gradients unit by unit, so its peak
     # lies at one end: every activation and no gradient, or every gradient with the last
@@ -230,7 +228,7 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     row = stage_memory(scenario, stage)
     acts = activations(scenario.model, scenario.training)
     stored = acts.peak_bytes - acts.recompute_bytes
-    states = row.model_states_bytes + persistent_buffer_bytes(
+    states = row.model_states_bytes + framework_of(scenario.training).persistent_buffer_bytes(
         scenario.training, stage, total_params(scenario.model))
     made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
     kept = kept_parameter_bytes(scenario.model, scenario.training, stage)  # FSDP2's stage 2

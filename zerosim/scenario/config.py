@@ -12,6 +12,7 @@ from typing import Any
 
 from zerosim.contract import ALL_REDUCE, REDUCE_SCATTER, STAGES
 from zerosim.errors import InputError
+from zerosim.frameworks import FRAMEWORKS, REGISTRY
 from zerosim.scenario.checks import one_of as _one_of, positive as _positive, within_cap
 from zerosim.scenario.cluster import ALGORITHMS, PROTOCOLS, ClusterConfig
 from zerosim.scenario.family import check_scenario, check_training
@@ -25,9 +26,6 @@ CHECKPOINTING = ("none", "selective", "selective_op", "full")
 OFFLOAD = ("none", "cpu", "nvme")
 REPLICA_ALLREDUCES = ("every_micro_step", "once_per_step")
 GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
-FRAMEWORKS = ("zero", "deepspeed", "fsdp2", "ddp")
-# The ZeRO stages each framework runs (FSDP2: reshard_after_forward False ~ 2, True ~ 3).
-FRAMEWORK_STAGES = {"zero": STAGES, "deepspeed": STAGES, "fsdp2": (2, 3), "ddp": (0,)}
 REDUCE_DTYPES = ("param", "fp32")
 # Which flash attention kernel ran (zerosim/sim/gpu_specs.py has each one's measured rates).
 FLASH_KERNELS = ("fa2", "fa1", "triton")
@@ -160,9 +158,9 @@ class TrainingConfig:
             raise InputError(f"training.flash_kernel = {self.flash_kernel!r} names a flash "
                              f"kernel, but training.flash_attention = false (set flash_kernel = "
                              f"'fa2' too, or flash_attention = true)")
-        if self.zero_stage not in FRAMEWORK_STAGES[self.framework]:
+        if self.zero_stage not in REGISTRY[self.framework].stages:
             raise InputError(f"training.framework = {self.framework!r} runs ZeRO stage(s) "
-                             f"{', '.join(map(str, FRAMEWORK_STAGES[self.framework]))}, not "
+                             f"{', '.join(map(str, REGISTRY[self.framework].stages))}, not "
                              f"training.zero_stage = {self.zero_stage}")
 
     @property

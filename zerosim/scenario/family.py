@@ -12,6 +12,7 @@ among the ranks with the same local index on every node.
 from __future__ import annotations
 
 from zerosim.errors import InputError
+from zerosim.frameworks import framework_of
 
 
 def zeropp(t) -> list[str]:
@@ -42,14 +43,14 @@ def check_training(t) -> None:
     if t.delayed_update and t.optimizer_offload == "none":
         raise InputError("training.delayed_update = true delays the CPU's optimizer step, but "
                          "training.optimizer_offload = 'none'")
-    if offloads(t) and t.framework in ("fsdp2", "ddp"):
+    if offloads(t) and not framework_of(t).offloads:
         raise InputError(f"offload is modelled as DeepSpeed runs it; training.framework = "
                          f"{t.framework!r} (use 'deepspeed' or 'zero')")
     on = zeropp(t)
     if on and stage != 3:
         raise InputError(f"training.{on[0]} is ZeRO++, which works on ZeRO-3, but "
                          f"training.zero_stage = {stage}")
-    if on and t.framework in ("fsdp2", "ddp"):
+    if on and not framework_of(t).runs_zeropp:
         raise InputError(f"training.{on[0]} is ZeRO++ (DeepSpeed), but training.framework = "
                          f"{t.framework!r}")
     if on and t.shard_group:

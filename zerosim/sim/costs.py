@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from zerosim.contract import COLLECTIVE_OPS, PASSES
+from zerosim.frameworks import framework_of
 from zerosim.analytic.model import UnitFlops, gather_units, gradient_units, unit_kinds
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
@@ -41,7 +42,7 @@ def compute_seconds(scenario, flops: list[UnitFlops],
     per_op = op_model(scenario)
     if per_op is not None:
         forward, backward = unit_seconds(per_op, scenario.model, t)
-        if t.framework == "fsdp2" and stage >= 2:
+        if framework_of(t).copies_through_flat_buffers(t, stage):
             m = scenario.model
             reduce_bytes = FP32_BYTES if t.reduce_dtype == "fp32" else BYTES_PER_ELEMENT[t.precision]
             copies = fsdp2_copies(per_op, gather_units(m), gradient_units(m), reduce_bytes,

@@ -17,8 +17,8 @@ stage. `stage_program` is the one place a scenario picks its program.
 
 from __future__ import annotations
 
-from zerosim.analytic.memory import keeps_gathered_parameters
 from zerosim.contract import STAGES
+from zerosim.frameworks import framework_of
 from zerosim.scenario.config import TrainingConfig
 from zerosim.sim.stages.family import with_family
 from zerosim.sim.stages.fsdp2 import KeepGathered
@@ -30,5 +30,6 @@ STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))
 
 def stage_program(t: TrainingConfig, stage: int) -> type:
     """The program a rank runs for `stage` under the scenario's framework."""
-    program = KeepGathered if keeps_gathered_parameters(t, stage) else STAGE_PROGRAMS[stage]
+    keeps = framework_of(t).keeps_gathered_parameters(t, stage)
+    program = KeepGathered if keeps else STAGE_PROGRAMS[stage]
     return with_family(program, t)

@@ -1,6 +1,6 @@
 """FSDP2's stage 2, fully_shard(reshard_after_forward=False) (FSDP's SHARD_GRAD_OP): a ZeRO-3
 program that keeps each unit's gathered parameters from its forward to the end of its backward,
-so backward gathers nothing (memory.keeps_gathered_parameters says which scenarios run it). The
+so backward gathers nothing (Framework.keeps_gathered_parameters says which scenarios run it). The
 other frameworks' stage 2 is ZeRO-2 (stages.ZeRO2): whole parameters, gradient buckets and an
 all-gather after the step."""
 

@@ -94,7 +94,7 @@ class DDP:
             self.release(unit, "forward")
 
     def loss(self, unit: int, phase: str, done: bool = False) -> None:
-        """The loss's fp32 transients around the head's compute (memory.loss_blocks)."""
+        """The loss's fp32 transients around the head's compute (Framework.loss_blocks)."""
         if unit == self.layers - 1:
             for i, size in enumerate(self.shape.loss_blocks[phase]):
                 (self.ctx.free(("loss", phase, i)) if done else

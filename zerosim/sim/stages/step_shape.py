@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass, field
 
 from zerosim.errors import InputError
-from zerosim.analytic.memory import (MOMENTS, StageMemory, foreach_adam, grad_bytes_per_element,
-                            grads_made_in_backward, loss_blocks, persistent_buffer_bytes,
-                            shard_elements, stage_memory)
+from zerosim.frameworks import framework_of
+from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element, shard_elements,
+                                     stage_memory)
 from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.scenario.family import shard_degree
@@ -52,7 +52,7 @@ class StepShape:
     """Buffers alive all step beyond the model states (DDP's bucket copies)."""
     loss_blocks: dict[str, list[int]]
     """The loss's fp32 transients, during the head's forward and backward, tensor by tensor
-    (memory.loss_blocks)."""
+    (Framework.loss_blocks)."""
     step_blocks: list[tuple[str, int]]
     """What the optimizer step holds for its duration, (category, bytes) per allocation
     (_step_blocks: DeepSpeed's fp32 gradient partition, foreach Adam's square roots)."""
@@ -64,7 +64,7 @@ class StepShape:
     """Seconds per step in neither compute nor a collective (a profile's measurement)."""
     grad_shard_bytes: list[list[int]] = field(default_factory=list)
     """Where sharded gradients come into being as each unit's reduce-scatter completes instead
-    of a buffer held all step (memory.grads_made_in_backward: FSDP2), each unit's parameter
+    of a buffer held all step (Framework.grads_made_in_backward: FSDP2), each unit's parameter
     tensors' parts of the rank's gradient shard."""
     family: FamilyShape = field(default_factory=FamilyShape)
     """Hybrid sharding, offload and ZeRO++ (family_shape.py; stages/family.py runs them)."""
@@ -144,19 +144,19 @@ def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tu
 
 
 def _step_blocks(scenario, stage: int, memory: StageMemory) -> list[tuple[str, int]]:
-    """memory.step_transient_bytes as allocated: DeepSpeed's fp32 gradient partition in one
+    """Framework.step_transient_bytes as allocated: DeepSpeed's fp32 gradient partition in one
     buffer; foreach Adam's square roots one tensor per parameter (per shard of it), under
     FSDP2's sharding along rows or whole under DDP."""
-    total, t = memory.step_bytes, scenario.training
-    if not total or t.framework == "deepspeed" or scenario.model.is_bare:
-        return [("grads" if t.framework == "deepspeed" else "workspace", total)] if total else []
+    total, whole = memory.step_bytes, framework_of(scenario.training).step_transient_whole
+    if not total or whole or scenario.model.is_bare:
+        return [(whole or "workspace", total)] if total else []
     ways = shard_degree(scenario, stage) if stage >= 1 else 1
     weights = [w for unit in _tensor_shards(scenario, ways) for w in unit]
     return [("workspace", b) for b in _split(total, weights)]
 
 
 def _fsdp2_states(scenario, stage: int, memory: StageMemory) -> dict:
-    if not grads_made_in_backward(scenario.training, stage):
+    if not framework_of(scenario.training).grads_made_in_backward(scenario.training, stage):
         return {}
     if scenario.model.is_bare:  # no tensors: each unit's gradient shard in one piece
         total = memory.grads_bytes
@@ -173,7 +173,7 @@ def step_shape(scenario, stage: int) -> StepShape:
     # write the fp32 master (or the fp32 parameter itself) and each fp32 moment, and under mixed
     # precision write back the 16-bit working copy.
     master = 2 * FP32_BYTES + bp if t.precision != "fp32" else 2 * bp
-    traffic = FOREACH_ADAM_BYTES[t.optimizer] if foreach_adam(t) else 0
+    traffic = FOREACH_ADAM_BYTES[t.optimizer] if framework_of(t).foreach_adam(t) else 0
     memory = stage_memory(scenario, stage)
     recompute = activations(m, t).recompute_bytes
     psi = total_params(m)
@@ -204,8 +204,8 @@ def step_shape(scenario, stage: int) -> StepShape:
         optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
-        persistent_bytes=persistent_buffer_bytes(t, stage, psi),
-        loss_blocks=loss_blocks(m, t),
+        persistent_bytes=framework_of(t).persistent_buffer_bytes(t, stage, psi),
+        loss_blocks=framework_of(t).loss_blocks(m, t),
         step_blocks=_step_blocks(scenario, stage, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage),

@@ -1,0 +1,94 @@
+"""What a framework holds and runs beyond the ZeRO paper's accounting: the questions every
+framework answers, with the answers most frameworks share (a subclass changes only what its
+framework does differently).
+
+Each method is asked with the [training] table (`t`) and the stage; none reads the framework's
+name. The terms were read off the frameworks' sources and off H100 traces (cited per method).
+"""
+
+from __future__ import annotations
+
+from zerosim.contract import PASSES, STAGES
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
+
+
+class Framework:
+    """A framework as the memory model and the stage programs see it."""
+
+    name: str = ""
+    stages: tuple[int, ...] = STAGES
+    """The ZeRO stages it runs (FSDP2: reshard_after_forward False ~ 2, True ~ 3)."""
+    offloads: bool = True
+    """Whether offload is expressible under it (offload is modelled as DeepSpeed runs it)."""
+    runs_zeropp: bool = True
+    """Whether ZeRO++ (DeepSpeed's hpZ, qwZ, qgZ) is expressible under it."""
+    step_transient_whole: str | None = None
+    """The memory category of the optimizer step's transient when it is one buffer (DeepSpeed's
+    fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""
+
+    def loss_blocks(self, m, t) -> dict[str, list[int]]:
+        """The tensors fp32 cross-entropy over the vocabulary allocates beside the activations,
+        per phase in order, as torchtitan and Hugging Face compute it (logits.float(),
+        log_softmax, nll_loss). Forward: the 16-bit logits and their fp32 copy (under fp32 the
+        logits alone). Backward: nll_loss's and log_softmax's fp32 gradients. Read off an H100
+        FSDP2 trace (profiles/h100/allocator_trace_llama_1b_*.json.gz, events 1396-1415): 2, 4,
+        [4 kept], 4, 4 bytes per token and vocabulary entry."""
+        if m.is_bare or t.seq_len is None:
+            return {phase: [] for phase in PASSES}
+        w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
+        entries = t.micro_batch * t.seq_len * m.vocab
+        forward = [w * entries] + ([FP32_BYTES * entries] if w != FP32_BYTES else [])
+        return dict(zip(PASSES, (forward, [FP32_BYTES * entries, FP32_BYTES * entries])))
+
+    def loss_transient_bytes(self, m, t) -> int:
+        """The most loss_blocks holds at once, every layer's activations alive: (w + 4) tokens V
+        bytes in forward, 8 tokens V in backward (w = 2 or 4: backward's is the larger)."""
+        return max((sum(blocks) for blocks in self.loss_blocks(m, t).values()), default=0)
+
+    def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
+        """Buffers alive all step beyond the model states (none but DDP's)."""
+        return 0
+
+    def fp32_grad_partition_in_step(self, t, stage: int) -> bool:
+        """Whether the optimizer step converts the rank's reduced gradient partition to fp32."""
+        return False
+
+    def foreach_adam(self, t) -> bool:
+        """Whether the optimizer is torch.optim's Adam/AdamW, foreach (CUDA's default)."""
+        return False
+
+    def step_transient_bytes(self, t, stage: int, elements: int) -> int:
+        """What the optimizer step holds beyond the states, over the `elements` it updates:
+        - DeepSpeed under mixed precision converts the rank's reduced gradient partition to fp32
+          (stage_1_and_2.py and stage3.py: the fp32 partition's .grad), 4 bytes per element,
+          for the step's duration (on the host under offload);
+        - foreach_adam takes the square root of every second moment into new tensors
+          (torch/optim/adam.py, _multi_tensor_adam: _foreach_sqrt), 4 bytes per element: on an
+          H100 4,000,002,048 bytes for 10^9 elements, none fused
+          (profiles/h100/microbench_2026-11-24.json)."""
+        if t.optimizer_offload != "none":
+            return 0
+        if self.fp32_grad_partition_in_step(t, stage) or self.foreach_adam(t):
+            return FP32_BYTES * elements
+        return 0
+
+    def fp32_shards_are_the_master(self, t, stage: int) -> bool:
+        """Whether the parameter shards are kept in fp32 and stepped as the master copy."""
+        return False
+
+    def grads_made_in_backward(self, t, stage: int) -> bool:
+        """Whether sharded gradients are made during backward (else a persistent buffer)."""
+        return False
+
+    def keeps_gathered_parameters(self, t, stage: int) -> bool:
+        """Whether each unit gathered for forward stays gathered to the end of its backward."""
+        return False
+
+    def pinned_bit16_host_partition(self, t, stage: int) -> bool:
+        """Whether optimizer offload keeps a pinned 16-bit copy of the partition on the host."""
+        return False
+
+    def copies_through_flat_buffers(self, t, stage: int) -> bool:
+        """Whether each gather and reduction copies into and out of flat communication buffers
+        (kernels beyond the model's own, timed by the op model)."""
+        return False

@@ -1,0 +1,24 @@
+"""DeepSpeed's ZeRO (`framework = "deepspeed"`): what its stage_1_and_2.py and stage3.py hold
+beyond the paper's model states."""
+
+from __future__ import annotations
+
+from zerosim.frameworks.base import Framework
+
+
+class DeepSpeed(Framework):
+    """DeepSpeed: the fp32 gradient partition of the step, and the pinned 16-bit host copy of
+    stages 1-2 under optimizer offload."""
+
+    name = "deepspeed"
+    step_transient_whole = "grads"  # one fp32 buffer per partition
+
+    def fp32_grad_partition_in_step(self, t, stage: int) -> bool:
+        """Under mixed precision each reduced gradient partition is converted to fp32 for the
+        optimizer step (stage_1_and_2.py and stage3.py: the fp32 partition's .grad)."""
+        return stage >= 1 and t.precision != "fp32"
+
+    def pinned_bit16_host_partition(self, t, stage: int) -> bool:
+        """Stages 1-2 add a pinned 16-bit copy of the partition that the step casts into before
+        copying it up (stage_1_and_2.py, param_buffer_of_bit16_for_cpu_offload_groups)."""
+        return stage in (1, 2)
