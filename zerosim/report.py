@@ -49,14 +49,15 @@ def _unit(max_bytes: int) -> tuple[str, int, str, str, int, str]:
     return next((u for u in _UNITS if max_bytes >= u[1]), _UNITS[-1])
 
 
-def _family(t) -> str:
-    """The family's schemes the scenario turns on (scenario/family.py), for the header."""
+def _family(t, p) -> str:
+    """The family's schemes the [training] (t) and [parallelism] (p) tables turn on
+    (scenario/family.py), for the header."""
     parts = [f"parameter offload: {t.param_offload}"] if t.param_offload != "none" else []
     parts += ["delayed update"] if t.delayed_update else []
-    if t.shard_group:
-        parts.append(f"shard group {t.shard_group} (replicas all-reduced "
-                     f"{t.replica_allreduce.replace('_', ' ')})")
-    parts += [f"ZeRO++ hpZ {t.hpz_partition}"] if t.hpz_partition > 1 else []
+    if p.shard_group:
+        parts.append(f"shard group {p.shard_group} (replicas all-reduced "
+                     f"{p.replica_allreduce.replace('_', ' ')})")
+    parts += [f"ZeRO++ hpZ {p.hpz_partition}"] if p.hpz_partition > 1 else []
     parts += [name for name, on in (("qwZ", t.quantized_weights), ("qgZ", t.quantized_gradients))
               if on]
     return "".join(" | " + part for part in parts)
@@ -74,7 +75,7 @@ def _describe(scenario: Scenario) -> list[str]:
     mixed = "fp32" if t.precision == "fp32" else f"{t.precision} mixed precision"
     line = (f"{mixed}, {t.optimizer}: K = {optimizer_bytes_per_param(t)} optimizer bytes/param"
             f" | optimizer offload: {t.optimizer_offload}")
-    lines.append(line + _family(t))
+    lines.append(line + _family(t, scenario.parallelism))
     if not m.is_bare:
         attention = "flash attention" if t.flash_attention else "standard attention"
         if t.flash_attention and t.flash_kernel != "fa2":

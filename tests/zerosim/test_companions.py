@@ -144,12 +144,13 @@ def test_deepspeed_zeropp_mics_and_param_offload_are_taken(write):
     assert (t.optimizer_offload, t.param_offload) == ("cpu", "cpu")
     zero = {"stage": 3, "zero_hpz_partition_size": 8, "zero_quantized_weights": True,
             "zero_quantized_gradients": True}
-    t = load_scenario(ZERO_PAPER, ["training.framework='deepspeed'"],
-                      deepspeed=ds(write, {"zero_optimization": zero})).training
-    assert (t.hpz_partition, t.quantized_weights, t.quantized_gradients) == (8, True, True)
-    t = load_scenario(ZERO_PAPER, deepspeed=ds(write, {"zero_optimization": {
-        "stage": 3, "mics_shard_size": 16}})).training
-    assert (t.shard_group, t.replica_allreduce) == (16, "once_per_step")
+    s = load_scenario(ZERO_PAPER, ["training.framework='deepspeed'"],
+                      deepspeed=ds(write, {"zero_optimization": zero}))
+    assert (s.parallelism.hpz_partition, s.training.quantized_weights,
+            s.training.quantized_gradients) == (8, True, True)
+    p = load_scenario(ZERO_PAPER, deepspeed=ds(write, {"zero_optimization": {
+        "stage": 3, "mics_shard_size": 16}})).parallelism
+    assert (p.shard_group, p.replica_allreduce) == (16, "once_per_step")
 
 
 @pytest.mark.parametrize("config, fragments", [

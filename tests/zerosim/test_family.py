@@ -306,7 +306,7 @@ def test_sweep_counts_subgroup_and_host_bytes(tmp_path):
                          "training.zero_stage=3", "--set", "training.optimizer_offload=cpu",
                          "--set", "model.layers=4", "--out", out, "--quiet")
     assert result.code == 0, result.stderr
-    rows = {row["training.shard_group"]: row for row in json.loads(out.read_text())["rows"]}
+    rows = {row["parallelism.shard_group"]: row for row in json.loads(out.read_text())["rows"]}
     hybrid = simulate(load_scenario(LLAMA, ["training.shard_group=8", "model.layers=4",
                                             "training.optimizer_offload=cpu"]), 3,
                       keep_events=False)

@@ -13,7 +13,7 @@ from zerosim.scenario.load import load_scenario
 from zerosim.sim.device import overhead_bytes
 from zerosim.sim.engine import simulate
 from zerosim.tradeoffs.plan import plan
-from zerosim.tradeoffs.plan_family import MAX_SHARD_GROUPS, shard_groups
+from zerosim.tradeoffs.plan_family import MAX_SHARD_GROUPS, shard_groups, table_of
 
 from tests.conftest import ZERO_PAPER, assert_one_line_error, run_zerosim
 
@@ -23,7 +23,11 @@ FAMILY_KEYS = {"allow", "candidates", "baseline", "fastest_allowed", "cheapest_a
 
 
 def configured(scenario, stage, **keys):
-    return replace(scenario, training=replace(scenario.training, zero_stage=stage, **keys))
+    by_table = {name: {k: v for k, v in keys.items() if table_of(k) == name}
+                for name in ("training", "parallelism")}
+    return replace(scenario, training=replace(scenario.training, zero_stage=stage,
+                                              **by_table["training"]),
+                   parallelism=replace(scenario.parallelism, **by_table["parallelism"]))
 
 
 def test_without_allow_plan_is_unchanged_and_allow_only_adds():
@@ -208,7 +212,7 @@ def test_a_scenario_with_its_own_shard_group_is_planned_on_the_worlds_it_allows(
     result = plan(scenario, 32 * GiB)
     assert result["stages"][3]["fewest"]["gpus"] == 24
     assert {c["world_size"] for c in result["configurations"]} == {24, 48}
-    assert any(n.startswith("8 GPUs not ranked: training.shard_group = 24")
+    assert any(n.startswith("8 GPUs not ranked: parallelism.shard_group = 24")
                for n in result["notes"])
     out = run_zerosim("plan", ZERO_PAPER, "--set", "training.shard_group=8")
     assert out.code == 0, out.stderr

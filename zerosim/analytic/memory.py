@@ -32,7 +32,7 @@ from zerosim.analytic.model import (activations, gathered_elements, max_gather_w
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.analytic.host_memory import offload_bytes
-from zerosim.scenario.family import hpz, shard_degree
+from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.scenario.profile_schema import MEMORY_TERMS
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
@@ -62,16 +62,15 @@ def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
     return BYTES_PER_ELEMENT[t.precision]
 
 
-def kept_parameter_bytes(m, t: TrainingConfig, stage: int) -> int:
+def kept_parameter_bytes(m, t: TrainingConfig, mesh: Mesh) -> int:
     """What stays of the gathered parameters once forward is done, until each unit's backward:
     under Framework.keeps_gathered_parameters every unit, 16-bit; under ZeRO++'s hpZ each unit's
     secondary partition over h ranks of the node (ceil(unit / h) elements, DeepSpeed's
     _partition_param_sec); else 0."""
-    if framework_of(t).keeps_gathered_parameters(t, stage):
+    if framework_of(t).keeps_gathered_parameters(t, mesh.stage):
         return BYTES_PER_ELEMENT[t.precision] * gathered_elements(m)
-    h = hpz(t)
-    if stage == 3 and h:
-        return BYTES_PER_ELEMENT[t.precision] * sharded_unit_elements(m, h)
+    if mesh.hpz:  # stage 3 only
+        return BYTES_PER_ELEMENT[t.precision] * sharded_unit_elements(m, mesh.hpz)
     return 0
 
 
@@ -120,11 +119,12 @@ def _bucket_bytes(bucket_MiB: float, total_bytes: int, count: int) -> int:
     return min(count * mib_to_bytes(bucket_MiB), total_bytes)
 
 
-def _stage_buffers(m, t: TrainingConfig, stage: int, psi: int, bp: int,
+def _stage_buffers(m, t: TrainingConfig, mesh: Mesh, psi: int, bp: int,
                    bg: int) -> tuple[int, int]:
     """(kept, buffers): the stage's buffers in flight at the start of backward, and the part of
     them that is FSDP2's stage-2 parameters kept from forward (0 elsewhere)."""
-    kept = kept_parameter_bytes(m, t, stage)  # FSDP2's stage 2: every unit's, gathered
+    stage = mesh.stage
+    kept = kept_parameter_bytes(m, t, mesh)  # FSDP2's stage 2: every unit's, gathered
     if kept and stage == 2:
         return kept, kept + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
     if stage == 2:
@@ -142,7 +142,8 @@ def _stage_buffers(m, t: TrainingConfig, stage: int, psi: int, bp: int,
 def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     """Per-rank memory of `stage` for the scenario's model, cluster size and training settings."""
     m, t = scenario.model, scenario.training
-    n = shard_degree(scenario, stage)  # the shard group under hybrid sharding
+    mesh = mesh_of(scenario, stage)
+    n = mesh.dp_shard  # the shard group under hybrid sharding (1 at stage 0: unused)
     psi = total_params(m)
     bp = BYTES_PER_ELEMENT[t.precision]
     bg = grad_bytes_per_element(t, stage)
@@ -166,7 +167,7 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
         if stage == 3 and t.param_offload != "none":
             params = 0  # the shard lives off the GPU, copied in before each all-gather
 
-    kept, buffers = _stage_buffers(m, t, stage, psi, bp, bg)
+    kept, buffers = _stage_buffers(m, t, mesh, psi, bp, bg)
     persistent = fw.persistent_buffer_bytes(t, stage, psi)
     buffers += persistent + fw.loss_transient_bytes(m, t)
     acts = activations(m, t).peak_bytes
@@ -231,7 +232,7 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     states = row.model_states_bytes + framework_of(scenario.training).persistent_buffer_bytes(
         scenario.training, stage, total_params(scenario.model))
     made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
-    kept = kept_parameter_bytes(scenario.model, scenario.training, stage)  # FSDP2's stage 2
+    kept = kept_parameter_bytes(scenario.model, scenario.training, mesh_of(scenario, stage))
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]
     return {after_forward: states - made + stored + kept, after_backward: states,
             after_step: states}

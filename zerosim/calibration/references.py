@@ -18,7 +18,7 @@ from zerosim.files import read_text
 from zerosim.analytic.model import unit_flops
 from zerosim.report import columns
 from zerosim.scenario.checks import is_finite_number
-from zerosim.scenario.load import build_scenario, check_keys
+from zerosim.scenario.load import build_scenario, check_keys, relocate_legacy
 from zerosim.scenario.parse import TOMLDecodeError, parse_toml
 from zerosim.units import GiB
 
@@ -28,7 +28,7 @@ OPTIONAL = ("why", "settings_not_in_scenario")
 MEASURED = ("tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_formula", "mfu", "memory_GiB",
             "memory_kind", "derivation")
 NUMBERS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "memory_GiB")
-SCENARIO_TABLES = ("model", "cluster", "training")
+SCENARIO_TABLES = ("model", "cluster", "training", "parallelism")
 # Which simulated figure answers each kind of published memory figure.
 SIMULATED_MEMORY = {"max_memory_allocated": "peak_allocated_bytes",
                     "max_memory_reserved": "peak_reserved_bytes", "nvidia-smi": "device_bytes"}
@@ -82,6 +82,10 @@ def read_reference(path: Path) -> Reference:
     for name, table in scenario.items():
         if not isinstance(table, dict):
             raise InputError(f"{path}: scenario.{name} must be a table")
+    scenario = {name: dict(table) for name, table in scenario.items()}
+    if "training" in scenario:
+        relocate_legacy(scenario, str(path))
+    for name, table in scenario.items():
         check_keys(name, table, str(path))
     return Reference(path, info, measured, scenario)
 

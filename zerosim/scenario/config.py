@@ -16,6 +16,7 @@ from zerosim.frameworks import FRAMEWORKS, REGISTRY
 from zerosim.scenario.checks import one_of as _one_of, positive as _positive, within_cap
 from zerosim.scenario.cluster import ALGORITHMS, PROTOCOLS, ClusterConfig
 from zerosim.scenario.family import check_scenario, check_training
+from zerosim.scenario.parallelism_table import ParallelismConfig
 from zerosim.scenario.model_table import MLPS, NORMS, POSITIONS, SHAPE_KEYS, ModelConfig
 from zerosim.scenario.variation import VariationConfig
 from zerosim.units import BYTES_PER_ELEMENT, mib_to_bytes
@@ -24,7 +25,6 @@ PRECISIONS = tuple(BYTES_PER_ELEMENT)
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
 CHECKPOINTING = ("none", "selective", "selective_op", "full")
 OFFLOAD = ("none", "cpu", "nvme")
-REPLICA_ALLREDUCES = ("every_micro_step", "once_per_step")
 GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
 REDUCE_DTYPES = ("param", "fp32")
 # Which flash attention kernel ran (zerosim/sim/gpu_specs.py has each one's measured rates).
@@ -85,18 +85,6 @@ class TrainingConfig:
     delayed_update: bool = False
     """ZeRO-Offload's delayed parameter update (Ren et al. 2021 §5.2): the CPU step of the
     previous step's gradients runs beside this step's forward and backward. No DeepSpeed key."""
-    shard_group: int = 0
-    """Stages 1-3: ranks that shard the model states among them; the N / shard_group groups
-    replicate (HSDP, MiCS). 0: all ranks (plain ZeRO). Must divide the world size and be a
-    divisor or a multiple of gpus_per_node."""
-    replica_allreduce: str = "every_micro_step"
-    """Under shard_group: when the shards are all-reduced across the replica groups:
-    "every_micro_step" (FSDP2's HSDP default) or "once_per_step" (MiCS, at the accumulation
-    boundary)."""
-    hpz_partition: int = 0
-    """Stage 3, ZeRO++ hpZ: a secondary copy of each gathered layer, sharded over this many
-    ranks of a node, that backward gathers from (DeepSpeed's zero_hpz_partition_size); 0 or 1
-    = off (DeepSpeed's default is 1)."""
     quantized_weights: bool = False
     """Stage 3, ZeRO++ qwZ: parameter all-gathers carry INT8 with one scale per block."""
     quantized_gradients: bool = False
@@ -133,9 +121,6 @@ class TrainingConfig:
         _one_of("training.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _one_of("training.optimizer_offload", self.optimizer_offload, OFFLOAD)
         _one_of("training.param_offload", self.param_offload, OFFLOAD)
-        _one_of("training.replica_allreduce", self.replica_allreduce, REPLICA_ALLREDUCES)
-        for key in ("shard_group", "hpz_partition"):
-            _positive(f"training.{key}", getattr(self, key), allow_zero=True)
         check_training(self)
         _positive("training.micro_batch", self.micro_batch)
         _positive("training.gradient_accumulation", self.gradient_accumulation)
@@ -171,11 +156,12 @@ class TrainingConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
-    """A whole scenario file: the three tables plus where it came from."""
+    """A whole scenario file: its tables plus where it came from."""
 
     model: ModelConfig
     cluster: ClusterConfig
     training: TrainingConfig
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     variation: VariationConfig = field(default_factory=VariationConfig)
     source: str = ""
     """Path of the scenario file (for reports)."""
@@ -216,8 +202,8 @@ class Scenario:
         return self.cluster.world_size
 
 
-__all__ = ["ALGORITHMS", "PROTOCOLS", "ClusterConfig", "ModelConfig", "Scenario",
-           "TrainingConfig", "TABLES"]
+__all__ = ["ALGORITHMS", "PROTOCOLS", "ClusterConfig", "ModelConfig", "ParallelismConfig",
+           "Scenario", "TrainingConfig", "TABLES"]
 
 TABLES = {"model": ModelConfig, "cluster": ClusterConfig, "training": TrainingConfig,
-          "variation": VariationConfig}
+          "parallelism": ParallelismConfig, "variation": VariationConfig}

@@ -1,6 +1,7 @@
-"""The ZeRO family beyond the four stages, as [training] keys say it: optimizer and parameter
-offload (ZeRO-Offload, ZeRO-Infinity), hybrid sharding (HSDP, MiCS) and ZeRO++. What goes with
-what is checked here, once: every impossible combination is one InputError naming the keys.
+"""The ZeRO family beyond the four stages, as [training] and [parallelism] keys say it:
+optimizer and parameter offload (ZeRO-Offload, ZeRO-Infinity), hybrid sharding (HSDP, MiCS) and
+ZeRO++. What goes with what is checked here, once: every impossible combination is one
+InputError naming the keys.
 
 Which ranks share a collective under hybrid sharding (shard_group = g of N ranks, n per node):
 the shard group is g consecutive ranks (inside a node when g <= n, whole nodes when g > n); the
@@ -15,10 +16,12 @@ from zerosim.errors import InputError
 from zerosim.frameworks import framework_of
 
 
-def zeropp(t) -> list[str]:
-    """The ZeRO++ techniques the keys turn on (hpZ needs a partition of 2 or more)."""
-    on = (("hpz_partition", t.hpz_partition > 1), ("quantized_weights", t.quantized_weights),
-          ("quantized_gradients", t.quantized_gradients))
+def zeropp(t, p=None) -> list[str]:
+    """The ZeRO++ techniques the [training] (t) and [parallelism] (p; None: [training]'s alone)
+    keys turn on, each named by its key (hpZ needs a partition of 2 or more)."""
+    on = (("parallelism.hpz_partition", p is not None and p.hpz_partition > 1),
+          ("training.quantized_weights", t.quantized_weights),
+          ("training.quantized_gradients", t.quantized_gradients))
     return [key for key, set_ in on if set_]
 
 
@@ -46,36 +49,48 @@ def check_training(t) -> None:
     if offloads(t) and not framework_of(t).offloads:
         raise InputError(f"offload is modelled as DeepSpeed runs it; training.framework = "
                          f"{t.framework!r} (use 'deepspeed' or 'zero')")
-    on = zeropp(t)
-    if on and stage != 3:
-        raise InputError(f"training.{on[0]} is ZeRO++, which works on ZeRO-3, but "
-                         f"training.zero_stage = {stage}")
+    _refuse_zeropp(t, zeropp(t))
+
+
+def _refuse_zeropp(t, on: list[str]) -> None:
+    """ZeRO++ (the keys `on`) runs on ZeRO-3, as DeepSpeed runs it."""
+    if on and t.zero_stage != 3:
+        raise InputError(f"{on[0]} is ZeRO++, which works on ZeRO-3, but "
+                         f"training.zero_stage = {t.zero_stage}")
     if on and not framework_of(t).runs_zeropp:
-        raise InputError(f"training.{on[0]} is ZeRO++ (DeepSpeed), but training.framework = "
+        raise InputError(f"{on[0]} is ZeRO++ (DeepSpeed), but training.framework = "
                          f"{t.framework!r}")
-    if on and t.shard_group:
-        raise InputError(f"training.shard_group = {t.shard_group} with training.{on[0]}: hybrid "
+
+
+def check_layout(t, p) -> None:
+    """The combinations [training] and [parallelism] rule out together."""
+    stage, g = t.zero_stage, p.shard_group
+    on = zeropp(t, p)
+    _refuse_zeropp(t, on)
+    if on and g:
+        raise InputError(f"parallelism.shard_group = {g} with {on[0]}: hybrid "
                          f"sharding and ZeRO++ are separate schemes here; set one of them")
-    if t.shard_group and stage == 0:
-        raise InputError(f"training.shard_group = {t.shard_group} shards model states, but "
+    if g and stage == 0:
+        raise InputError(f"parallelism.shard_group = {g} shards model states, but "
                          f"training.zero_stage = 0 replicates them all")
 
 
 def check_scenario(scenario) -> None:
     """The combinations that depend on the cluster."""
-    t, c = scenario.training, scenario.cluster
+    t, c, p = scenario.training, scenario.cluster, scenario.parallelism
+    check_layout(t, p)
     world, n = c.world_size, c.gpus_per_node
-    g = t.shard_group
+    g = p.shard_group
     if g:
         if g > world or world % g:
-            raise InputError(f"training.shard_group = {g} must divide the world size "
+            raise InputError(f"parallelism.shard_group = {g} must divide the world size "
                              f"{world} ({c.nodes} nodes x {n} GPUs)")
         if g % n and n % g:
-            raise InputError(f"training.shard_group = {g} must divide gpus_per_node = {n} or be "
+            raise InputError(f"parallelism.shard_group = {g} must divide gpus_per_node = {n} or be "
                              f"a multiple of it, so that groups follow node boundaries")
-    h = t.hpz_partition
+    h = p.hpz_partition
     if h > 1 and (h > min(n, world) or min(n, world) % h):
-        raise InputError(f"training.hpz_partition = {h} must divide the GPUs of a node "
+        raise InputError(f"parallelism.hpz_partition = {h} must divide the GPUs of a node "
                          f"({min(n, world)}): hpZ's secondary partition stays inside a node")
     if offloads(t):
         for name, rate in vars(c.host).items():
@@ -93,12 +108,6 @@ def check_scenario(scenario) -> None:
             f"Gen5; ZeRO-Infinity's DGX-2 25.6 GB/s read)")
 
 
-def shard_degree(scenario, stage: int) -> int:
-    """How many ranks share each model-state shard in `stage`: the shard group, or all ranks."""
-    g = scenario.training.shard_group
-    return g if g and stage >= 1 else scenario.world_size
-
-
-def hpz(t) -> int:
-    """hpZ's secondary partition size, or 0 when off."""
-    return t.hpz_partition if t.hpz_partition > 1 else 0
+def hpz(p) -> int:
+    """hpZ's secondary partition size under the [parallelism] table, or 0 when off."""
+    return p.hpz_partition if p.hpz_partition > 1 else 0

@@ -16,7 +16,9 @@ from typing import Any, Iterable
 from zerosim.errors import InputError
 from zerosim.files import read_text
 from zerosim.scenario.checks import is_finite_number, utf8_text
-from zerosim.scenario.config import TABLES, ClusterConfig, ModelConfig, Scenario, TrainingConfig
+from zerosim.scenario.config import (TABLES, ClusterConfig, ModelConfig, ParallelismConfig,
+                                     Scenario, TrainingConfig)
+from zerosim.scenario.parallelism_table import LEGACY_TRAINING_KEYS
 from zerosim.scenario.parse import TOMLDecodeError, has_date, parse_toml
 from zerosim.scenario.presets import DEFAULT_GPU, GPU_PRESETS
 from zerosim.scenario.variation import VariationConfig
@@ -70,10 +72,13 @@ def _coerce(key: str, value: Any, base: str) -> Any:
 
 def check_keys(table: str, keys: Iterable[str], origin: str) -> None:
     allowed = allowed_keys(table)
+    moved = list(LEGACY_TRAINING_KEYS) if table == "training" else []
     for key in keys:
         if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = difflib.get_close_matches(key, allowed + moved, n=1)
+            hint = ""
+            if close:
+                hint = f"; did you mean {'parallelism.' + close[0] if close[0] in moved else close[0]!r}?"
             raise InputError(
                 f"{origin}: unknown key {table}.{key}{hint} (allowed in [{table}]: "
                 f"{', '.join(allowed)})")
@@ -100,9 +105,22 @@ def split_tables(raw: dict[str, Any], origin: str) -> dict[str, dict[str, Any]]:
     if "model" not in raw:
         raise InputError(f"{origin}: no [model] table (give params = Ψ or a transformer shape)")
     tables = {name: dict(raw.get(name, {})) for name in TABLES}
+    relocate_legacy(tables, origin)
     for name, table in tables.items():
         check_keys(name, table, origin)
     return tables
+
+
+def relocate_legacy(tables: dict[str, dict[str, Any]], origin: str) -> None:
+    """Move the [training] keys that are [parallelism]'s now (LEGACY_TRAINING_KEYS) to their
+    table, in place; one key given in both is refused, whatever the values."""
+    training, parallelism = tables["training"], tables.setdefault("parallelism", {})
+    for key in LEGACY_TRAINING_KEYS:
+        if key in training:
+            if key in parallelism:
+                raise InputError(f"{origin}: training.{key} and parallelism.{key} are both given "
+                                 f"(the first is the old spelling of the second): keep one")
+            parallelism[key] = training.pop(key)
 
 
 def parse_override(text: str, flag: str = "--set") -> tuple[str, str, Any]:
@@ -114,6 +132,8 @@ def parse_override(text: str, flag: str = "--set") -> tuple[str, str, Any]:
         raise InputError(f"{flag} {text!r}: expected table.key=value, e.g. {flag} cluster.nodes=16")
     if table not in TABLES:
         raise InputError(f"{flag} {text!r}: unknown table {table!r} (allowed: {', '.join(TABLES)})")
+    if table == "training" and key in LEGACY_TRAINING_KEYS:
+        table = "parallelism"  # the old spelling
     check_keys(table, [key], f"{flag} {text!r}")
     rhs = rhs.strip()
     if not rhs:
@@ -174,7 +194,8 @@ def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source:
         training_table["seq_len"] = model.max_seq_len
     training = TrainingConfig(**_typed("training", training_table))
     cluster, profile = _resolve_cluster(tables["cluster"], None if cli_profile else base_dir)
-    return Scenario(model=model, cluster=cluster, training=training,
+    parallelism = ParallelismConfig(**_typed("parallelism", tables.get("parallelism", {})))
+    return Scenario(model=model, cluster=cluster, training=training, parallelism=parallelism,
                     variation=VariationConfig(**_typed("variation", tables["variation"])),
                     source=source, profile=profile)
 
@@ -191,7 +212,9 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         precision = tables["training"].get("precision", TrainingConfig.precision)
         if not isinstance(precision, str) or precision not in BYTES_PER_ELEMENT:
             precision = TrainingConfig.precision  # the scenario's own error is raised below
-        tables["training"].update(read_deepspeed_config(deepspeed, precision=precision, notes=notes))
+        keys = read_deepspeed_config(deepspeed, precision=precision, notes=notes)
+        for key, value in keys.items():
+            tables["parallelism" if key in LEGACY_TRAINING_KEYS else "training"][key] = value
     from_cli = set()
     for text in overrides:
         table, key, value = parse_override(text)

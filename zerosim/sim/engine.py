@@ -73,7 +73,7 @@ class Engine:
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity {granularity!r} is not one of {GRANULARITIES}")
         self.env = Environment(shortcuts=granularity == "collective")
-        self.program = stage_program(scenario.training, stage)
+        self.program = stage_program(scenario, stage)
         self.closed_form = granularity == "collective" and one_stream(self.program, scenario.training)
         """A collective alone on its links takes its closed form's time, in one event or none
         (clock.py); else its phases move over the links event by event."""

@@ -1,6 +1,6 @@
 """The groups of ranks a step's collectives run among, beyond the whole world: hybrid
 sharding's shard and replica groups, ZeRO++'s hpZ group and qgZ's two all-to-all groups
-(scenario/family.py says which ranks each holds).
+(parallel/mesh.py sizes them; scenario/family.py says which ranks each holds).
 
 A group is described as collectives.ring.Group describes the world: its size and how many of its
 ranks share a node. Groups of one kind run side by side, one per place in the node (the n
@@ -17,7 +17,7 @@ node_gpus): on a rail-optimized DGX with a NIC per GPU, each replica group has i
 
 from __future__ import annotations
 
-from zerosim.scenario.family import hpz
+from zerosim.parallel.mesh import mesh_of
 from zerosim.sim.collectives.ring import Group
 
 WORLD = "world"
@@ -27,17 +27,16 @@ SHARD, REPLICA, HPZ, NODE, INTER_NODE = "shard", "replica", "hpz", "node", "inte
 def subgroups(scenario, stage: int = 3) -> dict[str, Group]:
     """The groups `stage`'s program uses under the scenario, by name (none for plain ZeRO):
     hybrid sharding's from stage 1, ZeRO++'s at stage 3."""
-    t, c = scenario.training, scenario.cluster
-    world, n = c.world_size, min(c.gpus_per_node, c.world_size)
+    mesh = mesh_of(scenario, stage)
+    world, n = mesh.world, mesh.node
     out: dict[str, Group] = {}
-    g = t.shard_group if stage >= 1 else 0
-    if g and g < world:
+    if mesh.hybrid:
+        g = mesh.dp_shard
         out[SHARD] = Group(g, min(g, n))
-        out[REPLICA] = Group(world // g, max(1, n // g), stride=g)
-    h = hpz(t) if stage == 3 else 0
-    if h:
-        out[HPZ] = Group(h, h)
-    if t.quantized_gradients and stage == 3:
+        out[REPLICA] = Group(mesh.dp_replicate, max(1, n // g), stride=g)
+    if mesh.hpz:
+        out[HPZ] = Group(mesh.hpz, mesh.hpz)
+    if mesh.qgz:
         out[NODE] = Group(n, n)
         out[INTER_NODE] = Group(world // n, 1, stride=n)
     return out

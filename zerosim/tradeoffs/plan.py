@@ -18,7 +18,7 @@ from zerosim.errors import InputError
 from zerosim.analytic.memory import stage_memory
 from zerosim.analytic.model import param_counts, total_params
 from zerosim.scenario.checks import MAX_VALUE
-from zerosim.scenario.family import shard_degree
+from zerosim.parallel.mesh import mesh_of
 from zerosim.sim.device import overhead_bytes
 from zerosim.scenario.config import SHAPE_KEYS, Scenario
 from zerosim.tradeoffs import plan_family
@@ -91,7 +91,7 @@ def valid_world(scenario: Scenario, index: int) -> tuple[int, Scenario]:
     """The first world size from the index-th on that the scenario's own keys allow (its
     shard_group must divide it, its hpz_partition a node's GPUs): its index, the scenario on it.
     Plain ZeRO allows every one; a shard group g, one in at most g + n."""
-    last = index + scenario.training.shard_group + scenario.cluster.gpus_per_node
+    last = index + scenario.parallelism.shard_group + scenario.cluster.gpus_per_node
     for i in range(index, last):
         try:
             return i, with_world(scenario, gpu_count(scenario, i))
@@ -117,7 +117,7 @@ def fewest_gpus(scenario: Scenario, stage: int, gpu_bytes: int) -> dict[str, Any
     lo, hi = 0, MAX_GPUS // per_node + per_node - 2  # indices of the first and last candidates
     if not fits_at(hi):
         found, row, budget = at(hi)
-        ways = f"{shard_degree(with_world(scenario, gpu_count(scenario, found)), stage):,}"
+        ways = f"{mesh_of(with_world(scenario, gpu_count(scenario, found)), stage).dp_shard:,}"
         how = ("DDP shards nothing, so it always needs" if stage == 0 else
                f"even sharded {ways} ways it needs")
         return {"gpus": None, "peak_bytes": None,

@@ -30,6 +30,7 @@ from zerosim.contract import STAGE_NAMES
 from zerosim.errors import InputError, brief
 from zerosim.analytic.memory import stage_memory
 from zerosim.scenario.config import Scenario
+from zerosim.scenario.parallelism_table import LEGACY_TRAINING_KEYS
 from zerosim.tradeoffs.sweep import rows_of
 from zerosim.units import GiB, KiB, MiB
 
@@ -80,7 +81,7 @@ class Candidate:
     allow: str
     stage: int
     settings: tuple[tuple[str, Any], ...]
-    """The [training] keys it sets beyond PLAIN, in order."""
+    """The keys it sets beyond PLAIN, in order ([training]'s, or [parallelism]'s: table_of)."""
     label: str
 
 
@@ -119,11 +120,19 @@ def candidates(scenario: Scenario, allow: tuple[str, ...]) -> list[Candidate]:
     return out
 
 
+def table_of(key: str) -> str:
+    """The table a key of PLAIN belongs to."""
+    return "parallelism" if key in LEGACY_TRAINING_KEYS else "training"
+
+
 def build(scenario: Scenario, candidate: Candidate) -> Scenario:
     """The candidate's scenario; InputError where zerosim's rules refuse the combination."""
-    training = replace(scenario.training, zero_stage=candidate.stage,
-                       **{**PLAIN, **dict(candidate.settings)})
-    return replace(scenario, training=training)
+    settings = {**PLAIN, **dict(candidate.settings)}
+    by_table = {name: {k: v for k, v in settings.items() if table_of(k) == name}
+                for name in ("training", "parallelism")}
+    training = replace(scenario.training, zero_stage=candidate.stage, **by_table["training"])
+    return replace(scenario, training=training,
+                   parallelism=replace(scenario.parallelism, **by_table["parallelism"]))
 
 
 def _entry(scenario: Scenario, candidate: Candidate, room: int) -> dict[str, Any]:
@@ -162,8 +171,8 @@ def consider(scenario: Scenario, allow: tuple[str, ...],
         notes.append(f"--allow hybrid: no shard group on {scenario.world_size} GPUs (one >= 2 "
                      f"that properly divides the world size and divides gpus_per_node = "
                      f"{scenario.cluster.gpus_per_node} or is a multiple of it)")
-    own = [f"{k} = {getattr(scenario.training, k)!r}" for k, v in PLAIN.items()
-           if getattr(scenario.training, k) != v]
+    given = {k: getattr(getattr(scenario, table_of(k)), k) for k in PLAIN}
+    own = [f"{k} = {given[k]!r}" for k, v in PLAIN.items() if given[k] != v]
     if own:
         notes.append(f"the scenario sets {', '.join(own)}: the plain stages keep it, the "
                      f"--allow candidates set their own scheme alone")

@@ -38,7 +38,7 @@ RESULT_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes",
                   "tokens_per_s_per_gpu", "mfu", "algorithm")
 MEMORY_COLUMNS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes",
                   "activations_bytes", "buffers_bytes", "host_bytes", "peak_bytes")
-INPUT_TABLES = ("model", "cluster", "training", "variation")
+INPUT_TABLES = ("model", "cluster", "training", "parallelism", "variation")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from zerosim.contract import STAGES
 from zerosim.frameworks import framework_of
-from zerosim.scenario.config import TrainingConfig
 from zerosim.sim.stages.family import with_family
 from zerosim.sim.stages.fsdp2 import KeepGathered
 from zerosim.sim.stages.replicated import DDP, ZeRO1, ZeRO2
@@ -28,8 +27,9 @@ from zerosim.sim.stages.zero3 import ZeRO3
 STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))
 
 
-def stage_program(t: TrainingConfig, stage: int) -> type:
-    """The program a rank runs for `stage` under the scenario's framework."""
+def stage_program(scenario, stage: int) -> type:
+    """The program a rank runs for `stage` under the scenario's framework and family schemes."""
+    t = scenario.training
     keeps = framework_of(t).keeps_gathered_parameters(t, stage)
     program = KeepGathered if keeps else STAGE_PROGRAMS[stage]
-    return with_family(program, t)
+    return with_family(program, scenario)

@@ -144,8 +144,8 @@ class Family:
         self.reduced(self.reduce_stream, size, "backward", unit, NODE)
 
 
-def with_family(program: type, t) -> type:
+def with_family(program: type, scenario) -> type:
     """`program`, with the family's behaviour mixed in when the scenario uses any of it."""
-    if not uses_family(t):
+    if not uses_family(scenario):
         return program
     return type(f"{program.__name__}Family", (Family, program), {})

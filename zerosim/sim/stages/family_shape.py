@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 from zerosim.analytic.memory import MOMENTS, grad_bytes_per_element, shard_elements
 from zerosim.analytic.model import total_params
-from zerosim.scenario.family import hpz, offloads, shard_degree, zeropp
-from zerosim.sim.groups import HPZ, SHARD, WORLD, subgroups
+from zerosim.parallel.mesh import Mesh
+from zerosim.scenario.family import offloads, zeropp
+from zerosim.sim.groups import HPZ, SHARD, WORLD
 from zerosim.sim.network import CPU_ADAM, H2D, NVME_READ, NVME_WRITE
 from zerosim.sim.offload import GRAD_TO_HOST_BYTES, kernel_seconds
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
@@ -47,10 +48,9 @@ class FamilyShape:
     """Seconds per byte of a memory-bound kernel (quantization: offload.kernel_seconds)."""
 
 
-def family_shape(scenario, stage: int) -> FamilyShape:
-    t, c = scenario.training, scenario.cluster
-    ways = shard_degree(scenario, stage)
-    grouped = SHARD in subgroups(scenario, stage)
+def family_shape(scenario, mesh: Mesh) -> FamilyShape:
+    t, p, stage = scenario.training, scenario.parallelism, mesh.stage
+    ways, grouped = mesh.dp_shard, mesh.hybrid
     bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
     offload = t.optimizer_offload != "none" and stage >= 1
     shard = shard_elements(total_params(scenario.model), ways)
@@ -70,17 +70,17 @@ def family_shape(scenario, stage: int) -> FamilyShape:
         fetch = ([(NVME_READ, 1 / ways)] if t.param_offload == "nvme" else []) + [(H2D, 1 / ways)]
     return FamilyShape(
         group=SHARD if grouped else WORLD, ways=ways, replica=grouped,
-        replica_every_micro_step=t.replica_allreduce == "every_micro_step",
+        replica_every_micro_step=p.replica_allreduce == "every_micro_step",
         offload=offload, offload_every_micro_step=stage >= 2,
         grad_to_host_per_byte=GRAD_TO_HOST_BYTES / (bg * ways) if offload else 0.0,
         step_ops=step_ops, fetch_ops=fetch, delayed=t.delayed_update and offload,
-        backward_group=HPZ if hpz(t) and stage == 3 else (SHARD if grouped else WORLD),
-        hpz_ways=hpz(t) if stage == 3 else 0, quantized_weights=t.quantized_weights and stage == 3,
-        quantized_gradients=t.quantized_gradients and stage == 3,
-        nodes=c.nodes, node_gpus=min(c.gpus_per_node, c.world_size),
+        backward_group=HPZ if mesh.hpz else (SHARD if grouped else WORLD),
+        hpz_ways=mesh.hpz, quantized_weights=t.quantized_weights and stage == 3,
+        quantized_gradients=mesh.qgz, nodes=mesh.nodes, node_gpus=mesh.node,
         kernel_s_per_byte=kernel_seconds(scenario, 1.0))
 
 
-def uses_family(t) -> bool:
+def uses_family(scenario) -> bool:
     """Whether a stage program needs stages/family.py's behaviour at all."""
-    return bool(t.shard_group or offloads(t) or zeropp(t))
+    t, p = scenario.training, scenario.parallelism
+    return bool(p.shard_group or offloads(t) or zeropp(t, p))

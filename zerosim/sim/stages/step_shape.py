@@ -13,7 +13,7 @@ from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_elemen
                                      stage_memory)
 from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
-from zerosim.scenario.family import shard_degree
+from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
                                other_s)
@@ -25,6 +25,7 @@ class StepShape:
     """The numbers every rank of a stage works from, derived once from the scenario."""
 
     stage: int
+    mesh: Mesh
     memory: StageMemory
     gather_elements: list[int]
     gradient_elements: list[int]
@@ -127,11 +128,11 @@ def _tensor_shards(scenario, n: int) -> list[list[int]]:
             for unit in unit_tensor_shapes(scenario.model)]
 
 
-def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tuple[str, int]]]:
+def _per_tensor(scenario, mesh: Mesh, memory: StageMemory) -> tuple[list[list[int]], list[tuple[str, int]]]:
     """FSDP2's per-parameter states: the gradient shard per unit and tensor, and the allocation
     order of parameters then moments (Adam's exp_avg, exp_avg_sq per parameter)."""
     moments = MOMENTS[scenario.training.optimizer]
-    units = _tensor_shards(scenario, shard_degree(scenario, 2))
+    units = _tensor_shards(scenario, mesh.dp_shard)  # FSDP2: stages 2-3 alike
     flat = [w for unit in units for w in unit]
     grads, at = _split(memory.grads_bytes, flat), 0
     per_unit = []
@@ -143,30 +144,29 @@ def _per_tensor(scenario, memory: StageMemory) -> tuple[list[list[int]], list[tu
                       + [("optimizer", b) for b in optimizer])
 
 
-def _step_blocks(scenario, stage: int, memory: StageMemory) -> list[tuple[str, int]]:
+def _step_blocks(scenario, mesh: Mesh, memory: StageMemory) -> list[tuple[str, int]]:
     """Framework.step_transient_bytes as allocated: DeepSpeed's fp32 gradient partition in one
     buffer; foreach Adam's square roots one tensor per parameter (per shard of it), under
     FSDP2's sharding along rows or whole under DDP."""
     total, whole = memory.step_bytes, framework_of(scenario.training).step_transient_whole
     if not total or whole or scenario.model.is_bare:
         return [(whole or "workspace", total)] if total else []
-    ways = shard_degree(scenario, stage) if stage >= 1 else 1
-    weights = [w for unit in _tensor_shards(scenario, ways) for w in unit]
+    weights = [w for unit in _tensor_shards(scenario, mesh.dp_shard) for w in unit]
     return [("workspace", b) for b in _split(total, weights)]
 
 
-def _fsdp2_states(scenario, stage: int, memory: StageMemory) -> dict:
-    if not framework_of(scenario.training).grads_made_in_backward(scenario.training, stage):
+def _fsdp2_states(scenario, mesh: Mesh, memory: StageMemory) -> dict:
+    if not framework_of(scenario.training).grads_made_in_backward(scenario.training, mesh.stage):
         return {}
     if scenario.model.is_bare:  # no tensors: each unit's gradient shard in one piece
         total = memory.grads_bytes
         return {"grad_shard_bytes": [[b] for b in _split(total, gradient_units(scenario.model))]}
-    grads, states = _per_tensor(scenario, memory)
+    grads, states = _per_tensor(scenario, mesh, memory)
     return {"grad_shard_bytes": grads, "state_blocks": states}
 
 
 def step_shape(scenario, stage: int) -> StepShape:
-    m, t = scenario.model, scenario.training
+    m, t, mesh = scenario.model, scenario.training, mesh_of(scenario, stage)
     bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
     moments = MOMENTS[t.optimizer]
     # Bytes the optimizer moves over HBM per element of its partition: read the gradient, read and
@@ -191,12 +191,12 @@ def step_shape(scenario, stage: int) -> StepShape:
                              for a in activation_bytes] if total else
                             activation_bytes[:-1] + [max(0, round(extra["activations"]))])
     return StepShape(
-        stage=stage, memory=memory, gather_elements=units,
-        **_fsdp2_states(scenario, stage, memory),
+        stage=stage, mesh=mesh, memory=memory, gather_elements=units,
+        **_fsdp2_states(scenario, mesh, memory),
         gradient_elements=gradient_units(m), forward_s=forward_s, backward_s=backward_s,
         activation_bytes=activation_bytes,
         recompute_bytes=recompute_bytes, param_bytes_per_element=bp, grad_bytes_per_element=bg,
-        params=psi, shard=shard_elements(psi, shard_degree(scenario, stage)),
+        params=psi, shard=shard_elements(psi, mesh.dp_shard),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
         optimizer=optimizer_cost(scenario, traffic or bg + master + 2 * FP32_BYTES * moments,
@@ -206,7 +206,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
         persistent_bytes=framework_of(t).persistent_buffer_bytes(t, stage, psi),
         loss_blocks=framework_of(t).loss_blocks(m, t),
-        step_blocks=_step_blocks(scenario, stage, memory),
+        step_blocks=_step_blocks(scenario, mesh, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage),
-        family=family_shape(scenario, stage))
+        family=family_shape(scenario, mesh))

@@ -1,0 +1,79 @@
+"""The mesh one stage's step runs on: the world's ranks as named axes, derived once per
+(scenario, stage), as torchtitan's ParallelDims names them (dp_replicate, dp_shard, tp, pp).
+
+    world = dp_replicate x dp_shard x tp x pp
+
+`dp_shard` ranks share each model-state shard (hybrid sharding's shard group, else the whole
+world; 1 at stage 0, which shards nothing); `dp_replicate` copies of each shard exist (HSDP's
+and MiCS's replica groups); `tp` and `pp` are 1 until tensor and pipeline parallelism land.
+ZeRO++ adds two layouts of its own at stage 3: hpZ's secondary partition over `hpz` ranks of a
+node, and qgZ's all-to-alls inside a node and then across nodes. What each stage splits
+(`param_ways`, `grad_ways`, `optimizer_ways`) is a property of the mesh, so memory, the stage
+programs and the planner all read the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.scenario.family import hpz
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """The axes of one stage's step, each a count of ranks."""
+
+    stage: int
+    world: int
+    node: int
+    """Ranks of one node in the world (min(gpus_per_node, world))."""
+    dp_shard: int
+    """Ranks that shard the model states among them."""
+    dp_replicate: int
+    """Copies of each shard: world / (dp_shard x tp x pp)."""
+    hpz: int = 0
+    """ZeRO++ hpZ's secondary partition (ranks of a node) at stage 3; 0 off."""
+    qgz: bool = False
+    """ZeRO++ qgZ's all-to-alls (within a node, then across nodes) at stage 3."""
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        product = self.dp_replicate * self.dp_shard * self.tp * self.pp
+        assert product == self.world, (
+            f"dp_replicate({self.dp_replicate}) * dp_shard({self.dp_shard}) * tp({self.tp}) * "
+            f"pp({self.pp}) != world({self.world})")
+
+    @property
+    def param_ways(self) -> int:
+        """How many ways the parameters are split (ZeRO-3)."""
+        return self.dp_shard if self.stage >= 3 else 1
+
+    @property
+    def grad_ways(self) -> int:
+        """How many ways the gradients are split (ZeRO-2 on)."""
+        return self.dp_shard if self.stage >= 2 else 1
+
+    @property
+    def optimizer_ways(self) -> int:
+        """How many ways the optimizer states are split (ZeRO-1 on)."""
+        return self.dp_shard if self.stage >= 1 else 1
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether shards are replicated across groups (hybrid sharding's replica groups)."""
+        return self.stage >= 1 and self.dp_replicate > 1
+
+    @property
+    def nodes(self) -> int:
+        return self.world // self.node
+
+
+def mesh_of(scenario, stage: int) -> Mesh:
+    """The mesh `stage` runs on under the scenario's cluster and [parallelism] table."""
+    p, world = scenario.parallelism, scenario.world_size
+    shard = 1 if stage == 0 else (p.shard_group or world)
+    return Mesh(stage=stage, world=world, node=min(scenario.cluster.gpus_per_node, world),
+                dp_shard=shard, dp_replicate=world // shard,
+                hpz=hpz(p) if stage == 3 else 0,
+                qgz=scenario.training.quantized_gradients and stage == 3)
