@@ -474,7 +474,7 @@ def reference_run(name: str, overrides: dict | None):
     so that the file's own [measured] is all this takes from it."""
     ref = read_reference(REFERENCES / f"{name}.toml")
     tables = {"variation": {}, **{t: dict(ref.scenario.get(t, {}))
-                                  for t in ("model", "cluster", "training")}}
+                                  for t in ("model", "cluster", "training", "parallelism")}}
     for table_name, keys in (overrides or {}).items():
         tables[table_name].update(keys)
     scenario = build_scenario(tables, base_dir=REFERENCES, source=str(ref.path))
@@ -489,11 +489,12 @@ def reference_rows() -> list[list[str]]:
     llama13b = {"layers": 40, "hidden": 5120, "heads": 40, "ffn": 13824, "name": "Llama 2 13B"}
     hsdp = "pytorch_blog_fsdp_llama2_7b_128xa100_hsdp"
     cases = [("HSDP Llama-2-7B 128 A100 (shard_group 8)", hsdp,
-              {"training": {"shard_group": 8}}, None),
-             ("same as FULL_SHARD (shard_group 0)", hsdp, {"training": {"shard_group": 0}},
+              {"parallelism": {"shard_group": 8}}, None),
+             ("same as FULL_SHARD (shard_group 0)", hsdp, {"parallelism": {"shard_group": 0}},
               None),
              ("HSDP Llama-2-13B 128 A100, mb 1 (fms-fsdp)", hsdp,
-              {"training": {"shard_group": 8, "micro_batch": 1}, "model": llama13b}, 1700.0),
+              {"parallelism": {"shard_group": 8}, "training": {"micro_batch": 1}, "model": llama13b},
+              1700.0),
              ("Azure GPT 1T 1024 A100, ZeRO-3 + CPU optimizer",
               "deepspeed_azure_gpt_1t_1024xa100", None, None)]
     rows = []
