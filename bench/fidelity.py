@@ -59,9 +59,9 @@ def ranking(values: dict[int, float]) -> list[int]:
 def held_out_collectives(profile_path: Path, nproc: int, impl: str,
                          seconds_per_size: float) -> list[dict]:
     """Collectives at 1.5 x 2^k bytes (none of them in the profile), measured afresh."""
-    from zero_real.calibrate_bench import collectives_world
-    from zero_real.launch import spawn
-    from zero_real.runconfig import CalibrationWorld
+    from zero_real.calibration.bench import collectives_world
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import CalibrationWorld
     from zerosim.scenario.profile import load_profile
 
     sizes = tuple(3 * 2 ** k for k in range(9, 24))  # 1.5 KiB .. 24 MiB

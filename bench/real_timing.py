@@ -78,8 +78,8 @@ def _until(predicate, limit_s: float) -> float | None:
 
 def fault_figures() -> None:
     from tests.zero_real.helpers import train_dying, train_hanging
-    from zero_real.launch import RankFailed, spawn
-    from zero_real.runconfig import RunConfig
+    from zero_real.run.launch import RankFailed, spawn
+    from zero_real.run.runconfig import RunConfig
     from zerosim.scenario.load import load_scenario
 
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])

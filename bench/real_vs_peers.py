@@ -6,11 +6,11 @@ reshard_after_forward=False (stage 2) and True (stage 3); same model, data and A
 
 Each implementation runs in fresh processes, `--runs` times over. Peak: the torch profiler's CPU
 allocation total over the first `--steps` steps, measured the same way for every implementation
-(zero_real.measure.Recorder). Step time: the profiler is stopped, then `--timed-steps` more run;
-a step is the time between consecutive step ends in the training loop (making the batch included,
-for both sides), and the figure is the median of those periods, the first timed step (warm-up
-after the profiler stops) left out. The ratio of each run is zero_real's median over its peer's,
-both from that run.
+(zero_real.parts.measure.Recorder). Step time: the profiler is stopped, then `--timed-steps` more
+run; a step is the time between consecutive step ends in the training loop (making the batch
+included, for both sides), and the figure is the median of those periods, the first timed step
+(warm-up after the profiler stops) left out. The ratio of each run is zero_real's median over its
+peer's, both from that run.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from zero_real.launch import spawn
-from zero_real.measure import Recorder
-from zero_real.model import build_model, materialize, random_batch
-from zero_real.runconfig import RunConfig
-from zero_real.train import share_cores, train
+from zero_real.parts.measure import Recorder
+from zero_real.parts.model import build_model, materialize, random_batch
+from zero_real.run.launch import spawn
+from zero_real.run.runconfig import RunConfig
+from zero_real.run.train import share_cores, train
 from zerosim.scenario.load import load_scenario
 from zerosim.units import MiB
 

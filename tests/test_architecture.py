@@ -22,7 +22,7 @@ PACKAGES = ("zerosim", "zero_real")
 # package is one layer (or one room of a layer); a module is one concept.
 LAYERS = (
     ("foundation", ("zerosim", "zerosim.contract", "zerosim.units", "zerosim.errors",
-                    "zerosim.files", "zero_real")),
+                    "zerosim.files", "zerosim.commandline", "zero_real")),
     ("hardware catalogue", ("zerosim.hardware",)),
     ("frameworks", ("zerosim.frameworks",)),
     ("scenario", ("zerosim.scenario",)),
@@ -31,14 +31,10 @@ LAYERS = (
     ("simulation", ("zerosim.sim",)),
     ("reports", ("zerosim.report",)),
     ("calibration and trade-offs", ("zerosim.calibration", "zerosim.tradeoffs")),
-    ("real runs: parts", ("zero_real.runconfig", "zero_real.flags", "zero_real.preflight", "zero_real.model",
-                          "zero_real.flat", "zero_real.measure", "zero_real.optim",
-                          "zero_real.collectives", "zero_real.watch",
-                          "zero_real.calibrate_progress", "zero_real.report")),
+    ("real runs: parts", ("zero_real.parts", "zero_real.checks")),
     ("real runs: stages", ("zero_real.stages",)),
-    ("real runs: training and launch", ("zero_real.launch", "zero_real.train",
-                                        "zero_real.calibrate_bench")),
-    ("real runs: calibration", ("zero_real.calibrate",)),
+    ("real runs: training and launch", ("zero_real.run",)),
+    ("real runs: calibration", ("zero_real.calibration",)),
     ("commands", ("zerosim.cli", "zerosim.__main__", "zero_real.cli", "zero_real.__main__")),
 )
 # One concept per module: a module past this is two concepts, and a split names each (its

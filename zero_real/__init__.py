@@ -1,6 +1,11 @@
 """zero_real: DDP and ZeRO-1/2/3 run for real on torch.distributed (NCCL on GPUs, gloo on CPU),
 measuring memory and time so that zerosim can be calibrated and report its own error.
 
+Its packages, lowest first: parts/ (the model, flat buffers, Adam, collectives, what a rank
+measures) and checks/ (the flags' ranges, the refusals before a run); stages/ (DDP, ZeRO-1/2/3);
+run/ (a run: its config, launch and supervision, progress, each rank's training, the summary);
+calibration/ (`zero-real calibrate`); then the command line, cli.py (`python -m zero_real`).
+
 Importing this package does not import torch; the commands that need it do, and say how to get it.
 """
 

@@ -1,10 +1,10 @@
 """`zero-real` command line: what this box can run (`info`); `run`: a stage for real, measured,
 written as a measurement JSON; `calibrate`: this box's collectives, compute, optimizer and memory,
-written as a profile for zerosim (zero_real.calibrate). Exit codes as zerosim's
+written as a profile for zerosim (zero_real.calibration.calibrate). Exit codes as zerosim's
 (zerosim.contract): 0 ok, 1 a rank failed, 2 bad input or missing torch.
 
-Commands parse and call: the checks are preflight.py's, the launch and its signals launch.py's,
-the training train.py's, the printed summary report.py's.
+Commands parse and call: the checks are checks/preflight.py's, the launch and its signals
+run/launch.py's, the training run/train.py's, the printed summary run/report.py's.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from zero_real import __version__, flags, preflight
-from zero_real.runconfig import (BACKENDS, DEFAULT_TIMEOUT_S, RunConfig, portable_path,
-                                 start_fork_server)
-from zerosim.cli import Parser
-from zerosim.cli.common import dispatch
+from zero_real import __version__
+from zero_real.checks import flags, preflight
+from zero_real.run.runconfig import (BACKENDS, DEFAULT_TIMEOUT_S, RunConfig, portable_path,
+                                     start_fork_server)
+from zerosim.commandline import Parser, dispatch
 from zerosim.contract import COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, STAGES
 from zerosim.errors import InputError
 
@@ -35,7 +35,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def _check_run_args(args: argparse.Namespace, torchrun: bool) -> None:
-    """What the flags' types cannot see alone (each value is in range already: flags.py)."""
+    """What the flags' types cannot see alone (each value is in range already: checks/flags.py)."""
     preflight.check_out(args.out)
     if args.fake_world_size is not None:
         if torchrun:
@@ -49,7 +49,7 @@ def _world(args: argparse.Namespace) -> tuple[tuple[int, int] | None, int, int]:
     """(torchrun's world and processes per node or None, ranks, local processes). Under torchrun
     the world is torchrun's (WORLD_SIZE ranks, LOCAL_WORLD_SIZE per node); locally it is --nproc
     processes on this one box."""
-    from zero_real.launch import torchrun_env
+    from zero_real.run.launch import torchrun_env
 
     torchrun = torchrun_env()
     if torchrun is None:
@@ -81,7 +81,7 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
             raise InputError(f"--shard-group {args.shard_group} does not divide the {world} "
                              f"ranks of this run ({world} / {args.shard_group} = "
                              f"{world / args.shard_group:.4g}); give a divisor, or 0 for all")
-        flagged.append(f"training.shard_group={args.shard_group}")
+        flagged.append(f"parallelism.shard_group={args.shard_group}")
     scenario = load_scenario(args.scenario, [*args.overrides, *flagged])
     preflight.check_scenario(scenario, args.scenario)
     if args.backend == "gloo" and not (args.fake_world_size and torch.cuda.is_available()):
@@ -102,8 +102,8 @@ def _launch(cfg: RunConfig, under_torchrun: bool):
     is a rank and prints nothing)."""
     import dataclasses
 
-    from zero_real.calibrate_progress import shown
-    from zero_real.train import run, run_under_torchrun
+    from zero_real.run.progress import shown
+    from zero_real.run.train import run, run_under_torchrun
 
     if under_torchrun:
         return run_under_torchrun(cfg)
@@ -115,8 +115,8 @@ def _launch(cfg: RunConfig, under_torchrun: bool):
 def run_run(args: argparse.Namespace) -> int:
     start_fork_server()  # before prepare_run imports torch: both import it at once
     cfg, under_torchrun = prepare_run(args)
-    from zero_real.launch import RankFailed, Stopped, signals_stop_the_run
-    from zero_real.report import summary
+    from zero_real.run.launch import RankFailed, Stopped, signals_stop_the_run
+    from zero_real.run.report import summary
     from zerosim.files import write_text
 
     try:
@@ -138,7 +138,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     start_fork_server()
-    from zero_real.calibrate import calibrate
+    from zero_real.calibration.calibrate import calibrate
 
     return calibrate(args)
 
@@ -163,7 +163,7 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--shard-group", type=flags.shard_group, metavar="G",
                      help="hybrid sharding (stages 1-3): model states sharded over groups of G "
                           "consecutive ranks and replicated across the groups; G divides the "
-                          "ranks; 0 = all ranks (default: the scenario's training.shard_group)")
+                          "ranks; 0 = all ranks (default: the scenario's parallelism.shard_group)")
     run.add_argument("--fake-world-size", type=flags.nproc, metavar="W",
                      help="one rank against a fake process group of W ranks: memory at W-way "
                           "sharding without W processes (losses are not meaningful)")

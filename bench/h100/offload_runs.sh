@@ -22,12 +22,12 @@ for stage in 2 3; do
   done
 done
 timeout 120 python - "$out/host_adam.json" <<'EOF' > "$out/logs/host_adam.txt" 2>&1
-"""ShardAdam's step (zero_real/optim.py) on host fp32 tensors: elements per second at the
+"""ShardAdam's step (zero_real/parts/optim.py) on host fp32 tensors: elements per second at the
 torch thread count zero_real runs with (the default) and at 1."""
 import json, os, sys, time
 import torch
-from zero_real.measure import Ledger
-from zero_real.optim import ShardAdam
+from zero_real.parts.measure import Ledger
+from zero_real.parts.optim import ShardAdam
 
 n = 1_302_000_000 // 8  # about one rank's shard of the 1.3B GPT at a world of 8
 rows = []

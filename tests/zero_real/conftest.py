@@ -30,7 +30,8 @@ def dry_run(monkeypatch):
     """dry_run(*argv) -> DryRun. launch.spawn (train.py's name for it too) records its request
     and stops the command there, so no rank starts."""
     pytest.importorskip("torch")
-    from zero_real import cli, launch, train
+    from zero_real import cli
+    from zero_real.run import launch, train
 
     asked: list = []
 

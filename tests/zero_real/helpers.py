@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from zero_real.model import build_model, materialize, micro_batches, random_batch
-from zero_real.runconfig import RankSetup, RunConfig
+from zero_real.parts.model import build_model, materialize, micro_batches, random_batch
+from zero_real.run.runconfig import RankSetup, RunConfig
 from zerosim.contract import COLLECTIVE_OPS
 
 LR = 1e-3
@@ -68,8 +68,8 @@ def gradient_shards(rank: int, world_size: int, setup: RankSetup, stage: int, sc
     """One step of `stage` (native collectives); for each flat buffer, its layout, the range the
     optimizer steps (the owned shard; DDP: everything) and the averaged gradient it stepped with
     (divided by N in place before Adam; under offload, the host copy)."""
-    from zero_real.collectives import Collectives
-    from zero_real.measure import Recorder
+    from zero_real.parts.collectives import Collectives
+    from zero_real.parts.measure import Recorder
     from zero_real.stages import STAGES
 
     cpu, t = torch.device("cpu"), scenario.training
@@ -96,7 +96,7 @@ def parity_worker(rank: int, world_size: int, setup: RankSetup, *, runs=(), grad
     """Every (stage, collectives, scenario) combination of `runs`, in one process group: one
     spawn per world size instead of one per combination. Spawn it as
     functools.partial(parity_worker, runs=..., steps=...)."""
-    from zero_real.train import train
+    from zero_real.run.train import train
 
     out = {}
     for stage, collectives, scenario in runs:
@@ -120,7 +120,7 @@ def train_worker(rank: int, world_size: int, setup: RankSetup, *, runs=(), grad_
     `runs`, without the memory profiler, and gradient_shards for each (key, stage, scenario) of
     `grad_runs`, by key, in one process group. Spawn it as
     functools.partial(train_worker, runs=..., steps=...)."""
-    from zero_real.train import train
+    from zero_real.run.train import train
 
     out = {}
     for key, stage, collectives, scenario, *more in runs:
@@ -139,7 +139,7 @@ def freed_worker(rank: int, world_size: int, setup: RankSetup, *, scenario, step
     import gc
     import weakref
 
-    from zero_real import train as train_module
+    from zero_real.run import train as train_module
     from zero_real.stages import STAGES
 
     alive = {}
@@ -169,8 +169,8 @@ def train_dying(rank: int, world_size: int, cfg: RunConfig, *, die_rank: int,
                 die_step: int) -> dict:
     """train, but rank `die_rank` vanishes (os._exit, no error message) as step `die_step`
     starts: a rank killed mid-run. The patch lives in that rank's own process only."""
+    from zero_real.run.train import train
     from zero_real.stages import STAGES
-    from zero_real.train import train
 
     if rank == die_rank:
         stage = STAGES[cfg.stage]
@@ -189,8 +189,8 @@ def train_hanging(rank: int, world_size: int, cfg: RunConfig, *, hang_rank: int,
                   hang_collective: int = 1) -> dict:
     """train, but rank `hang_rank` stops, alive, before collective number `hang_collective`
     (from 0) of step `hang_step`: its peers wait in that collective, then time out."""
-    from zero_real.collectives import Collectives
-    from zero_real.train import train
+    from zero_real.parts.collectives import Collectives
+    from zero_real.run.train import train
 
     if rank == hang_rank:
         calls: dict[int, int] = {}

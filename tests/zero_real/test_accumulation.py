@@ -50,8 +50,8 @@ def results():
     (native) for the collectives, at A = 1 and 2 under the memory profiler, and one step's
     averaged gradient shards at A = 2. Bounded at
     every level: 30 s per collective and init, 240 s for the whole group."""
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
 
     runs = [(("parity", stage, mode), stage, mode, tiny(2))
             for stage in STAGES for mode in COLLECTIVE_IMPLS]
@@ -197,7 +197,7 @@ def test_accumulation_holds_no_more_memory(results):
 # ---- reserved memory: CUDA's figure, absent on CPU ------------------------------------------------
 
 def _cfg(stage: int = 1):
-    from zero_real.runconfig import RunConfig
+    from zero_real.run.runconfig import RunConfig
 
     return RunConfig(scenario=tiny(1), stage=stage, backend="gloo", nproc=WORLD)
 
@@ -205,7 +205,7 @@ def _cfg(stage: int = 1):
 def test_cpu_runs_report_no_reserved_memory(results):
     """The profiler has no reserved figure: train leaves it None and the measurement leaves the
     key out, so a CPU measurement file is what it was."""
-    from zero_real.train import measurement
+    from zero_real.run.train import measurement
 
     ranks = [r[("comm", 1, 1)] for r in results]
     assert all(r["peak_reserved_bytes"] is None and r["peak_bytes"] == 0 for r in ranks)
@@ -217,9 +217,9 @@ def test_cuda_reserved_memory_is_recorded_through_a_fake_allocator(monkeypatch):
     """The Recorder's CUDA path with torch.cuda's statistics faked: the peak allocation is
     peak_bytes, the peak reservation peak_reserved_bytes; the measurement and the summary carry
     both."""
-    from zero_real.measure import Recorder
-    from zero_real.report import summary
-    from zero_real.train import measurement
+    from zero_real.parts.measure import Recorder
+    from zero_real.run.report import summary
+    from zero_real.run.train import measurement
 
     stats = {"allocated": 3 << 20, "max_allocated": 5 << 20, "max_reserved": 8 << 20}
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
@@ -260,8 +260,8 @@ def test_cuda_reserved_memory_is_recorded_through_a_fake_allocator(monkeypatch):
                            "figure (its code path is covered by the fake-allocator test)")
 def test_a_cuda_run_reports_reserved_at_least_allocated():
     """One process on the GPU against a fake world of 2 (collectives do nothing)."""
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
 
     runs = [(stage, stage, "native", tiny(2)) for stage in STAGES]
     setup = RankSetup(backend="fake", nproc=1, fake_world_size=WORLD, timeout_s=30)
@@ -276,8 +276,8 @@ def test_every_stage_is_freed_after_its_run():
     model states, and the next stage on a GPU runs out of memory (seen on an H100: stage 0 of a
     1.3B model after another stage-0 run). Autograd holds the gradient hooks from C++, out of the
     garbage collector's sight, so train() must unhook the stage."""
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
 
     setup = RankSetup(backend="gloo", nproc=1, timeout_s=30)
     result, = spawn(partial(freed_worker, scenario=tiny(1), steps=1), 1, setup, timeout_s=120)
@@ -289,11 +289,11 @@ def test_flash_attention_keeps_no_score_matrix_and_plain_attention_keeps_it():
     the plain math, whose softmax output autograd keeps. Left to itself SDPA takes a fused
     kernel whenever one applies (an H100 run of a `flash_attention = false` scenario measured
     flash's memory). The measured activations differ by exactly zerosim's score term."""
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
     from zerosim.analytic.model import activations
 
-    # zero_real has no dropout (zero_real.model): without it zerosim keeps the softmax output.
+    # zero_real has no dropout (zero_real.parts.model): without it zerosim keeps the softmax output.
     plain = tiny(1, "model.dropout=false")
     flash = tiny(1, "model.dropout=false", "training.flash_attention=true")
     runs = [("plain", 0, "native", plain), ("flash", 0, "native", flash)]

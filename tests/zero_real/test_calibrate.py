@@ -34,13 +34,13 @@ def calibrate(*argv) -> CliResult:
 def two(tmp_path_factory):
     """A calibration run from a folder holding the scenario, paths typed relative to it, every
     progress line shown (no interval between lines)."""
-    from zero_real import calibrate_progress
+    from zero_real.run import progress
 
     folder = tmp_path_factory.mktemp("calibrate")
     shutil.copy(TINY, folder / "tiny.toml")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
-        patch.setattr(calibrate_progress, "EVERY_S", 0.0)
+        patch.setattr(progress, "EVERY_S", 0.0)
         result = calibrate("tiny.toml", "--nproc", 2, "--min-size-KiB", 256, "--max-size-MiB",
                            16, "--micro-batches", "1,2", "--out", "two.json", *RUN_LIMIT)
     assert result.code == 0, result.stderr
@@ -48,7 +48,7 @@ def two(tmp_path_factory):
 
 
 def _expected_progress() -> list[str]:
-    """Every item of the n = 2 world, in the order calibrate_bench measures them."""
+    """Every item of the n = 2 world, in the order calibration/bench.py measures them."""
     sections = {
         "collectives": [f"{impl} {op} {kib * 1024} B" for impl in COLLECTIVE_IMPLS
                         for op in COLLECTIVE_OPS for kib in SIZES_KIB],
@@ -219,7 +219,7 @@ def test_nccl_without_gpus_is_bad_input(tmp_path):
 
 
 def test_a_failing_rank_is_exit_1_naming_it(tmp_path, monkeypatch):
-    from zero_real import launch
+    from zero_real.run import launch
 
     def failing_spawn(fn, nproc, cfg, timeout_s=None):
         raise launch.RankFailed("rank 1 died (exit code 17): no error message; all ranks stopped",
@@ -238,7 +238,7 @@ def test_a_failing_rank_is_exit_1_naming_it(tmp_path, monkeypatch):
 
 
 def test_a_failed_write_keeps_the_old_file(tmp_path):
-    from zero_real.calibrate import write_json
+    from zero_real.calibration.calibrate import write_json
 
     out = tmp_path / "p.json"
     out.write_text("old")

@@ -97,8 +97,8 @@ def _run_with_fault(fault, *, stage: int, collectives: str, timeout_s: float, ma
     fails naming what `match` says, and leaves no rank behind. The run's own limit (60 s) is the
     hang guard: a fault it did not name fails the match with "did not finish". How soon a fault
     is named is a figure of bench/real_timing.py, not an assertion here."""
-    from zero_real.launch import RankFailed, spawn
-    from zero_real.runconfig import RunConfig
+    from zero_real.run.launch import RankFailed, spawn
+    from zero_real.run.runconfig import RunConfig
     from zerosim.scenario.load import load_scenario
 
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=3"])
@@ -173,7 +173,7 @@ def test_partial_or_bad_torchrun_environment_is_refused(monkeypatch, env, fragme
 
 
 def test_torchrun_world_comes_from_the_environment(monkeypatch):
-    from zero_real.launch import torchrun_env
+    from zero_real.run.launch import torchrun_env
 
     env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "h",
            "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": "4"}

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from tests.conftest import SCENARIOS  # noqa: E402
 from tests.fuzzing import fuzz, generated  # noqa: E402
-from zero_real import flags, preflight  # noqa: E402
+from zero_real.checks import flags, preflight  # noqa: E402
 from zerosim.contract import STAGES  # noqa: E402
 from zerosim.units import GiB  # noqa: E402
 
@@ -62,7 +62,7 @@ def _check_run(cfg) -> None:
     assert _within(cfg.lr, 0, flags.MAX_LR) and cfg.lr > 0
     assert cfg.fake_world_size is None or _within(cfg.fake_world_size, 1, flags.MAX_WORLD)
     assert cfg.run_timeout_s is None or _within(cfg.run_timeout_s, *flags.TIMEOUT_S)
-    group, world = cfg.scenario.training.shard_group, cfg.fake_world_size or cfg.nproc
+    group, world = cfg.scenario.parallelism.shard_group, cfg.fake_world_size or cfg.nproc
     assert _within(group, 0, flags.MAX_SHARD_GROUP) and (group == 0 or world % group == 0)
 
 

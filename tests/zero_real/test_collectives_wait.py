@@ -44,7 +44,7 @@ class Work:
 
 
 def test_a_polled_wait_asks_the_future_until_done_then_waits_once():
-    from zero_real.collectives import wait_yielding
+    from zero_real.parts.collectives import wait_yielding
 
     log: list = []
     wait_yielding(Work(log, pending=2))
@@ -53,7 +53,7 @@ def test_a_polled_wait_asks_the_future_until_done_then_waits_once():
 
 def test_a_polled_wait_raises_what_wait_raises():
     """gloo's timeout (or a peer's error) completes the work: the polling ends and wait() raises."""
-    from zero_real.collectives import wait_yielding
+    from zero_real.parts.collectives import wait_yielding
 
     log: list = []
     with pytest.raises(RuntimeError, match="Timed out"):
@@ -64,8 +64,8 @@ def test_a_polled_wait_raises_what_wait_raises():
 def _all_reduce_through(monkeypatch, mode: str, world_size: int, backend: str, device="cpu"):
     """Collectives(mode, ...).all_reduce of 4 floats with dist.all_reduce recording its calls:
     (the calls' keyword arguments, the wait log, the recorded comm events)."""
-    from zero_real import collectives
-    from zero_real.measure import Recorder
+    from zero_real.parts import collectives
+    from zero_real.parts.measure import Recorder
 
     calls, log = [], []
 
@@ -102,7 +102,7 @@ def test_a_single_rank_calls_no_collective(monkeypatch):
 
 
 def test_only_native_gloo_on_cpu_between_processes_polls():
-    from zero_real.collectives import Collectives
+    from zero_real.parts.collectives import Collectives
 
     cpu = torch.zeros(1)
     assert Collectives(NATIVE, 0, 2, None, "gloo").polls(cpu)

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.conftest import SCENARIOS, assert_one_line_error  # noqa: E402
-from zero_real import flags, preflight  # noqa: E402
+from zero_real.checks import flags, preflight  # noqa: E402
 from zerosim.units import GiB  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
@@ -112,7 +112,7 @@ def test_the_memory_check_counts_each_process_not_the_model_alone(dry_run, monke
 
 def test_calibrate_checks_memory_before_building_its_worlds(dry_run, monkeypatch, tmp_path):
     """--nproc bounds the worlds 2..N calibrate builds: what cannot fit is refused first."""
-    from zero_real import calibrate
+    from zero_real.calibration import calibrate
 
     monkeypatch.setattr(preflight, "mem_available", lambda: GiB)
     built = []

@@ -78,7 +78,7 @@ def test_the_fork_server_starts_before_the_launcher_imports_torch():
     launcher does; not under torchrun (RANK set), which starts the processes itself."""
     probe = ("import sys\n"
              "from multiprocessing import forkserver\n"
-             "from zero_real.runconfig import start_fork_server\n"
+             "from zero_real.run.runconfig import start_fork_server\n"
              "start_fork_server()\n"
              "print('torch' in sys.modules, forkserver._forkserver._forkserver_pid is not None)\n")
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -40,8 +40,8 @@ def unowned_bytes(scenario, point: str) -> int:
 
 
 def run_stages(scenario, world, backend="gloo", steps=2):
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
 
     runs = [(stage, "native", scenario) for stage in (0, 1, 2, 3)]
     nproc = 1 if backend == "fake" else world

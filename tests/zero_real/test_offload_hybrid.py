@@ -20,7 +20,8 @@ from tests.zero_real.helpers import (reference_grads, reference_shard, reference
 from tests.zero_real.test_memory import UNATTRIBUTED_BYTES, unowned_bytes  # noqa: E402
 from tests.zero_real.test_parity import BF16_RTOL, UNEVEN, assert_parity  # noqa: E402
 from zerosim.analytic.memory import stage_memory  # noqa: E402
-from zerosim.scenario.config import ClusterConfig, Scenario, TrainingConfig  # noqa: E402
+from zerosim.scenario.config import (ClusterConfig, ParallelismConfig, Scenario,  # noqa: E402
+                                     TrainingConfig)
 from zerosim.scenario.load import load_scenario  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
@@ -43,11 +44,14 @@ def hybrid(stage: int, policy: str, *more: str):
                 "training.gradient_accumulation=2", *more)
 
 
-def uneven(stage: int, **training):
+def uneven(stage: int, shard_group: int = 0, replica_allreduce: str = "every_micro_step",
+           **training):
     """Odd sizes everywhere (test_parity.UNEVEN): every flat buffer is padded."""
     return Scenario(model=UNEVEN, cluster=ClusterConfig(nodes=1, gpus_per_node=WORLD),
                     training=TrainingConfig(zero_stage=stage, precision="fp32", micro_batch=2,
-                                            seq_len=7, reduce_bucket_MiB=0.0005, **training))
+                                            seq_len=7, reduce_bucket_MiB=0.0005, **training),
+                    parallelism=ParallelismConfig(shard_group=shard_group,
+                                                  replica_allreduce=replica_allreduce))
 
 
 def cases() -> dict:
@@ -93,8 +97,8 @@ def reference(sc, what=reference_train):
 def results():
     """Per rank, by key: train's result for every case, and one step's averaged gradient
     shards (helpers.gradient_shards) for every GRADS scenario."""
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
 
     runs = [(key, stage, mode, sc, {"profile_memory": profiled})
             for key, (stage, mode, sc, profiled) in cases().items()]
@@ -221,7 +225,7 @@ def test_replicas_are_summed_as_replica_allreduce_says(results):
 def test_shard_and_replica_groups_are_zerosims_layout():
     """Shard groups of g consecutive ranks; replica groups of the ranks with the same place in
     theirs (zerosim.scenario.family)."""
-    from zero_real.collectives import shard_groups
+    from zero_real.parts.collectives import shard_groups
 
     assert shard_groups(4, 2) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
     assert shard_groups(8, 4) == ([[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]])
@@ -233,7 +237,7 @@ def test_shard_and_replica_groups_are_zerosims_layout():
 def test_host_states_are_device_memory_only_on_a_cpu_only_box():
     """The ledger's samples are the device's memory: host states count there on a CPU-only
     box (device == host), never beside a GPU's; the ledger's totals report them either way."""
-    from zero_real.measure import Ledger
+    from zero_real.parts.measure import Ledger
 
     for host_is_device in (True, False):
         ledger = Ledger(host_is_device=host_is_device)
@@ -270,14 +274,14 @@ def test_a_hybrid_offloaded_run_writes_host_bytes_beside_zerosims(tmp_path):
 
 def test_shard_group_flag_sets_the_scenario_key_and_wins_over_set(dry_run):
     done = dry_run("run", TINY, "--stage", "3", "--nproc", "4", "--shard-group", "2")
-    assert done.launched.scenario.training.shard_group == 2
+    assert done.launched.scenario.parallelism.shard_group == 2
     done = dry_run("run", TINY, "--stage", "3", "--nproc", "4",
                    "--set", "training.shard_group=4", "--shard-group", "2")
-    assert done.launched.scenario.training.shard_group == 2
+    assert done.launched.scenario.parallelism.shard_group == 2
     done = dry_run("run", TINY, "--stage", "3", "--nproc", "4", "--set", "training.shard_group=2")
-    assert done.launched.scenario.training.shard_group == 2  # no flag: the scenario's own
+    assert done.launched.scenario.parallelism.shard_group == 2  # no flag: the scenario's own
     done = dry_run("run", TINY, "--stage", "3", "--nproc", "4", "--shard-group", "0")
-    assert done.launched.scenario.training.shard_group == 0
+    assert done.launched.scenario.parallelism.shard_group == 0
 
 
 @pytest.mark.parametrize("argv, fragments", [
@@ -285,7 +289,7 @@ def test_shard_group_flag_sets_the_scenario_key_and_wins_over_set(dry_run):
      ["--shard-group 3 does not divide the 4 ranks of this run", "4 / 3 = 1.333"]),
     (["--nproc", "2", "--shard-group", "4"], ["--shard-group 4 does not divide the 2 ranks"]),
     (["--nproc", "4", "--set", "training.shard_group=3"],
-     ["training.shard_group = 3 must divide the world size 4"]),
+     ["parallelism.shard_group = 3 must divide the world size 4"]),
     (["--nproc", "4", "--shard-group", "-1"], ["--shard-group: '-1'", "0..65536"]),
 ])
 def test_a_shard_group_that_does_not_divide_the_ranks_is_refused(dry_run, argv, fragments):
@@ -296,7 +300,7 @@ def test_a_shard_group_that_does_not_divide_the_ranks_is_refused(dry_run, argv, 
 
 def test_shard_group_at_stage_0_is_refused(dry_run):
     done = dry_run("run", TINY, "--stage", "0", "--nproc", "4", "--shard-group", "2")
-    assert_one_line_error(done.result, "training.shard_group = 2", "zero_stage = 0")
+    assert_one_line_error(done.result, "parallelism.shard_group = 2", "zero_stage = 0")
 
 
 NOT_IMPLEMENTED = "is not implemented by zero_real; it supports"
@@ -307,7 +311,7 @@ NOT_IMPLEMENTED = "is not implemented by zero_real; it supports"
       "cluster.nvme_write_GBps=5"], "training.optimizer_offload = nvme"),
     ([OFFLOAD, "training.param_offload=cpu"], "training.param_offload = cpu"),
     ([OFFLOAD, "training.delayed_update=true"], "training.delayed_update = true"),
-    (["training.hpz_partition=2"], "training.hpz_partition = 2"),
+    (["training.hpz_partition=2"], "parallelism.hpz_partition = 2"),
     (["training.quantized_weights=true"], "training.quantized_weights = true"),
     (["training.quantized_gradients=true"], "training.quantized_gradients = true"),
 ])

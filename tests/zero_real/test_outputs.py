@@ -114,7 +114,8 @@ def _size_limit():
 def _finish_with(command: str, monkeypatch, fill) -> None:
     """The command's work returns at once with BIG as its result, and fill() runs just before
     the result is written."""
-    from zero_real import calibrate, launch, train
+    from zero_real.calibration import calibrate
+    from zero_real.run import launch, train
 
     def result(*args, **kwargs):
         fill()

@@ -56,8 +56,8 @@ def assert_parity(name, got, want, model):
 
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_stages_match_single_process(world):
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
 
     models = {"uneven": scenario(UNEVEN, world), "gpt2ish": scenario(GPT2ISH, world, seq_len=9)}
     assert total_params(UNEVEN) % 4 and total_params(GPT2ISH) % 4  # padding is exercised

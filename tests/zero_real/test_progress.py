@@ -1,7 +1,7 @@
-"""Progress lines on the launcher's stderr (calibrate_progress): what they say, item by item, and
-which of them a log gets. Written as the ranks write them, followed as the launcher follows them;
-no timing is asserted (the interval between lines is a parameter, 0 or never here). The lines of
-real launches are checked in test_cli.py (run) and test_calibrate.py (calibrate)."""
+"""Progress lines on the launcher's stderr (zero_real/run/progress.py): what they say, item by
+item, and which of them a log gets. Written as the ranks write them, followed as the launcher
+follows them; no timing is asserted (the interval between lines is a parameter, 0 or never here).
+The lines of real launches are checked in test_cli.py (run) and test_calibrate.py (calibrate)."""
 
 import io
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from zero_real.calibrate_progress import Progress, ProgressPrinter  # noqa: E402
+from zero_real.run.progress import Progress, ProgressPrinter  # noqa: E402
 
 
 class Terminal(io.StringIO):
@@ -18,7 +18,8 @@ class Terminal(io.StringIO):
 
 
 def _measure(path: str) -> None:
-    """Two sections as calibrate_bench writes them, and a rank other than 0 that stays quiet."""
+    """Two sections as calibration/bench.py writes them, and a rank other than 0 that stays
+    quiet."""
     progress = Progress(path, rank=0)
     progress.begin("collectives", 2)
     progress.tick("native all_reduce 1024 B")

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.conftest import ROOT, SCENARIOS  # noqa: E402
-from zero_real.runconfig import portable_path  # noqa: E402
+from zero_real.run.runconfig import portable_path  # noqa: E402
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 COMMITTED = sorted([*ROOT.glob("profiles/*.json"), *ROOT.glob("docs/**/*.json")])
@@ -47,7 +47,7 @@ def test_run_records_the_scenario_relative_to_the_working_directory(dry_run, her
 
 
 def test_calibrate_records_its_paths_relative_to_the_working_directory(here):
-    from zero_real.calibrate import reproduce
+    from zero_real.calibration.calibrate import reproduce
     from zero_real.cli import build_parser
 
     args = build_parser().parse_args(["calibrate", str(here / "sc" / "tiny.toml"), "--nproc", "2",
@@ -59,7 +59,7 @@ def test_calibrate_records_its_paths_relative_to_the_working_directory(here):
 
 def test_the_recorded_command_parses_back_to_the_same_settings(here):
     """Numbers as typed, not rounded to 6 digits (--max-size-MiB 1048576 was 1.04858e+06)."""
-    from zero_real.calibrate import reproduce
+    from zero_real.calibration.calibrate import reproduce
     from zero_real.cli import build_parser
 
     argv = ["calibrate", "sc/tiny.toml", "--nproc", "3", "--min-size-KiB", "0.123456789",
@@ -74,7 +74,7 @@ def test_the_recorded_command_parses_back_to_the_same_settings(here):
 def test_the_committed_profile_says_what_calibrate_writes_for_its_command(monkeypatch):
     """Its provenance was fixed by hand (the measurements untouched): it must be exactly what the
     code writes today for the command it records, run from the repository's root."""
-    from zero_real.calibrate import reproduce
+    from zero_real.calibration.calibrate import reproduce
     from zero_real.cli import build_parser
 
     monkeypatch.chdir(ROOT)

@@ -22,7 +22,7 @@ def test_buckets_are_cut_top_down_and_spans_count_each_slot_in_its_buckets():
     """Slots of 3, 5 and 4 elements in a 12-element buffer, buckets of 5 from the top:
     [7, 12), [2, 7), [0, 2). The middle slot [3, 8) has 1 element in bucket 0 and 4 in bucket
     1; the first [0, 3) has 1 in bucket 1 and 2 in bucket 2."""
-    from zero_real.flat import Layout
+    from zero_real.parts.flat import Layout
 
     params = [(name, torch.nn.Parameter(torch.empty(n))) for name, n in zip("abc", (3, 5, 4))]
     layout = Layout.of(params, world_size=2)
@@ -35,8 +35,8 @@ def test_each_bucket_is_all_reduced_once_a_step_polled_or_through_the_ring():
     """The tiny model's 118,528 fp32 gradients in 64 KiB buckets of 16,384 elements: 7 full
     buckets and one of 3,840 (15,360 bytes), each all-reduced once per step, named after it,
     and nothing else collective in the step (the loss is averaged once, after the run)."""
-    from zero_real.launch import spawn
-    from zero_real.runconfig import RankSetup
+    from zero_real.run.launch import spawn
+    from zero_real.run.runconfig import RankSetup
 
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=2"])
     runs = [(mode, 0, mode, scenario) for mode in COLLECTIVE_IMPLS]  # native (awake), ring
@@ -65,8 +65,8 @@ def test_a_rank_hanging_before_a_bucket_is_named_and_every_rank_stopped():
     step 0's and step 1's bucket 0, the 9th) and leaves no rank behind. The run's own limit
     (60 s) is the hang guard: a wait that never ended would fail the match with "did not
     finish"."""
-    from zero_real.launch import RankFailed, spawn
-    from zero_real.runconfig import RunConfig
+    from zero_real.run.launch import RankFailed, spawn
+    from zero_real.run.runconfig import RunConfig
 
     scenario = load_scenario(TINY, ["cluster.gpus_per_node=2"])
     cfg = RunConfig(scenario=scenario, stage=0, backend="gloo", steps=3, timeout_s=5, nproc=2,

@@ -4,8 +4,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from zero_real.flat import Layout, shard_elements  # noqa: E402
-from zero_real.model import build_model, count_params  # noqa: E402
+from zero_real.parts.flat import Layout, shard_elements  # noqa: E402
+from zero_real.parts.model import build_model, count_params  # noqa: E402
 from zerosim.scenario.config import ModelConfig  # noqa: E402
 from zerosim.scenario.load import load_scenario  # noqa: E402
 from zerosim.analytic.model import total_params  # noqa: E402

@@ -23,7 +23,7 @@ no_sync: autograd adds each micro-step's gradients into the full buffer), ZeRO-2
 and ZeRO-3 gathers and reduce-scatters in every micro-step, adding into the gradient shard; the
 optimizer steps once, after the last.
 
-Hybrid sharding (training.shard_group) and optimizer offload (training.optimizer_offload = "cpu")
+Hybrid sharding (parallelism.shard_group) and optimizer offload (training.optimizer_offload = "cpu")
 change stages 1-3 in one place, sharding.py: buffers sharded over the shard group, reduced
 pieces summed across the replica group, the gradient shard and Adam in host memory.
 """

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from zero_real.flat import FlatParams
-from zero_real.measure import ActivationTracker
-from zero_real.optim import LossScale, ShardAdam
+from zero_real.parts.flat import FlatParams
+from zero_real.parts.measure import ActivationTracker
+from zero_real.parts.optim import LossScale, ShardAdam
 from zero_real.stages.sharding import Sharding
 from zerosim.analytic.memory import STAGE2_LIVE_BUCKETS
 from zerosim.units import MiB
@@ -36,7 +36,7 @@ class DDP:
         self.reducing = True  # this micro-step reduces its gradients (the last one, or every one)
         self.device = device
         # Hybrid sharding and offload (sharding.py): shard_comm is the world without hybrid.
-        self.sharding = Sharding(comm, scenario.training, self.stage, world_size, device,
+        self.sharding = Sharding(comm, scenario, self.stage, world_size, device,
                                  recorder.ledger)
         self.shard_comm = self.sharding.shard
         self.build(device, seed, lr)

@@ -1,7 +1,7 @@
 """What hybrid sharding and optimizer offload change in a stage, in one place: who shares a shard,
 where the gradient shard and the optimizer live, and when the replicas' gradients are summed.
 
-Hybrid sharding (training.shard_group = g, stages 1-3; FSDP2's HSDP, MiCS): the stage's flat
+Hybrid sharding (parallelism.shard_group = g, stages 1-3; FSDP2's HSDP, MiCS): the stage's flat
 buffers are sharded over its shard group of g ranks as if that were the world (reduce-scatters
 and all-gathers stay inside it); the rank's reduced gradient piece is then all-reduced across its
 replica group, the N/g ranks holding the same shard: as each piece is reduced, in every
@@ -13,15 +13,15 @@ Either way Adam steps the sum over all N ranks, averaged by N.
 Optimizer offload (training.optimizer_offload = "cpu", stages 1-3; ZeRO-Offload): the gradient
 shard Adam steps lives in host memory, fp32 (stages 2-3 add each reduced piece into it, so no
 gradient shard stays on the device; stage 1 keeps its full gradient buffer and the step copies
-its shard out), and HostAdam steps there (zero_real.optim).
+its shard out), and HostAdam steps there (zero_real.parts.optim).
 """
 
 from __future__ import annotations
 
 import torch
 
-from zero_real.collectives import mesh
-from zero_real.optim import HostAdam, ShardAdam, host_zeros
+from zero_real.parts.collectives import mesh
+from zero_real.parts.optim import HostAdam, ShardAdam, host_zeros
 
 
 def accumulate(shard: torch.Tensor, piece: torch.Tensor) -> None:
@@ -31,12 +31,13 @@ def accumulate(shard: torch.Tensor, piece: torch.Tensor) -> None:
 
 
 class Sharding:
-    def __init__(self, comm, training, stage: int, world_size: int, device: torch.device,
+    def __init__(self, comm, scenario, stage: int, world_size: int, device: torch.device,
                  ledger):
-        g = training.shard_group if training.shard_group and stage >= 1 else world_size
+        training, p = scenario.training, scenario.parallelism
+        g = p.shard_group if p.shard_group and stage >= 1 else world_size
         groups = mesh(comm, g)
         self.shard, self.replica = groups.shard, groups.replica
-        self.every_micro_step = training.replica_allreduce == "every_micro_step"
+        self.every_micro_step = p.replica_allreduce == "every_micro_step"
         self.offload = stage >= 1 and training.optimizer_offload == "cpu"
         self.world_size = world_size  # Adam averages the gradient summed over every rank
         self.device, self.ledger = device, ledger

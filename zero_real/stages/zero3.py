@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from zero_real.flat import FlatParams
+from zero_real.parts.flat import FlatParams
 from zero_real.stages.replicated import ZeRO2
 
 

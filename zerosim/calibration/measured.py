@@ -103,6 +103,12 @@ def per_step_figures(m: dict[str, Any]) -> dict[int, dict[str, float]]:
             for step, figures in sorted(by_step.items())}
 
 
+def step_figures(m: dict[str, Any]) -> dict[str, float]:
+    """Medians over the timed steps of per_step_figures (what calibration fits steps to)."""
+    steps = list(per_step_figures(m).values())
+    return {name: statistics.median(s[name] for s in steps) for name in (steps[:1] or [{}])[0]}
+
+
 def memory_figures(m: dict[str, Any]) -> dict[str, float]:
     """The largest over ranks at each memory point every rank measured, and of the peaks
     (allocated; reserved where every rank measured it, i.e. on CUDA)."""

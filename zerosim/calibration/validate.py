@@ -28,8 +28,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from zerosim.calibration.measured import (check_measurement, measured_metrics, per_step_figures,
-                                          run_samples)
+from zerosim.calibration.measured import check_measurement, measured_metrics, run_samples
+from zerosim.calibration.measured import step_figures  # noqa: F401 (its callers read it here too)
 from zerosim.contract import COLLECTIVE_IMPLS, COMM, MEMORY_POINTS
 from zerosim.errors import InputError, brief
 from zerosim.units import GB, KB, MB
@@ -42,12 +42,6 @@ IDENTITY = ("scenario", "overrides", "stage", "world_size", "fake_world_size", "
 
 def category(name: str) -> str:
     return MEMORY if name.endswith("_bytes") else TIME
-
-
-def step_figures(m: dict[str, Any]) -> dict[str, float]:
-    """Medians over the timed steps of per_step_figures (what calibration fits steps to)."""
-    steps = list(per_step_figures(m).values())
-    return {name: statistics.median(s[name] for s in steps) for name in (steps[:1] or [{}])[0]}
 
 
 def _identity(m: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +126,7 @@ def scenario_of(m: dict[str, Any], scenario_path: str | None = None,
                 profile: str | None = None):
     """The scenario exactly as it ran: overrides, one box of world_size ranks, stage, the
     collectives implementation, no overlap; the profile given here overrides the scenario's."""
-    from zerosim.scenario.load import load_scenario  # here: zero_real's ranks take step_figures
+    from zerosim.scenario.load import load_scenario
 
     world = m.get("fake_world_size") or m["world_size"]
     overrides = [*m.get("overrides", []), "cluster.nodes=1", f"cluster.gpus_per_node={world}",
@@ -148,7 +142,7 @@ def scenario_of(m: dict[str, Any], scenario_path: str | None = None,
 def validate(runs: list[dict[str, Any]], paths: list[str], scenario_path: str | None = None,
              profile: str | None = None) -> dict[str, Any]:
     """The report of one or more runs of one configuration (judge adds the verdict)."""
-    from zerosim.sim.engine import simulate  # here: zero_real's ranks take step_figures alone
+    from zerosim.sim.engine import simulate
 
     for m, path in zip(runs, paths):
         check_measurement(m, path)

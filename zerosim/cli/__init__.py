@@ -19,26 +19,10 @@ from collections.abc import Sequence
 
 from zerosim import __version__
 from zerosim.cli import calibration, simulation, tradeoffs
-from zerosim.cli.common import add_scenario_args, dispatch
-from zerosim.contract import EXIT_BAD_INPUT
+from zerosim.cli.common import add_scenario_args
+from zerosim.commandline import Parser, dispatch
 
 COMMANDS = (*simulation.COMMANDS, *tradeoffs.COMMANDS, *calibration.COMMANDS)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage block) and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        message = " ".join(message.split())  # a line break inside a user's flag stays on one line
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-    def _get_values(self, action, arg_strings):
-        """`--flag=--` is refused: argparse strips the "--" from the value and stores an empty
-        list, which reached the commands as a list (zero-real's --nproc=-- was a TypeError deep
-        in calibrate)."""
-        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
-            self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
-        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:

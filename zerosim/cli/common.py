@@ -5,16 +5,12 @@ bad one as one line, exit 2)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zerosim.contract import EXIT_BAD_INPUT, EXIT_OK, SIM_MODES, STAGES
-from zerosim.errors import InputError
+from zerosim.contract import SIM_MODES, STAGES
 
 
 @dataclass(frozen=True)
@@ -43,50 +39,6 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
 
 def add_mode(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--mode", choices=SIM_MODES, default=SIM_MODES[0], help=help)
-
-
-class Terminated(SystemExit):
-    """SIGTERM, raised in the main thread so that a command unwinds as it does for Ctrl-C: a
-    sweep's workers are stopped instead of left behind, a file being written is removed; the
-    exit code is the shell's for a SIGTERM, 128 + 15."""
-
-
-def _terminate(signum: int, frame) -> None:
-    raise Terminated(128 + signum)
-
-
-@contextlib.contextmanager
-def _sigterm_unwinds():
-    """SIGTERM raises Terminated for the duration (only the main thread may set handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def dispatch(prog: str, args: argparse.Namespace) -> int:
-    """Run the parsed command: bad input is one line on stderr and exit 2, never a traceback;
-    Ctrl-C exits 130 and SIGTERM 143, both unwinding (files are written whole or not at all:
-    files.write_bytes); a closed pipe (`zerosim memory ... | head`) ends quietly."""
-    try:
-        with _sigterm_unwinds():
-            return args.func(args)
-    except InputError as exc:
-        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except Terminated as exc:
-        print(f"{prog}: terminated", file=sys.stderr)
-        return exc.code
-    except BrokenPipeError:
-        sys.stderr.close()
-        return EXIT_OK
 
 
 def load(args: argparse.Namespace):

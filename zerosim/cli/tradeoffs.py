@@ -32,7 +32,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         executor = sweep_ray.executor(args.address, args.jobs)  # no Ray: one line, now
     start_s = time.perf_counter()
     bar = None if args.quiet else after_delay("zerosim sweep:", start_s)
-    with bar or contextlib.nullcontext():  # SIGTERM unwinds here as Ctrl-C does (cli.common)
+    with bar or contextlib.nullcontext():  # SIGTERM unwinds here as Ctrl-C does (commandline)
         rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
                                jobs=args.jobs, mode=args.mode, progress=bar, executor=executor)
     sweep_files.write_results(args.out, rows, args.scenario, varies, args.overrides,

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from zero_real import watch
-from zero_real.runconfig import PRELOAD
+from zero_real.run import watch
+from zero_real.run.runconfig import PRELOAD
 from zerosim.errors import InputError
 
 KILL_GRACE_S = 5.0

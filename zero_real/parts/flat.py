@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from zero_real.model import init_tensor
+from zero_real.parts.model import init_tensor
 from zerosim.analytic.memory import shard_elements  # one definition of the shard size, zerosim's
 
 

@@ -7,7 +7,7 @@ runs as long as the others and none gets the box to itself.
 Collectives follow nccl-tests (common.cu): a barrier, warm-up, then timed iterations; sizes are
 the whole buffer (reduce_scatter/all_gather: n x piece), fp32. Each iteration is timed on every
 rank and reduced with MAX over ranks (the collective is done when its last rank is), then the
-median is kept. They go through zero_real.collectives.Collectives, the code the stages run.
+median is kept. They go through zero_real.parts.collectives.Collectives, the code the stages run.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ import time
 import torch
 import torch.distributed as dist
 
-from zero_real import watch
-from zero_real.calibrate_progress import Progress
-from zero_real.collectives import Collectives
-from zero_real.measure import ActivationTracker, Ledger, Recorder
-from zero_real.model import build_model, materialize
-from zero_real.optim import LossScale, ShardAdam
-from zero_real.runconfig import CalibrationWorld, RunConfig
+from zero_real.parts.collectives import Collectives
+from zero_real.parts.measure import ActivationTracker, Ledger, Recorder
+from zero_real.parts.model import build_model, materialize
+from zero_real.parts.optim import LossScale, ShardAdam
+from zero_real.run import watch
+from zero_real.run.progress import Progress
+from zero_real.run.runconfig import CalibrationWorld, RunConfig
+from zero_real.run.train import device_for, hardware, share_cores, train
 from zero_real.stages import DTYPES
-from zero_real.train import device_for, hardware, share_cores, train
-from zerosim.calibration.validate import step_figures
+from zerosim.calibration.measured import step_figures
 from zerosim.contract import (BLOCK, COLLECTIVE_OPS, EMBEDDING, HEAD, PASSES, UNIT_KINDS,
                               busbw_factor)
 from zerosim.units import GB, MiB

@@ -27,7 +27,7 @@ allocation of a profiled step besides) and written to the measurement: 13 KB per
 ranks of the tiny scenario, 130 MB at this bound, and more with every rank and layer."""
 MAX_SEED = 2**31 - 1
 """Seeds are mixed into torch generator seeds as (seed x 7919 + step) x 1,000,003 + row
-(zero_real.model.random_batch), which must stay below 2**64."""
+(zero_real.parts.model.random_batch), which must stay below 2**64."""
 TIMEOUT_S = (0.001, 2_147_483.0)
 """--timeout-s and --run-timeout-s: a limit a person puts on a collective or a run; 2**31 - 1 ms
 (24.8 days) is longer than any run needs. Past ~9.2e12 s gloo fails an internal check (its
@@ -41,7 +41,7 @@ MAX_SIZE_BYTES = 2**40
 """--min-size-KiB and --max-size-MiB: 1 TiB per collective buffer, beyond any box's memory
 (preflight then checks this box's) and within exact float arithmetic."""
 MAX_SECONDS_PER_SIZE = 60.0
-"""--seconds-per-size: timed iterations are capped at 500 anyway (calibrate_bench)."""
+"""--seconds-per-size: timed iterations are capped at 500 anyway (calibration/bench.py)."""
 MAX_MICRO_BATCH, MAX_MICRO_BATCHES = 2**20, 16
 """--micro-batches: each value a number of sequences per rank (the memory check refuses far
 less on a real box); at most 16 values, each adding a compute shape per unit kind and a memory

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from zero_real.measure import Ledger
+from zero_real.parts.measure import Ledger
 
 
 class ShardAdam:

@@ -1,7 +1,7 @@
 """What a run is, as frozen dataclasses: what every rank needs to start (RankSetup), a training run
 of one stage (RunConfig), one calibration world (CalibrationWorld). The command line builds them
-once, checked (preflight.py); launch.py hands them to every rank unchanged, but for the rank's own
-heartbeat file."""
+once, checked (checks/preflight.py); launch.py hands them to every rank unchanged, but for the
+rank's own heartbeat file."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from zerosim.contract import COLLECTIVE_IMPLS
 
 # Ranks start from a fork server that has already imported these: paid once, not once per rank
 # (on a 2-core box four ranks importing torch and sympy take seconds each).
-PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "zero_real.stages",
-           "zero_real.train", "zero_real.launch"]
+PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes",
+           "zero_real.stages", "zero_real.run.train", "zero_real.run.launch"]
 
 
 def start_fork_server() -> None:
@@ -50,7 +50,7 @@ class RankSetup:
     progress_file: str | None = None
     """This rank's heartbeat (watch.Heartbeat); set by launch for each rank."""
     progress_path: str | None = None
-    """Where rank 0 appends its progress lines for the launcher to show (calibrate_progress)."""
+    """Where rank 0 appends its progress lines for the launcher to show (progress.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +80,7 @@ class RunConfig(RankSetup):
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationWorld(RankSetup):
-    """What every rank of one calibration world measures (calibrate_bench.measure_world)."""
+    """What every rank of one calibration world measures (calibration/bench.py: measure_world)."""
 
     scenario: Any
     collective_modes: tuple[str, ...] = COLLECTIVE_IMPLS

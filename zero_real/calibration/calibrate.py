@@ -1,6 +1,6 @@
 """`zero-real calibrate`: measure this box for zerosim. For each world of n = 2..N local processes
 (n = 1 alone when N = 1), launched like `zero-real run --nproc n`, every rank measures
-collectives, compute per unit, the optimizer and the real stages' memory (calibrate_bench.py);
+collectives, compute per unit, the optimizer and the real stages' memory (bench.py);
 this side checks the request, starts each world, shows progress, and writes one JSON profile:
 the raw measurements and what zerosim.calibration.fit.build_profile fits from them.
 """
@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from zero_real import flags, preflight
-from zero_real.calibrate_progress import shown
-from zero_real.runconfig import CalibrationWorld, portable_path
+from zero_real.checks import flags, preflight
+from zero_real.run.progress import shown
+from zero_real.run.runconfig import CalibrationWorld, portable_path
 from zerosim.contract import (COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, PROFILE_FORMAT,
                               PROFILE_VERSION, STAGES)
 from zerosim.errors import InputError
@@ -41,7 +41,7 @@ def _modes(text: str) -> list[str]:
 
 def _sizes(args, nproc: int) -> list[int]:
     """Powers of two in bytes from --min-size-KiB to --max-size-MiB (nccl-tests' -b/-e/-f 2);
-    each flag is in range already (flags.py)."""
+    each flag is in range already (checks/flags.py)."""
     lo, hi = args.min_size_KiB * KiB, args.max_size_MiB * MiB
     if lo > hi:
         raise InputError(f"--min-size-KiB {flags.shown(args.min_size_KiB)} = {lo:g} bytes exceeds "
@@ -188,8 +188,8 @@ def reproduce(args) -> str:
 def calibrate(args) -> int:
     """`zero-real calibrate`: exit 0 with the profile written, 1 a rank failed, 2 bad input."""
     the_plan = prepare(args)
-    from zero_real.calibrate_bench import measure_world
-    from zero_real.launch import RankFailed, Stopped, signals_stop_the_run, spawn
+    from zero_real.calibration.bench import measure_world
+    from zero_real.run.launch import RankFailed, Stopped, signals_stop_the_run, spawn
 
     start, results, n = time.monotonic(), {}, None
     try:

@@ -15,9 +15,9 @@ import platform
 import torch
 import torch.distributed as dist
 
-from zero_real import watch
-from zero_real.launch import init_distributed, spawn
-from zero_real.runconfig import RunConfig
+from zero_real.run import watch
+from zero_real.run.launch import init_distributed, spawn
+from zero_real.run.runconfig import RunConfig
 from zerosim.contract import STAGE_NAMES, Measurement, RankMeasurement
 from zerosim.analytic.memory import stage_memory
 
@@ -45,10 +45,10 @@ def share_cores(device: torch.device, nproc: int) -> None:
 def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     """Build the stage, run cfg.steps steps measuring memory and cfg.timed_steps more without
     the profiler, return this rank's measurements."""
-    from zero_real.calibrate_progress import Progress
-    from zero_real.collectives import Collectives
-    from zero_real.measure import Recorder
-    from zero_real.model import build_model, micro_batches
+    from zero_real.parts.collectives import Collectives
+    from zero_real.parts.measure import Recorder
+    from zero_real.parts.model import build_model, micro_batches
+    from zero_real.run.progress import Progress
     from zero_real.stages import STAGES
 
     scenario = cfg.scenario

@@ -6,7 +6,7 @@ owns; `init_tensor` then materialises any parameter from (seed, name) alone, ide
 rank and in the single-process reference, whatever the sharding.
 
 No dropout: runs must be bit-comparable with one process, so the activation ledger is measured
-(zero_real.measure) rather than taken from Korthikanti's formula, which counts dropout masks.
+(zero_real.parts.measure) rather than taken from Korthikanti's formula, which counts dropout masks.
 """
 
 from __future__ import annotations

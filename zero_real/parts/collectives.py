@@ -14,7 +14,7 @@ the algorithm zerosim simulates, so on CPU it is the honest counterpart of the s
 Sizes recorded follow nccl-tests: all_reduce the buffer, reduce_scatter/all_gather the whole
 buffer (N x per-rank piece).
 
-Hybrid sharding's process groups (`mesh`; training.shard_group = g of N ranks, FSDP2's HSDP,
+Hybrid sharding's process groups (`mesh`; parallelism.shard_group = g of N ranks, FSDP2's HSDP,
 MiCS): model states are sharded over the g consecutive ranks of a shard group, [i*g, (i+1)*g),
 and replicated across the N/g replica groups, the ranks with the same place in their shard groups
 (zerosim.scenario.family's layout). torch.distributed.new_group is collective over the whole
@@ -61,7 +61,7 @@ def wait_yielding(work) -> None:
     Why the future's done() and not work.is_completed(): is_completed() keeps the GIL while it
     takes the work's lock, and gloo's thread finishes a work under that lock, running the torch
     profiler's end callback there, which restores the rank's thread-local state (the saved-tensor
-    hooks of zero_real.measure.ActivationTracker: Python objects) and so needs the GIL. Stage 3's
+    hooks of zero_real.parts.measure.ActivationTracker: Python objects) and so needs the GIL. Stage 3's
     gathers in forward under the memory profiler deadlocked that way (seen with gdb; 10 of 18
     runs beside two busy loops, polled with short sleeps; polled through done(), 0 of 20)."""
     done = work.get_future().done
