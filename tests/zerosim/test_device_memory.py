@@ -13,7 +13,7 @@ from tests.conftest import SCENARIOS, ZERO_PAPER, run_zerosim
 # One connection's buffers (NCCL src/init.cc lines 810-824): LL 8 x 512 x 8 x 16 B, LL128
 # 120 x 640 x 8 x 8 B, Simple 4 MiB.
 CONNECTION = 524_288 + 4_915_200 + 4_194_304
-CONTEXT = 723 * 2**20  # presets.CUDA_CONTEXT_MIB: the measured CUDA context
+CONTEXT = 723 * 2**20  # hardware.gpus.CUDA_CONTEXT_MIB: the measured CUDA context
 
 
 def a100(nodes, *extra):

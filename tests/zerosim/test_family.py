@@ -260,8 +260,8 @@ def test_host_constants_are_the_sources_figures():
     ZeRO-Offload Table 4 (a least-squares line through the origin over the DGX-2's 48 cores)."""
     import json
 
-    from zerosim.scenario.host import (CPU_ADAM_MELEMENTS_PER_S_PER_CORE, PCIE_X16_GBPS,
-                                       PINNED_FRACTION)
+    from zerosim.hardware.pcie import PCIE_X16_GBPS, PINNED_FRACTION
+    from zerosim.scenario.host import CPU_ADAM_MELEMENTS_PER_S_PER_CORE
 
     run = json.loads((ROOT / "profiles/h100/offload_microbench_2026-11-26.json").read_text())
     h2d = next(r["GBps"] for r in run["host_link"]["pinned"]

@@ -13,7 +13,7 @@ from zerosim.scenario import config
 from zerosim.scenario.config import TABLES
 from zerosim.scenario.load import allowed_keys
 from zerosim.scenario import cluster
-from zerosim.scenario.presets import GPU_PRESETS
+from zerosim.hardware import DEVICES
 
 from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 from tests.fuzzing import fuzz, generated
@@ -81,7 +81,7 @@ CHOICES = {"model.mlp": config.MLPS, "model.norm": config.NORMS,
            "training.activation_checkpointing": config.CHECKPOINTING,
            "training.optimizer_offload": config.OFFLOAD,
            "training.gradient_reduction": config.GRADIENT_REDUCTIONS,
-           "cluster.gpu": tuple(GPU_PRESETS), "cluster.collective_impl": COLLECTIVE_IMPLS,
+           "cluster.gpu": tuple(DEVICES), "cluster.collective_impl": COLLECTIVE_IMPLS,
            "cluster.collective_algorithm": config.ALGORITHMS,
            "cluster.collective_protocol": config.PROTOCOLS,
            "cluster.collective_library": cluster.LIBRARIES,

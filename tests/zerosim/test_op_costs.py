@@ -1,6 +1,6 @@
 """The per-operation compute model (cluster.compute_model = "op", sim/op_costs.py): each op's
 cost equals its formula, written out here from the A100-80GB's data sheet and microbenchmark
-figures (gpu_specs.py); tiny shapes are launch-bound, large ones compute-bound."""
+figures (the GPU records of zerosim/hardware/gpus.py); tiny shapes are launch-bound, large ones compute-bound."""
 
 import dataclasses
 import json
@@ -12,7 +12,7 @@ from zerosim.errors import InputError
 from zerosim.scenario.load import load_scenario
 from zerosim.sim import op_costs as ops
 from zerosim.sim.engine import simulate
-from zerosim.sim.gpu_specs import GPU_SPECS, TRAINING_GEMMS_OVER_BEST
+from zerosim.hardware import GPUS, TRAINING_GEMMS_OVER_BEST
 
 from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
 
@@ -34,9 +34,10 @@ def gemm_s(m, n, k, batch=1):
 
 @pytest.fixture
 def a100():
-    spec = GPU_SPECS["A100-80GB"]
-    assert (spec.sm_count, spec.peak_dense_16bit_tflops, spec.gemm_achievable_fraction,
-            spec.hbm_achievable_fraction, spec.kernel_launch_us, spec.gemm_tile) == (
+    spec = GPUS["A100-80GB"]
+    model = spec.op_model
+    assert (spec.sm_count, spec.peak_dense_16bit_tflops, model.gemm_achievable_fraction,
+            model.hbm_achievable_fraction, model.kernel_launch_us, model.gemm_tile) == (
         SM, PEAK / 1e12, F_GEMM, F_HBM, LAUNCH * 1e6, (TM, TN))
     assert TRAINING_GEMMS_OVER_BEST == F_TRAIN
     return ops.OpCosts(spec, HBM / 1e9)
@@ -72,7 +73,7 @@ def test_flash_attention_and_memory_bound_ops(a100):
     assert a100.flash(b, s, h, True).seconds == pytest.approx(
         LAUNCH + 2.5 * causal / (BWD * scale))
     assert a100.traffic(1e9, 3).seconds == pytest.approx(3 * LAUNCH + 1e9 / (HBM * F_HBM))
-    assert ops.OpCosts(GPU_SPECS["V100-32GB"], 900).flash(b, s, h, False) is None
+    assert ops.OpCosts(GPUS["V100-32GB"], 900).flash(b, s, h, False) is None
 
 
 def test_a_llama_layer_is_the_sum_of_its_ops(a100):
@@ -108,7 +109,7 @@ def test_eager_factors_are_the_committed_h100_measurement():
     bench = json.loads((ROOT / "profiles/h100/microbench_2026-11-24.json").read_text())
     rows = {(r["op"], r["pass"]): r for r in bench["memory_bound"]}
     copy = rows["copy", "fwd"]["bytes"] / rows["copy", "fwd"]["median_s"]
-    assert GPU_SPECS["H100-80GB"].hbm_achievable_fraction == pytest.approx(copy / 3350e9, abs=5e-4)
+    assert GPUS["H100-80GB"].op_model.hbm_achievable_fraction == pytest.approx(copy / 3350e9, abs=5e-4)
 
     def factors(op):
         fwd, both = rows[op, "fwd"], rows.get((op, "fwd_bwd"))
@@ -125,7 +126,7 @@ def test_eager_factors_are_the_committed_h100_measurement():
     forward, backward = factors("cross_entropy")
     assert ops.CROSS_ENTROPY_BYTES == pytest.approx((forward * 2, backward * 4), abs=0.01)
     assert rows["cross_entropy", "fwd"]["bytes"] == 2 * logits
-    spec = GPU_SPECS["H100-80GB"]
+    spec = GPUS["H100-80GB"]
     model = measured = 0.0
     for row in bench["gemm"]:
         if row["model"] != "square":
@@ -144,7 +145,7 @@ def test_eager_factors_are_the_committed_h100_measurement():
     (8192, 182e12), (65536, 189e12),       # a point; past the last, held at 16k's
 ])
 def test_flash_rates_follow_the_measured_causal_curve(seq, rate):
-    assert ops.flash_scale(GPU_SPECS["A100-80GB"], seq) == pytest.approx(rate / BEST, rel=1e-12)
+    assert ops.flash_scale(GPUS["A100-80GB"].op_model, seq) == pytest.approx(rate / BEST, rel=1e-12)
 
 
 # FA2 Fig. 4(d) and 7(d), causal, head dim 128, forward + backward TFLOP/s as printed on the bars
@@ -158,7 +159,7 @@ def test_flash_rates_follow_the_measured_causal_curve(seq, rate):
 def test_each_flash_kernel_runs_at_its_own_measured_rate(gpu, kernel, seq, rate):
     """Forward + backward of one causal layer (3.5 x the forward FLOPs) takes the FLOPs over the
     kernel's measured causal rate at that length, whatever the kernel."""
-    spec = GPU_SPECS[gpu]
+    spec = GPUS[gpu]
     costs = ops.OpCosts(spec, spec.hbm_GBps)
     b, s, h = 2, seq, 4096
     both = sum(costs.flash(b, s, h, backward, kernel).seconds - costs.launch
@@ -185,7 +186,7 @@ def test_triton_attention_makes_a_layer_slower_by_its_attention_alone():
 
 
 def test_a_kernel_without_a_published_rate_is_refused():
-    spec = GPU_SPECS["A100-80GB"]
+    spec = GPUS["A100-80GB"].op_model
     bare = dataclasses.replace(spec, older_flash_causal_by_seq=())
     with pytest.raises(InputError, match="no published rate of that kernel"):
         ops.flash_scale(bare, 2048, "triton")
@@ -303,7 +304,7 @@ def test_a_power_limit_slows_compute_bound_work_only(watts, scale):
     sets = ["cluster.gpu='H100-80GB'"] + ([] if watts is None else [f"cluster.power_limit_W={watts}"])
     cluster = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", sets).cluster
     assert cluster.power_scale == pytest.approx(scale, rel=1e-12)
-    capped, full = ops.op_costs(cluster), ops.OpCosts(GPU_SPECS["H100-80GB"], 3350)
+    capped, full = ops.op_costs(cluster), ops.OpCosts(GPUS["H100-80GB"], 3350)
     launch = full.launch
     assert capped.gemm(8192, 8192, 8192).seconds - launch == pytest.approx(
         (full.gemm(8192, 8192, 8192).seconds - launch) / scale, rel=1e-12)

@@ -9,7 +9,7 @@ from zerosim.analytic.model import activations, unit_flops
 from zerosim.scenario.load import load_scenario
 from zerosim.sim import op_costs as ops
 from zerosim.sim.engine import simulate
-from zerosim.sim.gpu_specs import GPU_SPECS
+from zerosim.hardware import GPUS
 
 from tests.conftest import SCENARIOS
 
@@ -45,7 +45,7 @@ def test_it_recomputes_the_matmuls_it_did_not_keep():
     tokens = 4096
     assert layer.backward - plain.backward == 2 * tokens * (4096 * 4096 + 4096 * 4096
                                                            + 4096 * 11008)
-    costs = ops.OpCosts(GPU_SPECS["A100-80GB"], 2039)
+    costs = ops.OpCosts(GPUS["A100-80GB"], 2039)
     again = (costs.linear(tokens, 4096, 4096, False).seconds * 2
              + costs.linear(tokens, 4096, 11008, False).seconds)
     bytes_, kernels = ops.elementwise_bytes(s.model, s.training, False)

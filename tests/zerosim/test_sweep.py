@@ -141,7 +141,7 @@ def test_rows_say_which_compute_model_timed_them():
     assert model(llama) == "op"
     assert model(llama, "cluster.compute_efficiency=0.4") == "flat"
     assert model(ZERO_PAPER) == "flat"  # a bare Ψ has no ops to time
-    assert model(SCENARIOS / "tiny_gpt_4rank_cpu.toml") == "flat"  # a CPU preset has no GpuSpec
+    assert model(SCENARIOS / "tiny_gpt_4rank_cpu.toml") == "flat"  # the CPU box has no op model
 
 
 @pytest.mark.parametrize("argv,fragments", [

@@ -7,11 +7,11 @@ from dataclasses import dataclass, fields
 
 from zerosim.contract import COLLECTIVE_IMPLS
 from zerosim.errors import InputError
+from zerosim.hardware import DEFAULT_GPU, DEVICES, Gpu
 from zerosim.scenario.checks import one_of, positive, within_cap
 from zerosim.scenario.hardware import Hardware
 from zerosim.scenario.host import CPU_ADAM_MELEMENTS_PER_S_PER_CORE, Host, host_of
-from zerosim.scenario.presets import (CUDA_CONTEXT_MIB, DEFAULT_GPU, GEMM_TFLOPS_BY_POWER_W,
-                                     GENERATION, GPU_PRESETS, GPUS_PER_NIC)
+from zerosim.scenario.presets import GPU_PRESETS
 
 _DEFAULT = GPU_PRESETS[DEFAULT_GPU]
 
@@ -39,7 +39,8 @@ class ClusterConfig:
     gpus_per_node: int = 8
     """GPUs (ranks) per node; on a CPU box, processes per box."""
     gpu: str = DEFAULT_GPU
-    """Preset from zerosim.scenario.presets filling the numbers below; any of them may be overridden."""
+    """A GPU of the catalogue (zerosim.hardware) filling the numbers below (scenario.presets);
+    any of them may be overridden."""
     hbm_GiB: float = float(_DEFAULT["hbm_GiB"])
     """Device memory per GPU, GiB (2**30 bytes)."""
     peak_tflops: float = float(_DEFAULT["peak_tflops"])
@@ -77,7 +78,7 @@ class ClusterConfig:
     """"nccl" (GPUs: NCCL's algorithms, protocols and tuner) or "gloo" (one ring, α-β per step)."""
     cuda_context_MiB: float | None = None
     """Device memory of the CUDA context, MiB, counted in device_bytes (what nvidia-smi shows).
-    Unset: the preset's measured figure (presets.CUDA_CONTEXT_MIB)."""
+    Unset: the GPU's measured figure (its record's cuda_context_MiB)."""
     compute_model: str | None = None
     """"op": a model given by shape on a GPU preset is timed op by op (sim/op_costs.py: GEMMs,
     attention and memory-bound ops from data sheets and microbenchmarks; a bare Ψ, a CPU preset
@@ -89,8 +90,8 @@ class ClusterConfig:
     power_limit_W: float | None = None
     """Board power limit below the part's default (nvidia-smi -pl): compute-bound work runs at
     the GEMM throughput measured at that limit over the one at the default, interpolated
-    between measured limits (presets.GEMM_TFLOPS_BY_POWER_W; H100: 500-700 W). Unset: the
-    default limit."""
+    between measured limits (the GPU record's gemm_tflops_by_power_W; H100: 500-700 W). Unset:
+    the default limit."""
     compute_efficiency: float | None = None
     """Fraction of peak_tflops that compute achieves under the flat model (unset:
     DEFAULT_COMPUTE_EFFICIENCY). With a calibration profile, layers are timed from its
@@ -168,9 +169,10 @@ class ClusterConfig:
             raise InputError(f"cluster.power_limit_W = {self.power_limit_W:g} with cluster.profile: "
                              f"the profile's compute was measured at its GPU's own power limit; "
                              f"drop one of them")
-        curve = GEMM_TFLOPS_BY_POWER_W.get(self.gpu)
-        if curve is None:
-            measured = ", ".join(GEMM_TFLOPS_BY_POWER_W)
+        curve = self.device.gemm_tflops_by_power_W if self.device is not None else ()
+        if not curve:
+            measured = ", ".join(name for name, gpu in DEVICES.items()
+                                 if gpu.gemm_tflops_by_power_W)
             raise InputError(f"cluster.power_limit_W = {self.power_limit_W:g}: no GEMM "
                              f"throughput under a power limit is known for gpu = '{self.gpu}' "
                              f"(known for: {measured})")
@@ -191,7 +193,7 @@ class ClusterConfig:
         """Compute-bound throughput at power_limit_W over that at the default limit (1 unset)."""
         if self.power_limit_W is None:
             return 1.0
-        curve = GEMM_TFLOPS_BY_POWER_W[self.gpu]
+        curve = self.device.gemm_tflops_by_power_W
         for (w0, r0), (w1, r1) in zip(curve, curve[1:]):
             if self.power_limit_W <= w1:
                 rate = r0 + (r1 - r0) * (self.power_limit_W - w0) / (w1 - w0)
@@ -224,9 +226,14 @@ class ClusterConfig:
         return self.nodes * self.gpus_per_node
 
     @property
+    def device(self) -> Gpu | None:
+        """The catalogue's record of cluster.gpu (None: a name it does not hold)."""
+        return DEVICES.get(self.gpu)
+
+    @property
     def generation(self) -> str | None:
         """The GPU generation that picks NCCL's tables ("volta" .. "hopper"); None for CPUs."""
-        return GENERATION.get(self.gpu)
+        return None if self.device is None else self.device.generation
 
     @property
     def efficiency(self) -> float:
@@ -237,14 +244,17 @@ class ClusterConfig:
     @property
     def cuda_context_bytes(self) -> int:
         mib = self.cuda_context_MiB
-        return round((CUDA_CONTEXT_MIB.get(self.gpu, 0.0) if mib is None else mib) * 2**20)
+        if mib is None:
+            mib = 0.0 if self.device is None else self.device.cuda_context_MiB
+        return round(mib * 2**20)
 
     @property
     def nics(self) -> int:
         """NICs per node that carry collectives."""
         if self.nics_per_node is not None:
             return self.nics_per_node
-        return max(1, self.gpus_per_node // GPUS_PER_NIC.get(self.gpu, 1))
+        per_nic = 1 if self.device is None else self.device.node.gpus_per_nic
+        return max(1, self.gpus_per_node // per_nic)
 
     @property
     def notes(self) -> list[str]:

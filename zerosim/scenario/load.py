@@ -15,12 +15,13 @@ from typing import Any, Iterable
 
 from zerosim.errors import InputError
 from zerosim.files import read_text
+from zerosim.hardware import DEFAULT_GPU
 from zerosim.scenario.checks import is_finite_number, utf8_text
 from zerosim.scenario.config import (TABLES, ClusterConfig, ModelConfig, ParallelismConfig,
                                      Scenario, TrainingConfig)
 from zerosim.scenario.parallelism_table import LEGACY_TRAINING_KEYS
 from zerosim.scenario.parse import TOMLDecodeError, has_date, parse_toml
-from zerosim.scenario.presets import DEFAULT_GPU, GPU_PRESETS
+from zerosim.scenario.presets import GPU_PRESETS
 from zerosim.scenario.variation import VariationConfig
 from zerosim.units import BYTES_PER_ELEMENT
 

@@ -2,8 +2,8 @@
 the time of a collective on the links, and the memory the real stages hold beyond the analytic
 model. Two sources, one interface:
 
-- the preset (no profile): op by op for a model given by shape on a GPU with a spec (op_costs.py,
-  the default), else FLOPs / (peak x compute_efficiency) (the flat model, also what
+- the preset (no profile): op by op for a model given by shape on a GPU with an op model
+  (op_costs.py, the default), else FLOPs / (peak x compute_efficiency) (the flat model, also what
   cluster.compute_model = "flat" or a compute_efficiency picks); optimizer bytes / HBM bandwidth,
   ring steps over links of the preset's bandwidth and latency, no extra memory;
 - a calibration profile (cluster.profile): the lines and α-β segments `zero-real calibrate`
@@ -27,7 +27,7 @@ from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 def op_model(scenario) -> OpCosts | None:
     """The per-op costs that time compute (sim/op_costs.py) under the "op" model (the default
-    unless cluster.compute_efficiency is set), when the model has a shape, the GPU preset a spec
+    unless cluster.compute_efficiency is set), when the model has a shape, the GPU an op model
     and no calibration profile times it; else None (the flat model)."""
     c = scenario.cluster
     if c.timing != "op" or scenario.profile is not None or scenario.model.is_bare:
@@ -82,11 +82,11 @@ class OptimizerCost:
 
 def hbm_seconds(scenario, size_bytes: float) -> float:
     """A memory-bound kernel moving size_bytes over HBM: the data sheet's bandwidth, at the
-    fraction a streaming kernel reaches under the op model (GpuSpec.hbm_achievable_fraction)."""
+    fraction a streaming kernel reaches under the op model (OpModel.hbm_achievable_fraction)."""
     bandwidth = scenario.cluster.hardware.hbm_bytes_per_s
     per_op = op_model(scenario)
     if per_op is not None:
-        bandwidth *= per_op.spec.hbm_achievable_fraction
+        bandwidth *= per_op.model.hbm_achievable_fraction
     return size_bytes / bandwidth
 
 

@@ -1,6 +1,6 @@
 """Compute time per operation: what one transformer layer, the embedding and the head cost on a
-GPU, kernel by kernel, from the GPU's data sheet and published microbenchmarks (gpu_specs.py,
-docs/research/compute_model.md §7). Nothing here is fitted to a training run.
+GPU, kernel by kernel, from the GPU's data sheet and published microbenchmarks (its record in
+zerosim/hardware/gpus.py, docs/research/compute_model.md §7). Nothing here is fitted to a training run.
 
 Every kernel costs its launch overhead plus the longer of its compute and its memory traffic:
 
@@ -14,7 +14,7 @@ Every kernel costs its launch overhead plus the longer of its compute and its me
                          composed in fp32 (training.norm_kernel) at the bytes its kernels move
 
 with f_gemm the best measured GEMM over peak (MAMF) times the share of it training's shapes reach
-(gpu_specs.TRAINING_GEMMS_OVER_BEST), f_hbm the best measured streaming bandwidth over the data
+(hardware.op_model.TRAINING_GEMMS_OVER_BEST), f_hbm the best measured streaming bandwidth over the data
 sheet's, and each eager op's factor measured on an H100 (EAGER_FACTORS). Backward runs two GEMMs per forward one (dX and dW, each with its own
 tiles) and each elementwise op reads its input and the incoming gradient and writes the outgoing
 one. Activation checkpointing recomputes the layer's forward ("full"), the attention core
@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from zerosim.errors import InputError
-from zerosim.sim.gpu_specs import GPU_SPECS, TRAINING_GEMMS_OVER_BEST, GpuSpec
+from zerosim.hardware import DEVICES, TRAINING_GEMMS_OVER_BEST, Gpu, OpModel
 
 BYTES = 2  # bf16 / fp16 activations and weights
 FP32 = 4
@@ -49,20 +49,22 @@ class Kernels:
 
 
 class OpCosts:
-    """The per-op costs of one GPU (a preset with a GpuSpec)."""
+    """The per-op costs of one GPU (a record with an op model)."""
 
-    def __init__(self, spec: GpuSpec, hbm_GBps: float, power_scale: float = 1.0) -> None:
+    def __init__(self, spec: Gpu, hbm_GBps: float, power_scale: float = 1.0) -> None:
         self.spec = spec
+        """The GPU's record (zerosim.hardware): its data sheet and its op model."""
+        self.model = model = spec.op_model
         self.power_scale = power_scale
         """Compute-bound throughput under a power limit over the default's (cluster key)."""
-        self.flops = (spec.peak_dense_16bit_tflops * 1e12 * spec.gemm_achievable_fraction
+        self.flops = (spec.peak_dense_16bit_tflops * 1e12 * model.gemm_achievable_fraction
                       * TRAINING_GEMMS_OVER_BEST * power_scale)
-        self.bandwidth = hbm_GBps * 1e9 * spec.hbm_achievable_fraction
-        self.launch = (spec.kernel_launch_us or 0.0) * 1e-6
+        self.bandwidth = hbm_GBps * 1e9 * model.hbm_achievable_fraction
+        self.launch = (model.kernel_launch_us or 0.0) * 1e-6
 
     def gemm(self, m: int, n: int, k: int, batch: int = 1) -> Kernels:
         """`batch` (m x k)(k x n) products in one launch: wave-quantized compute or memory."""
-        tm, tn = self.spec.gemm_tile
+        tm, tn = self.model.gemm_tile
         tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
         waves = math.ceil(tiles / self.spec.sm_count)
         compute = waves * 2 * tm * tn * k * self.spec.sm_count / self.flops
@@ -85,30 +87,30 @@ class OpCosts:
         FlashAttention-2 best forward and backward rates, scaled to the measured causal rate of
         `kernel` at this sequence length (flash_scale): an older kernel keeps FA2's split of
         time between forward and backward."""
-        spec = self.spec
-        if spec.flash_fwd_tflops is None or spec.flash_bwd_tflops is None:
+        model = self.model
+        if model.flash_fwd_tflops is None or model.flash_bwd_tflops is None:
             return None
         forward = 4 * b * s * s * h / 2  # QK^T and AV over half the pairs (causal)
-        scale = flash_scale(spec, s, kernel) * self.power_scale
+        scale = flash_scale(model, s, kernel) * self.power_scale
         if backward:
             return Kernels(self.launch + FLASH_BACKWARD_FLOPS * forward
-                           / (spec.flash_bwd_tflops * 1e12 * scale), 1)
-        return Kernels(self.launch + forward / (spec.flash_fwd_tflops * 1e12 * scale), 1)
+                           / (model.flash_bwd_tflops * 1e12 * scale), 1)
+        return Kernels(self.launch + forward / (model.flash_fwd_tflops * 1e12 * scale), 1)
 
 
-def flash_scale(spec: GpuSpec, seq_len: int, kernel: str = "fa2") -> float:
-    """The kernel's measured causal forward + backward rate at seq_len (GpuSpec.flash_curve,
+def flash_scale(model: OpModel, seq_len: int, kernel: str = "fa2") -> float:
+    """The kernel's measured causal forward + backward rate at seq_len (OpModel.flash_curve,
     interpolated in log2 of the length, held at the ends) over the rate FlashAttention-2's best
     forward and backward rates give together: 3.5 / (1/fwd + 2.5/bwd). 1 where FA2's curve is
     unknown (its flat rates apply); an older kernel without a curve of its own is refused."""
-    curve = spec.flash_curve(kernel)
+    curve = model.flash_curve(kernel)
     if not curve:
         if kernel != "fa2":
             raise InputError(f"training.flash_kernel = {kernel!r}: no published rate of that "
-                             f"kernel on this GPU (zerosim/sim/gpu_specs.py)")
+                             f"kernel on this GPU (zerosim/hardware/gpus.py)")
         return 1.0
-    best = (1 + FLASH_BACKWARD_FLOPS) / (1 / spec.flash_fwd_tflops
-                                         + FLASH_BACKWARD_FLOPS / spec.flash_bwd_tflops)
+    best = (1 + FLASH_BACKWARD_FLOPS) / (1 / model.flash_fwd_tflops
+                                         + FLASH_BACKWARD_FLOPS / model.flash_bwd_tflops)
     x = math.log2(seq_len)
     points = [(math.log2(n), rate) for n, rate in curve]
     if x <= points[0][0]:
@@ -120,9 +122,11 @@ def flash_scale(spec: GpuSpec, seq_len: int, kernel: str = "fa2") -> float:
 
 
 def op_costs(cluster) -> OpCosts | None:
-    """The per-op model of the cluster's GPU, or None (a CPU preset, a GPU without a spec)."""
-    spec = GPU_SPECS.get(cluster.gpu)
-    return None if spec is None else OpCosts(spec, cluster.hbm_bandwidth_GBps, cluster.power_scale)
+    """The per-op model of the cluster's GPU, or None (the CPU box, a GPU without an op model)."""
+    gpu = DEVICES.get(cluster.gpu)
+    if gpu is None or gpu.op_model is None:
+        return None
+    return OpCosts(gpu, cluster.hbm_bandwidth_GBps, cluster.power_scale)
 
 
 def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
@@ -146,7 +150,7 @@ def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
 # Eager PyTorch's memory-bound ops move more than the bytes they must read and write: several
 # kernels per op with intermediates in HBM (rotary as mul, cat, mul, add), reductions that read
 # twice. Each factor is the op's measured time over the time a plain copy of its minimum bytes
-# takes on the same GPU, from our H100 microbenchmark ([H100-MB] in gpu_specs.py; rows
+# takes on the same GPU, from our H100 microbenchmark ([H100-MB] in hardware/gpus.py; rows
 # "memory_bound", against its "copy" row, 3009 GB/s; backward = the fwd_bwd row less the fwd
 # row); tests/zerosim/test_op_costs.py recomputes them from the committed file. They are applied
 # on every GPU (proxy: the same kernels, so the same extra passes over HBM).
