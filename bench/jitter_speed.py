@@ -4,7 +4,7 @@ every rank is simulated, at 64, 1024 and 16384 GPUs (8 per node); also the peak 
 run (its maximum resident set) and the machine's load, which the timings depend on.
 
 Goals (issue 17, medians of 5 runs on a 2-core machine): 64 ranks <= 5 s, 1024 <= 30 s,
-16384 <= 300 s. Before the lockstep (sim/lockstep.py): 64 ranks ~2.9 s, 256 ~11.6 s, and more
+16384 <= 300 s. Before the lockstep (sim/lockstep/): 64 ranks ~2.9 s, 256 ~11.6 s, and more
 than 512 refused. Run: python bench/jitter_speed.py [RUNS]
 """
 

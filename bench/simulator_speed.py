@@ -1,6 +1,6 @@
 """Wall time of `zerosim simulate` for the ZeRO paper's 7.5B model, all four stages, at 64, 1024
 and 16384 GPUs (8 per node), and how the cost grows with N. Also the per-rank mode, which a
-cluster with jitter needs, at 16 to 4096 ranks (every rank at once: sim/lockstep.py), and the
+cluster with jitter needs, at 16 to 4096 ranks (every rank at once: sim/lockstep/), and the
 classes mode a straggler needs.
 
 Goals (issue 3, on a 2-core machine): 64 GPUs <= 0.5 s, 1024 <= 2 s, 16384 <= 10 s, all four

@@ -132,7 +132,7 @@ def test_ctrl_c_cancels_the_queued_points(sweep, tmp_path, target):
 
 
 def test_sigterm_to_a_long_simulate_ends_it_cleanly(tmp_path):
-    """Every command unwinds on SIGTERM (cli.common.dispatch): a jittered simulate, stopped once
+    """Every command unwinds on SIGTERM (commandline.dispatch): a jittered simulate, stopped once
     its progress shows, exits 143 with one line and leaves no trace file or temporary."""
     argv = [sys.executable, "-m", "zerosim", "simulate", str(SCENARIOS / "zero_paper_7b5_64gpu.toml"),
             "--set", "variation.jitter_pct=5",  # 64 ranks one by one: seconds per stage

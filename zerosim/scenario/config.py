@@ -27,7 +27,7 @@ CHECKPOINTING = ("none", "selective", "selective_op", "full")
 OFFLOAD = ("none", "cpu", "nvme")
 GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
 REDUCE_DTYPES = ("param", "fp32")
-# Which flash attention kernel ran (zerosim/sim/gpu_specs.py has each one's measured rates).
+# Which flash attention kernel ran (zerosim/hardware/ has each one's measured rates).
 FLASH_KERNELS = ("fa2", "fa1", "triton")
 # How the norms were written (zerosim/sim/op_costs.py: a fused kernel or RMSNorm composed in fp32).
 NORM_KERNELS = ("fused", "composite_fp32")

@@ -69,7 +69,7 @@ def executor(address: str | None = None, jobs: int | None = None) -> Executor:
 def _connect(ray, address: str | None) -> None:
     """Join Ray at `address`, or start it. ray.init sets a SIGTERM handler of its own in the
     driver (sys.exit); ours goes back, and a SIGTERM that Ray's took during the start is raised
-    again for ours, so SIGTERM unwinds the sweep wherever it comes (cli.common)."""
+    again for ours, so SIGTERM unwinds the sweep wherever it comes (commandline.dispatch)."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if main else None
     terminated = False
