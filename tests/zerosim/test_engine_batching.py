@@ -1,8 +1,9 @@
-"""The engine's shortcuts change no number. At granularity "collective" (the default) a collective
-alone on its links takes its closed form's time, and no event is made where one would only resume
-the process waiting for it, so a run of queued collectives costs none (sim/clock.py); at
-"phase" every phase and every wait is its own event. Both give the same step, bytes, memory,
-event log and trace, to the last bit, for every stage, mode and compute model below."""
+"""The engine's shortcuts change no number. At granularity "collective" (the default: the batched
+executor, sim/executor.py) a collective alone on its links takes its closed form's time, and no
+event is made where one would only resume the process waiting for it, so a run of queued
+collectives costs none (sim/clock.py); at "phase" (the reference executor) every phase and every
+wait is its own event. Both give the same step, bytes, memory, event log and trace, to the last
+bit, for every stage, mode and compute model below."""
 
 import json
 
@@ -10,6 +11,7 @@ import pytest
 
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import Engine, simulate
+from zerosim.sim.executor import Executor
 from zerosim.sim.trace import chrome_trace
 
 from tests.conftest import SCENARIOS, ZERO_PAPER
@@ -66,7 +68,9 @@ def test_closed_forms_serve_the_single_stream_stages():
     """Stages 0-2 queue every collective on one stream, so each has the links to itself; ZeRO-3
     gathers and reduce-scatters at once on shared links, event by event."""
     s = load_scenario(ZERO_PAPER)
+    assert [Engine(s, stage).executor for stage in range(4)] == [Executor.BATCHED] * 4
     assert [Engine(s, stage).closed_form for stage in range(4)] == [True, True, True, False]
+    assert Engine(s, 0, granularity="phase").executor is Executor.PHASE
     assert not Engine(s, 0, granularity="phase").closed_form
     with pytest.raises(ValueError, match="granularity"):
         Engine(s, 0, granularity="chunk")

@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import ZERO_PAPER, assert_one_line_error, run_zerosim
 from zerosim.errors import InputError
 from zerosim.scenario.load import load_scenario
+from zerosim.sim.executor import Executor
 from zerosim.sim.lockstep import budget
 from zerosim.sim.engine import Engine, simulate, step_counts
 
@@ -55,7 +56,7 @@ def test_the_estimate_is_within_a_factor_of_two_of_what_a_step_takes(stage):
     """tracemalloc's peak over the step, per rank, against the estimate, at 512 ranks."""
     s = load_scenario(ZERO_PAPER, ["variation.jitter_pct=5", "cluster.nodes=64"])
     estimate = budget.step_bytes(512, step_counts(s, stage), lockstep=True, keep_events=False)
-    assert Engine(s, stage).lockstep
+    assert Engine(s, stage).executor is Executor.LOCKSTEP
     gc.collect()
     tracemalloc.start()
     try:

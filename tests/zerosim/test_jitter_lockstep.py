@@ -1,8 +1,9 @@
-"""Per-rank mode in lockstep (sim/lockstep/strands.py, sim/lockstep/replay.py) gives what simulating every rank
-event by event gives (granularity "phase": every rank's own processes, every rank's links, every
-phase and wait an event), to the last bit: results, every rank's times and memory, event logs
-and traces, with jitter, stragglers, degraded links, SMs shared with NCCL, ties at one instant
-(integer times), and ranks whose memory operations fall in different orders."""
+"""Per-rank mode in lockstep (the lockstep executor: sim/lockstep/strands.py, replay.py) gives what
+simulating every rank event by event gives (the reference executor, granularity "phase": every
+rank's own processes, every rank's links, every phase and wait an event), to the last bit:
+results, every rank's times and memory, event logs and traces, with jitter, stragglers, degraded
+links, SMs shared with NCCL, ties at one instant (integer times), and ranks whose memory
+operations fall in different orders."""
 
 import json
 
@@ -13,6 +14,7 @@ from tests.conftest import SCENARIOS, ZERO_PAPER
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.lockstep import replay as per_rank
 from zerosim.sim.engine import Engine, simulate
+from zerosim.sim.executor import Executor
 from zerosim.sim.lockstep.strands import MemoryLog, Strand
 from zerosim.sim.lockstep.replay import memory_groups
 from zerosim.sim.trace import chrome_trace
@@ -69,7 +71,7 @@ def _everything(results) -> str:
 def test_lockstep_gives_what_every_rank_event_by_event_gives(case, keep_events):
     path, overrides, mode = CASES[case]
     s = load_scenario(path, overrides)
-    assert all(Engine(s, stage, mode).lockstep for stage in range(4))
+    assert all(Engine(s, stage, mode).executor is Executor.LOCKSTEP for stage in range(4))
     fast, reference = ([simulate(s, stage, mode=mode, keep_events=keep_events,
                                  granularity=granularity) for stage in range(4)]
                        for granularity in ("collective", "phase"))

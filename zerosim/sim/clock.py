@@ -13,6 +13,9 @@ just move there, `arrive` waits for one event at that time exactly (`at`: not no
 which can round) and, when other events are due at that same instant, comes after them: the last
 event of an event-by-event run is scheduled at that instant, after everything queued for it.
 `forget` takes a timer no one waits for off the queue, so that it hides no quiet instant.
+
+This is the one module that touches simpy's private fields (tests/test_house_rules.py): what
+the others need of them is a method here (`settle`, `scheduled`, `due_before`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,20 @@ class Environment(simpy.Environment):
         and resume it."""
         queue = self._queue
         return (not queue or queue[0][0] > time_s) and len(self._callbacks) == 1
+
+    def settle(self, event: Event, value=None) -> None:
+        """Mark an event no one waits for (no callbacks) processed, with `value`, without
+        scheduling it: all that processing it would do."""
+        event._ok, event._value, event.callbacks = True, value, None
+
+    def scheduled(self) -> bool:
+        """Whether any event is scheduled (the run loop goes on while one is)."""
+        return bool(self._queue)
+
+    def due_before(self, time_s) -> bool:
+        """Whether an event is scheduled before time_s."""
+        queue = self._queue
+        return bool(queue) and queue[0][0] < time_s
 
     def succeed_soon(self, event: Event, value=None) -> None:
         """event.succeed(value), processed at once when it would be the next event processed

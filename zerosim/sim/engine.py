@@ -5,25 +5,28 @@ Every simulated rank has a compute stream (its stage program, stages/) and commu
 collective starts when every simulated rank has launched it, and moves its bytes over the links of
 the cluster (network.py) in the phases of its algorithm (collectives/).
 
+Which ranks are simulated is the mode; how, the executor (executor.py, chosen there): event per
+phase (the reference), batched, or lockstep.
+
 A uniform cluster is simulated through one representative rank: every rank does the same thing
 at the same time, so rank 0's compute, memory and links (plus the one link per role a flat
 ring needs) stand for all of them. That turns O(n) processes per collective into O(1). With
 stragglers or degraded links, ranks fall into classes: one representative of the uniform ranks,
 each straggler, and each degraded link are simulated ("classes"). Jitter makes every rank
 different, so every rank is simulated ("per_rank"): all at once, each stream of the stage
-program running once for every rank with its clock a vector over the ranks (lockstep.py), over
+program running once for every rank with its clock a vector over the ranks (lockstep/), over
 the links of the classes (a collective starts when every rank has joined it, so every healthy
 link carries the same transfers), then one rank per order of memory operations replayed event
 by event (lockstep/replay.py). On the same input the modes give identical numbers
 (tests/zerosim/test_engine.py), and so does per-rank mode event by event, every rank with its own
-processes and links (granularity "phase": tests/zerosim/test_jitter_lockstep.py). What a step
-of many ranks simulated one by one may take in memory is capped (budget.py).
+processes and links (the reference: tests/zerosim/test_jitter_lockstep.py). What a step of many
+ranks simulated one by one may take in memory is capped (lockstep/budget.py).
 
 Stages 0-2 queue every collective on one stream, so each has the links to itself and takes its
 closed form's time (collectives.ring.idle_plan) in one event, or in none when nothing else is due
 before it ends: a run of queued buckets or all-gathers costs no event each (clock.py). That is
-granularity "collective"; "phase" simulates every phase and wait as events, with the same numbers
-(tests/zerosim/test_engine_batching.py).
+the batched executor, granularity "collective"; "phase" simulates every phase and wait as
+events, with the same numbers (tests/zerosim/test_engine_batching.py).
 """
 
 from __future__ import annotations
@@ -43,22 +46,18 @@ from zerosim.sim.collectives import Collectives, bytes_sent_per_rank
 from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, representatives,
                                           run_phases)
 from zerosim.sim.costs import price_phases
+from zerosim.sim.executor import Executor, choose
 from zerosim.sim.groups import WORLD, subgroups
 from zerosim.sim.network import Cluster
 from zerosim.sim.offload import HOST, host_phases
 from zerosim.sim.rank import RankContext, refuse_overflow, sm_share
 from zerosim.sim.result import StageResult, stage_result
 from zerosim.sim.stages import stage_program
-from zerosim.sim.stages.zero3 import ZeRO3
 from zerosim.sim.stages.step_shape import step_shape
 
 COUNT_FROM = 64
 """Ranks simulated one by one from which a step's memory is estimated before it runs (budget.py):
 fewer take a few MB."""
-GRANULARITIES = ("collective", "phase")
-"""How finely a step is simulated: "collective" (closed forms, no needless events: clock.py) or
-"phase" (every phase and wait an event, per rank every rank's own processes and links: the
-reference, with the same numbers: test_engine_batching.py, test_jitter_lockstep.py)."""
 
 
 class Engine:
@@ -70,13 +69,7 @@ class Engine:
         if mode not in SIM_MODES:
             raise ValueError(f"mode {mode!r} is not one of {SIM_MODES}")
         self.scenario, self.stage = scenario, stage
-        if granularity not in GRANULARITIES:
-            raise ValueError(f"granularity {granularity!r} is not one of {GRANULARITIES}")
-        self.env = Environment(shortcuts=granularity == "collective")
         self.program = stage_program(scenario, stage)
-        self.closed_form = granularity == "collective" and one_stream(self.program, scenario.training)
-        """A collective alone on its links takes its closed form's time, in one event or none
-        (clock.py); else its phases move over the links event by event."""
         c = scenario.cluster
         self.group = Group(c.world_size, c.gpus_per_node)
         self.library = Collectives(scenario, self.group)
@@ -92,15 +85,17 @@ class Engine:
             self.mode = "per_rank"  # jitter makes every rank different
         else:
             self.mode = "symmetric" if v.is_uniform else "classes"
-        self.compute_ranks, self.link_ranks = self._ranks(granularity == "phase")
+        self.executor = choose(granularity, self.mode, self.program, c.world_size)
+        """How the step runs (executor.py: the one place that chooses)."""
+        self.env = Environment(shortcuts=self.executor.shortcuts)
+        self.closed_form = self.executor.closed_forms(self.program)
+        """A collective alone on its links takes its closed form's time, in one event or none
+        (clock.py); else its phases move over the links event by event."""
+        self.compute_ranks, self.link_ranks = self._ranks(self.executor.every_link)
         self.cluster = Cluster(self.env, scenario, self.link_ranks)
         self.sm_share = sm_share(scenario, self.library)
         """The share of a GPU's SMs one collective's kernel takes from compute (op-by-op compute
         only: the flat fraction of peak already stands for everything a step loses)."""
-        self.lockstep = self.mode == "per_rank" and granularity == "collective" and (
-            c.world_size > 1) and not scenario.training.delayed_update  # its host stream
-        # starts at 0 beside the step: the lockstep needs streams that start in time order
-        """Every rank at once (lockstep/replay.py); else every simulated rank event by event."""
         self.keep_events = keep_events
         self.keep_samples = keep_events
         self._pending: dict[tuple[str, int], list] = {}
@@ -129,6 +124,16 @@ class Engine:
         if self.mode == "per_rank" and every_link:
             return compute_ranks, list(range(c.world_size))
         return compute_ranks, sorted(v.degraded.union(representatives(self.group, scopes)))
+
+    def join(self, key: tuple[str, int], op: str, size_bytes: float,
+             group: str = WORLD) -> Iterator:
+        """Process body (executor.Rendezvous): a rank takes part in collective `key` until it
+        completes; returns (start_s, bytes sent per rank). The only simulated rank waits for no
+        one: it moves the collective itself, without a process of its own."""
+        if len(self.compute_ranks) > 1:
+            return (yield self.collective(key, op, size_bytes, group))
+        start_s = self.env.now
+        return start_s, (yield from self.move(op, size_bytes, group))
 
     def collective(self, key: tuple[str, int], op: str, size_bytes: float,
                    group: str = WORLD) -> simpy.Event:
@@ -208,7 +213,7 @@ class Engine:
     def run(self) -> list[RankContext]:
         """Every simulated rank runs the stage's program to the end of the step."""
         shape = step_shape(self.scenario, self.stage)
-        if self.lockstep:  # numpy: imported only where every rank runs
+        if self.executor is Executor.LOCKSTEP:  # numpy: imported only where every rank runs
             from zerosim.sim.lockstep.replay import every_rank
 
             return every_rank(self, shape)
@@ -260,7 +265,8 @@ def check_steps(scenario: Scenario, stages: list[int], mode: str = "auto",
         why = ("jitter or --mode per_rank" if engine.mode == "per_rank"
                else "[variation]'s stragglers")
         if engine.mode == "per_rank" or ranks >= COUNT_FROM:
-            sizes.append(budget.step_bytes(ranks, step_counts(scenario, stage), engine.lockstep,
+            lockstep = engine.executor is Executor.LOCKSTEP
+            sizes.append(budget.step_bytes(ranks, step_counts(scenario, stage), lockstep,
                                            keep_events))
     if sizes:
         logs = f", {len(sizes)} stages' event logs" if keep_events and len(sizes) > 1 else ""
@@ -289,10 +295,3 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
     refuse_overflow(ctx.state.end_s for ctx in contexts)
     return stage_result(engine, contexts)
 
-
-def one_stream(program: type, training) -> bool:
-    """Whether the stage program queues every collective on one stream (DDP, ZeRO-1, ZeRO-2), so
-    they run one at a time, each with the links to itself. ZeRO-3 gathers on one stream while it
-    reduce-scatters on another: their transfers share links; so does a delayed update, whose
-    CPU step runs on a stream of its own."""
-    return not issubclass(program, ZeRO3) and not training.delayed_update

@@ -1,6 +1,6 @@
 """What a stage program may do on its simulated rank: compute, launch collectives on its
-communication streams, allocate and free memory. The engine (engine.py) owns the ranks and runs
-their collectives; a RankContext is one rank's view of it.
+communication streams, allocate and free memory (executor.Rank). The engine (engine.py) owns the
+ranks and runs their collectives (executor.Rendezvous); a RankContext is one rank's view of it.
 
 Communication streams are FIFO queues served one collective at a time, like CUDA streams carrying
 NCCL kernels. Everything a rank does is recorded in the step-event schema (zerosim.contract).
@@ -76,7 +76,7 @@ def refuse_overflow(seconds) -> None:
 def sm_share(scenario, library) -> float:
     """NCCL runs a collective as one thread block per channel, each on an SM of its own, for as
     long as the kernel runs (NCCL's channels: collectives.comm.Comm.channels); under
-    cluster.compute_model = "op" compute gets the SMs left (gpu_specs' SM count)."""
+    cluster.compute_model = "op" compute gets the SMs left (the GPU record's SM count)."""
     per_op = op_model(scenario)
     if per_op is None or library.comm is None:
         return 0.0
@@ -92,7 +92,8 @@ class RankContext:
     """What a stage program may do on its rank: compute, launch collectives, allocate, free."""
 
     def __init__(self, engine, rank: int) -> None:
-        """`engine`: the Engine whose collectives this rank joins."""
+        """`engine`: whoever runs the collectives this rank joins (executor.Rendezvous: the
+        Engine, or lockstep/replay.Replay)."""
         self.engine = engine
         self.env = engine.env
         self.rank = rank
@@ -175,7 +176,8 @@ class RankContext:
         if stream not in self._streams:
             if self._streams and self.engine.closed_form:  # collectives could share links
                 raise RuntimeError(f"stream {stream!r} beside {sorted(self._streams)}: closed "
-                                   f"forms need one stream (engine.one_stream)")
+                                   f"forms need one stream (a stage program that opens more "
+                                   f"says collectives_share_links)")
             self._streams[stream] = CommQueue(self.env)
             self.env.process(self._serve(stream, self._streams[stream]))
         done = self.env.event()
@@ -185,7 +187,7 @@ class RankContext:
 
     def _serve(self, stream: str, queue: CommQueue) -> Iterator:
         env, engine, state = self.env, self.engine, self.state
-        joined, quiet = len(engine.compute_ranks) > 1, None
+        quiet = None
         while True:
             request: CommRequest = yield from queue.take(quiet)
             if request.before is not None:
@@ -193,14 +195,10 @@ class RankContext:
             kernel = request.group != HOST  # copies and the CPU's step take no SMs
             if kernel:
                 self._communication(+1)  # NCCL's kernel takes its SMs from launch to completion
-            if joined:  # wait until every simulated rank joins
-                key = (stream, self._launched[stream])
-                self._launched[stream] += 1
-                start_s, sent_bytes = yield engine.collective(key, request.op, request.size_bytes,
-                                                              request.group)
-            else:  # the only simulated rank: no one to wait for, no extra process
-                start_s = env.now
-                sent_bytes = yield from engine.move(request.op, request.size_bytes, request.group)
+            key = (stream, self._launched[stream])
+            self._launched[stream] += 1
+            start_s, sent_bytes = yield from engine.join(key, request.op, request.size_bytes,
+                                                         request.group)
             quiet = env.quiet(env.now)
             if kernel:
                 self._communication(-1)
@@ -221,7 +219,7 @@ class RankContext:
             # taken now, without an event each.
             done = request.done
             if quiet and not done.callbacks:
-                done._ok, done._value, done.callbacks = True, None, None
+                env.settle(done)
             else:
                 done.succeed()
                 quiet = False

@@ -1,7 +1,7 @@
 """How much memory a step takes when ranks are simulated one by one, and the most it may take.
 
 Every rank of a per-rank run (jitter, or --mode per_rank), and every straggler of a classes run,
-costs memory in proportion to its step: the lockstep run (lockstep.py) keeps, per rank, a time
+costs memory in proportion to its step: the lockstep run (strands.py) keeps, per rank, a time
 and an anchor for each memory operation and a put and a join time for each collective; a rank
 simulated event by event keeps its queued collectives as simpy events; with an event log
 (--trace) every rank keeps its events and memory samples. The estimate counts those in the
@@ -36,9 +36,9 @@ BYTES_PER_LOCKSTEP_RANK = 8 * 2**10
 """Lockstep, per rank: its jitter generator and a block of draws, its clocks, its result."""
 BYTES_PER_ORDERED_OPERATION = 64
 """Lockstep, per memory operation of each rank being ordered at once (ORDERED_AT_ONCE of
-them): its time, anchor, place and strand, sorted (per_rank.memory_groups)."""
+them): its time, anchor, place and strand, sorted (replay.memory_groups)."""
 ORDERED_AT_ONCE = 256
-"""Ranks whose memory operations per_rank.memory_groups orders at once."""
+"""Ranks whose memory operations replay.memory_groups orders at once."""
 BYTES_PER_QUEUED_COLLECTIVE = 200
 """Event by event, per rank and collective: its request and simpy events."""
 BYTES_PER_SIMULATED_RANK = 64 * 2**10
@@ -110,7 +110,7 @@ def budget_bytes() -> tuple[int, str]:
 
 def check_replays(ranks: int, replays: int, counts: StepCounts) -> None:
     """Once the lockstep pass has found how many ranks' memory operations fall in orders of their
-    own (per_rank.every_rank, without an event log), refuse replaying them event by event where
+    own (replay.every_rank, without an event log), refuse replaying them event by event where
     that, with the lockstep's own memory, would take more than the budget: the estimate before
     the step (step_bytes) cannot know how many orders there are."""
     size = (step_bytes(ranks, counts, lockstep=True, keep_events=False)

@@ -1,6 +1,6 @@
-"""Every rank's context at once (rank.RankContext for lockstep.py): clocks are vectors over the
-ranks, jitter is drawn from each rank's own generator, and memory operations are logged rather
-than made (lockstep/replay.py replays them)."""
+"""Every rank's context at once (executor.Rank, as rank.RankContext is, for strands.py): clocks
+are vectors over the ranks, jitter is drawn from each rank's own generator, and memory operations
+are logged rather than made (replay.py replays them)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from zerosim.contract import OTHER
+from zerosim.contract import COMPUTE, OTHER
+from zerosim.sim.groups import WORLD
 from zerosim.sim.lockstep.strands import Idle, Lockstep, Sequence, Signal, Slots
 from zerosim.sim.rank import MIN_COMPUTE_RATE
 
@@ -49,8 +50,8 @@ class Request:
 
 
 class Ranks:
-    """What a stage program may do, on every rank at once: compute, launch collectives,
-    allocate, free, mark."""
+    """What a stage program may do (executor.Rank), on every rank at once: compute, launch
+    collectives, allocate, free, mark."""
 
     def __init__(self, lockstep: Lockstep) -> None:
         self.lockstep = self.env = lockstep
@@ -93,7 +94,7 @@ class Ranks:
         yield Idle(float("-inf"))
         while True:
             end_s = self._shared_end(start_s, work_s)
-            if not (env._queue and env.peek() < end_s.max()):
+            if not env.due_before(end_s.max()):
                 break
             yield Idle(float(end_s.max()))
         strand.now, strand.anchor = end_s, self.lockstep.unanchored
@@ -143,7 +144,7 @@ class Ranks:
                 found.append((joins, np.inf if end_s is None else end_s))
         return found
 
-    def alloc(self, key: object, category: str, size_bytes: int, stream: str = "compute") -> None:
+    def alloc(self, key: object, category: str, size_bytes: int, stream: str = COMPUTE) -> None:
         if size_bytes:
             self.lockstep.log.add(self.lockstep.current)
         else:
@@ -163,7 +164,7 @@ class Ranks:
 
     def comm(self, stream: str, op: str, size_bytes: float, name: str, phase: str,
              layer: int | None, before: Callable[[], Iterator] | None = None,
-             after: Callable[[], None] | None = None, group: str = "world") -> Signal:
+             after: Callable[[], None] | None = None, group: str = WORLD) -> Signal:
         """Queue a collective on `stream` among `group`; the signal fires when it has
         completed."""
         lockstep = self.lockstep

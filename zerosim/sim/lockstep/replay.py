@@ -1,4 +1,4 @@
-"""Per-rank mode at scale: every rank's times in lockstep (lockstep.py), then one rank of each
+"""Per-rank mode at scale: every rank's times in lockstep (strands.py), then one rank of each
 memory history replayed event by event.
 
 The lockstep run gives each collective's start and end (the same on every rank) and each rank's
@@ -22,6 +22,7 @@ import simpy
 from zerosim.sim.lockstep import budget
 from zerosim.sim.lockstep.budget import ORDERED_AT_ONCE
 from zerosim.sim.clock import Environment
+from zerosim.sim.groups import WORLD
 from zerosim.sim.lockstep.strands import Lockstep, MemoryLog
 from zerosim.sim.lockstep.ranks import Ranks
 from zerosim.sim.rank import RankContext, RankState, refuse_overflow
@@ -37,8 +38,9 @@ class RankView:
 
 
 class Replay:
-    """What one replayed rank's context (rank.RankContext) sees as its engine: every collective
-    starts and ends when the schedule says (when every rank had joined it, in lockstep)."""
+    """What one replayed rank's context (rank.RankContext) sees as its engine
+    (executor.Rendezvous): every collective starts and ends when the schedule says (when every
+    rank had joined it, in lockstep)."""
 
     def __init__(self, engine, schedule: dict) -> None:
         self.env = Environment()
@@ -46,13 +48,18 @@ class Replay:
         self.keep_events = self.keep_samples = engine.keep_events
         self.sm_share = engine.sm_share
         self.closed_form = False
-        self.compute_ranks = engine.compute_ranks  # several: the rank joins, the others decide
         self.schedule = schedule
         self.due: dict[float, list] = {}
         """End instant -> the collectives ending then, not yet fired: (place, event, value)."""
 
+    def join(self, key: tuple[str, int], op: str, size_bytes: float,
+             group: str = WORLD) -> Iterator:
+        """Process body, as engine.Engine.join: the rank is one of several, and the others have
+        decided when the collective starts and ends; returns (start_s, bytes sent)."""
+        return (yield self.collective(key, op, size_bytes, group))
+
     def collective(self, key: tuple[str, int], op: str, size_bytes: float,
-                   group: str = "world") -> simpy.Event:
+                   group: str = WORLD) -> simpy.Event:
         """As engine.Engine.collective: fires with (start_s, bytes sent) at the collective's end,
         after whatever else is due at that instant (clock.Environment.arrive); collectives that
         end at one instant fire in the order the lockstep completed them, as the engine's do."""

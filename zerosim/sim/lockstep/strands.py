@@ -77,7 +77,7 @@ class MemoryLog:
     a mark): when each rank made it, which strand, and per rank the signal that strand was
     anchored to then. An operation made by a strand that went on only because another strand's
     signal woke it at that very instant comes after whatever that strand had logged by then
-    (causality), whatever the times say (per_rank.memory_groups)."""
+    (causality), whatever the times say (replay.memory_groups)."""
 
     def __init__(self) -> None:
         self.times: list[np.ndarray] = []
@@ -100,8 +100,9 @@ class MemoryLog:
 
 
 class Lockstep:
-    """Runs the strands of every rank's step over the engine's links and clock; what the stage
-    program sees as its context's env (all_of)."""
+    """Runs the strands of every rank's step over the engine's links and clock
+    (executor.LockstepHost); what the stage program sees as its context's env
+    (executor.ProgramClock)."""
 
     def __init__(self, engine, ranks: int) -> None:
         self.engine, self.ranks = engine, ranks
@@ -140,19 +141,19 @@ class Lockstep:
         env = self.engine.env
         while True:
             while self.ready:
-                self._resume(*self.ready.popleft())
-            if self.idle is not None and not (env._queue and env.peek() < self.idle[1]):
+                self._go_on(*self.ready.popleft())
+            if self.idle is not None and not env.due_before(self.idle[1]):
                 strand, self.idle = self.idle[0], None
-                self._resume(strand, None)
+                self._go_on(strand, None)
                 continue
-            if not env._queue:
+            if not env.scheduled():
                 break
             self.current = None  # what fires now is the links' doing
             env.step()
         if self.requests:
             raise RuntimeError(f"{self.requests} collectives never completed (lockstep)")
 
-    def _resume(self, strand: Strand, signal: Signal | None) -> None:
+    def _go_on(self, strand: Strand, signal: Signal | None) -> None:
         value = None
         if signal is not None:
             strand.wait(signal)
@@ -173,21 +174,22 @@ class Lockstep:
             strand.wait(item)
             value = item.value
 
-    def all_of(self, signals: list[Signal]) -> Signal:
-        """Fires when every one of `signals` has, at the latest of their times (simpy's AllOf)."""
+    def all_of(self, events: list[Signal]) -> Signal:
+        """Fires when every one of `events` (Signals) has, at the latest of their times (simpy's
+        AllOf)."""
         out = Signal()
-        pending = [s for s in signals if s.time is None]
+        pending = [s for s in events if s.time is None]
         left = [len(pending)]
 
         def one(_signal: Signal) -> None:
             left[0] -= 1
             if not left[0]:
-                self.fire(out, reduce(np.maximum, [s.time for s in signals]))
+                self.fire(out, reduce(np.maximum, [s.time for s in events]))
 
         for signal in pending:
             signal.waiters.append(one)
         if not pending:
-            self.fire(out, reduce(np.maximum, [s.time for s in signals], float("-inf")))
+            self.fire(out, reduce(np.maximum, [s.time for s in events], float("-inf")))
         return out
 
     def serve(self, stream: str, queue: Sequence) -> Iterator:

@@ -148,4 +148,5 @@ def with_family(program: type, scenario) -> type:
     """`program`, with the family's behaviour mixed in when the scenario uses any of it."""
     if not uses_family(scenario):
         return program
-    return type(f"{program.__name__}Family", (Family, program), {})
+    return type(f"{program.__name__}Family", (Family, program),
+                {"stream_beside_step": scenario.training.delayed_update})  # the host stream

@@ -36,6 +36,13 @@ class DDP:
     reduces_every_micro_step = False
     reduce_stream = "comm"
     """The stream gradients are reduced on (one stream for every collective before ZeRO-3)."""
+    collectives_share_links = False
+    """Whether two of its collectives can be in flight at once, on streams of their own, over
+    the same links; if not, each has them to itself and takes its closed form (sim/executor.py)."""
+    stream_beside_step = False
+    """Whether a stream runs beside the whole step from its start (a delayed update's host
+    operations): it shares links with the step's collectives, and the lockstep, whose streams
+    start in time order, cannot run it (sim/executor.py)."""
 
     def __init__(self, ctx, shape: StepShape) -> None:
         self.ctx, self.shape, self.env = ctx, shape, ctx.env

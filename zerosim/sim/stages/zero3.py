@@ -18,6 +18,7 @@ class ZeRO3(ZeRO1):
 
     reduces_every_micro_step = True
     reduce_stream = "reduce"
+    collectives_share_links = True  # gathers on one stream while reduce-scattering on another
 
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
