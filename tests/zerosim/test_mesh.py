@@ -28,6 +28,7 @@ def test_each_stage_splits_what_the_paper_says_over_the_world(stage, ways):
     assert (mesh.dp_shard, mesh.dp_replicate) == ((1, 64) if stage == 0 else (64, 1))
     assert (mesh.tp, mesh.pp, mesh.world, mesh.node, mesh.nodes) == (1, 1, 64, 8, 8)
     assert not mesh.hybrid
+    assert mesh_of(load_scenario(ZERO_PAPER), stage) is mesh  # derived once per (scenario, stage)
 
 
 @pytest.mark.parametrize("g", [2, 8, 16, 32])

@@ -15,6 +15,7 @@ programs and the planner all read the same numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from zerosim.scenario.family import hpz
 
@@ -69,8 +70,11 @@ class Mesh:
         return self.world // self.node
 
 
+@lru_cache(maxsize=256)
 def mesh_of(scenario, stage: int) -> Mesh:
-    """The mesh `stage` runs on under the scenario's cluster and [parallelism] table."""
+    """The mesh `stage` runs on under the scenario's cluster and [parallelism] table, derived
+    once per (scenario, stage) whoever asks (memory, the step's shape, the subgroups, plan): a
+    Scenario is frozen, so it keys the cache."""
     p, world = scenario.parallelism, scenario.world_size
     shard = 1 if stage == 0 else (p.shard_group or world)
     return Mesh(stage=stage, world=world, node=min(scenario.cluster.gpus_per_node, world),
