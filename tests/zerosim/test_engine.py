@@ -358,3 +358,21 @@ def test_post_step_all_gather_is_fully_exposed_in_zero_1():
     assert chunks[0]["start_s"] == optimizer_end_s
     # 5 all-gathers of 3 ring steps: 5 x 3 x 1 s + 3/4 of the bytes at 1 byte/s
     assert result.step_time_s - optimizer_end_s == 5 * 3 + 0.75 * GRAD_BYTES
+
+
+@pytest.mark.parametrize("scenario, argv", [
+    ("family_zero_offload_10b_v100.toml", []),  # offload at stages 1-3: a KeyError before
+    ("family_zero_offload_10b_v100.toml", ["--stage", "2", "--set", "training.delayed_update=true"]),
+    ("llama2_7b_64gpu.toml", ["--stage", "3", "--set", "parallelism.shard_group=8"]),
+])
+def test_the_trace_has_a_named_lane_for_every_stream_of_the_family(tmp_path, scenario, argv):
+    out = tmp_path / "t.json"
+    done = run_zerosim("simulate", str(SCENARIOS / scenario), *argv, "--trace", str(out))
+    assert done.code == 0, done.stderr
+    trace = json.loads(out.read_text(encoding="utf-8"))
+    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == len(trace["stepEvents"])
+    assert [lanes[e["pid"], e["tid"]] for e in spans] == [e["queue"] for e in trace["stepEvents"]]
+    assert {"replica", "host"} & {e["queue"] for e in trace["stepEvents"]}  # a family stream ran

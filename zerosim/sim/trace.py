@@ -12,8 +12,12 @@ from typing import Any
 from zerosim.contract import STAGE_NAMES, MemorySample
 
 QUEUES = ("compute", "comm", "gather", "reduce")
-"""The simulated streams of a rank (SimulatedEvent.queue), one lane each, in this order."""
-_LANES = {queue: tid for tid, queue in enumerate(QUEUES)}
+"""The simulated streams of every stage's ranks (SimulatedEvent.queue), one lane each, in this
+order, named in every trace."""
+FAMILY_QUEUES = ("replica", "host")
+"""The ZeRO family's further streams (stages/family.py: the replica all-reduce; the delayed
+update's host operations), lanes after QUEUES, named where a rank uses them."""
+_LANES = {queue: tid for tid, queue in enumerate(QUEUES + FAMILY_QUEUES)}
 _PID_STRIDE = 1_000_000  # pid = stage * stride + rank: ranks of one stage stay together
 
 
@@ -33,9 +37,11 @@ def chrome_trace(results) -> dict[str, Any]:
             pid = result.stage * _PID_STRIDE + ctx.rank
             trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                           "args": {"name": f"{STAGE_NAMES[result.stage]} rank {ctx.rank}"}})
+            used = {event["queue"] for event in ctx.state.events}
             for lane, tid in _LANES.items():
-                trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                              "args": {"name": lane}})
+                if lane in QUEUES or lane in used:
+                    trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                  "args": {"name": lane}})
             for event in ctx.state.events:
                 step_events.append({"stage": result.stage, **event})
                 trace.append({
