@@ -144,6 +144,6 @@ def test_gpu_presets_fill_the_cluster_and_single_keys_override():
     scenario = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml",
                              ["cluster.gpu=H100-80GB", "cluster.hbm_GiB=94"])
     c = scenario.cluster
-    assert (c.gpu, c.hbm_GiB, c.peak_tflops, c.hbm_bandwidth_GBps) == ("H100-80GB", 94.0, 989.0, 3350.0)
+    assert (c.gpu, c.hbm_GiB, c.peak_tflops, c.hbm_bandwidth_GBps) == ("H100-80GB", 94.0, 989.4, 3350.0)
     assert ClusterConfig() == load_scenario(SCENARIOS / "zero_paper_7b5_64gpu.toml",
                                             ["cluster.gpu=A100-80GB", "cluster.nodes=1"]).cluster

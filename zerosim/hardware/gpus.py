@@ -74,9 +74,6 @@ class Gpu:
     """Data-sheet HBM bandwidth."""
     peak_dense_16bit_tflops: float
     """Dense (no sparsity) tensor-core peak for BF16/FP16 inputs, FP32 accumulate."""
-    peak_tflops_rounded: float | None = None
-    """The same peak as the preset table carried it, rounded (989 for 989.4), which
-    cluster.peak_tflops and so the flat model still take; None: peak_dense_16bit_tflops."""
     peak_fp32_tflops: float | None = None
     """FP32 peak of the CUDA cores (non-tensor)."""
     sm_count: int | None = None
@@ -97,9 +94,8 @@ class Gpu:
 
     @property
     def peak_tflops(self) -> float:
-        """The dense 16-bit peak cluster.peak_tflops takes (peak_tflops_rounded where set)."""
-        if self.peak_tflops_rounded is not None:
-            return self.peak_tflops_rounded
+        """The dense 16-bit peak cluster.peak_tflops takes: the flat model's rate and MFU's
+        denominator, the same figure the op model's GEMMs are scaled from."""
         return self.peak_dense_16bit_tflops
 
 
@@ -166,8 +162,6 @@ H100_80GB = Gpu(
     hbm_GiB=80.0,
     hbm_GBps=3350.0,                  # [DS-H] 3.35 TB/s ([WP-H]: 3352 GB/s)
     peak_dense_16bit_tflops=989.4,    # [WP-H] Tables 1 and 3: 989.4/1978.9 (dense/sparse)
-    peak_tflops_rounded=989.0,        # the preset table's figure (the flat model's): kept apart
-                                      # from 989.4 so that moving it here changed no output
     peak_fp32_tflops=66.9,            # [WP-H] Table 3
     sm_count=132,                     # [WP-H] Table 3, H100 SXM5
     l2_MiB=50.0,                      # [WP-H] Table 3: 51200 KB
@@ -198,7 +192,6 @@ H200_141GB = Gpu(
     hbm_GiB=131.3,                    # 141 GB (decimal) of HBM3e = 131.3 GiB
     hbm_GBps=4800.0,                  # [DS-H] H200: 4.8 TB/s
     peak_dense_16bit_tflops=989.5,    # [DS-H] H200: 1,979 with sparsity / 2
-    peak_tflops_rounded=989.0,        # the preset table's figure (as H100_80GB's)
     peak_fp32_tflops=67.0,            # [DS-H] H200
     sm_count=132,                     # not on [DS-H]; GH100 as H100 SXM5 (RRZE roofline
                                       # on H200 runs 1056 blocks = 8 per SM x 132)
