@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zerosim.calibration.validate import scenario_of, step_figures  # noqa: E402
+from zerosim.calibration.measured import step_figures  # noqa: E402
+from zerosim.calibration.validate import scenario_of  # noqa: E402
 from zerosim.scenario.load import load_scenario  # noqa: E402
 from zerosim.sim.engine import simulate  # noqa: E402
 

@@ -12,6 +12,7 @@ import ast
 import inspect
 from pathlib import Path
 
+import pytest
 import simpy
 
 from tests.conftest import ROOT
@@ -42,15 +43,40 @@ def strings_in(node: ast.AST) -> set[str]:
 
 
 def framework_comparisons(tree: ast.AST) -> list[str]:
+    """Where a framework's name decides something: compared, the keys of a table by framework
+    (a dict with two or more of them), a case's pattern, or a constant given a name (to be
+    compared later). A lone dict key is not a table (a sweep file's "deepspeed" config path)."""
     names = set(FRAMEWORKS)
-    return [f"line {node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Compare)
-            and any(strings_in(side) & names for side in [node.left, *node.comparators])]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            keyed = [key for key in node.keys if key is not None and strings_in(key) & names]
+            sides = keyed if len(keyed) >= 2 else []
+        elif isinstance(node, ast.MatchValue):
+            sides = [node.value]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            sides = [node.value] if any(isinstance(t, ast.Name) for t in targets) else []
+        else:
+            continue
+        if any(strings_in(side) & names for side in sides):
+            found.append(f"line {node.lineno}")
+    return found
 
 
-def test_the_framework_rule_sees_a_comparison():
-    assert framework_comparisons(ast.parse('if t.framework in ("fsdp2", "ddp"): pass')) == ["line 1"]
-    assert framework_comparisons(ast.parse('x = t.framework == "deepspeed"')) == ["line 1"]
-    assert framework_comparisons(ast.parse('x = t.framework.keeps_gathered(2)')) == []
+@pytest.mark.parametrize("code", [
+    'if t.framework in ("fsdp2", "ddp"): pass', 'x = t.framework == "deepspeed"',
+    'stages = {"fsdp2": (2, 3), "ddp": (0,)}[t.framework]', 'FSDP = "fsdp2"',
+    'match t.framework:\n    case "fsdp2": pass'])
+def test_the_framework_rule_sees_a_name_deciding(code):
+    assert len(framework_comparisons(ast.parse(code))) == 1
+
+
+def test_the_framework_rule_lets_a_class_be_asked():
+    assert framework_comparisons(ast.parse("x = framework_of(t).keeps_gathered_parameters(t, 2)")) == []
+    assert framework_comparisons(ast.parse('out = {"deepspeed": path, "rows": rows}')) == []
 
 
 def test_no_framework_name_is_compared_outside_the_frameworks_package():
@@ -62,6 +88,12 @@ def test_no_framework_name_is_compared_outside_the_frameworks_package():
 def gpu_names_in(tree: ast.AST) -> list[str]:
     return [node.value for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and node.value in GPUS]
+
+
+def test_the_gpu_rule_sees_a_name():
+    name = next(iter(GPUS))
+    assert gpu_names_in(ast.parse(f"PEAK_TFLOPS = {{{name!r}: 1.0}}")) == [name]
+    assert gpu_names_in(ast.parse("PEAK_TFLOPS = {gpu.name: gpu.hbm_GBps for gpu in GPUS}")) == []
 
 
 def test_a_gpu_is_named_only_in_its_record():
@@ -96,7 +128,7 @@ def test_simpy_private_fields_only_in_the_clock():
     private = simpy_private_names()
     found = {}
     for path, tree in sources().items():
-        if path == "zerosim/sim/clock.py" or not path.startswith("zerosim/sim/"):
+        if path == "zerosim/sim/clock.py" or not path.startswith("zerosim/"):
             continue
         own = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
                and isinstance(node.value, ast.Name) and node.value.id == "self"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import ZERO_PAPER
+from tests.conftest import ZERO_PAPER, run_zerosim
 from zerosim.errors import InputError
 from zerosim.frameworks import FRAMEWORKS, REGISTRY, framework_of
 from zerosim.scenario.load import load_scenario
@@ -75,3 +75,12 @@ def test_what_only_fsdp2_ddp_and_deepspeed_do():
 def test_framework_of_reads_the_training_table():
     assert framework_of(load_scenario(ZERO_PAPER, ["training.framework=deepspeed"]).training) \
         is REGISTRY["deepspeed"]
+
+
+@pytest.mark.parametrize("sets", [["training.framework=foo", "training.optimizer_offload=cpu",
+                                   "training.zero_stage=2"],
+                                  ["training.framework=FSDP2", "training.zero_stage=3",
+                                   "training.quantized_weights=true"]])
+def test_an_unknown_framework_is_one_line_before_any_class_is_asked(sets):
+    out = run_zerosim("memory", str(ZERO_PAPER), *[a for s in sets for a in ("--set", s)])
+    assert out.code == 2 and out.stderr.count("\n") == 1 and "training.framework" in out.stderr

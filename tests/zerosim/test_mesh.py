@@ -101,3 +101,46 @@ def test_a_bad_parallelism_key_is_one_line_naming_it():
     assert out.code == 2 and "parallelism.shard_group = 3 must divide the world size 64" in out.stderr
     out = run_zerosim("simulate", str(LLAMA), "--set", "training.shard_grop=8")
     assert out.code == 2 and "did you mean 'parallelism.shard_group'?" in out.stderr
+
+
+def test_build_scenario_takes_the_old_spelling_too():
+    """The references' README promises every [scenario] loads with build_scenario, whichever
+    spelling its tables use."""
+    from zerosim.scenario.load import build_scenario, read_toml, split_tables
+    raw = read_toml(LLAMA)
+    tables = {name: dict(raw.get(name, {})) for name in ("model", "cluster", "training",
+                                                          "variation")}
+    tables["training"]["shard_group"] = 8
+    scenario = build_scenario(tables, base_dir=LLAMA.parent)
+    assert scenario.parallelism.shard_group == 8 and "shard_group" in tables["training"]
+    assert scenario == build_scenario(
+        split_tables(raw, str(LLAMA)) | {"parallelism": {"shard_group": 8}}, base_dir=LLAMA.parent)
+
+
+def test_the_mesh_does_not_hash_the_scenario():
+    """A Scenario built through the Python API may hold a list (unhashable); the mesh reads only
+    its layout."""
+    from zerosim.analytic.memory import stage_memory
+    from zerosim.scenario.variation import VariationConfig
+    scenario = load_scenario(SCENARIOS / "tiny_gpt_4rank_cpu.toml")
+    listed = dataclasses.replace(scenario, variation=VariationConfig(slow_ranks=[1]))
+    assert stage_memory(listed, 1) == stage_memory(scenario, 1)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("training.shard_group=2", "parallelism.shard_group=2"),
+    ("training.replica_allreduce=once_per_step", "parallelism.replica_allreduce=once_per_step"),
+    ("training.zero_stage=2", "training.zero_stage=2"), ("cluster.nodes=2", "cluster.nodes=2")])
+def test_a_recorded_override_is_compared_in_its_canonical_spelling(old, new):
+    from zerosim.scenario.parallelism_table import canonical_override
+    assert canonical_override(old) == new and canonical_override(new) == new
+
+
+def test_validate_takes_runs_that_spelled_a_key_two_ways_as_one_configuration():
+    from zerosim.calibration.validate import _same_configuration
+    old = {"scenario": "s.toml", "overrides": ["training.shard_group=2"], "stage": 2}
+    new = {"scenario": "s.toml", "overrides": ["parallelism.shard_group=2"], "stage": 2}
+    _same_configuration([old, new], ["old.json", "new.json"])  # no refusal
+    other = {**new, "overrides": ["parallelism.shard_group=4"]}
+    with pytest.raises(InputError, match="overrides .* differs from old.json's"):
+        _same_configuration([old, other], ["old.json", "other.json"])

@@ -159,7 +159,7 @@ def test_offload_and_zeropp_are_skipped_with_the_reason_under_fsdp2_and_ddp(fram
                   allow=("offload", "hybrid", "zeropp"))
     assert not any(e["allow"] in ("offload", "zeropp") for e in result["candidates"])
     offload = next(n for n in result["notes"] if n.startswith("--allow offload: skipped"))
-    assert f"training.framework = '{framework}'" in offload and "'deepspeed' or 'zero'" in offload
+    assert f"training.framework = '{framework}'" in offload and "'zero' or 'deepspeed'" in offload
     zeropp = next(n for n in result["notes"] if n.startswith("--allow zeropp: skipped"))
     assert f"ZeRO++ (DeepSpeed), but training.framework = '{framework}'" in zeropp
     hybrid = {e["stage"] for e in result["candidates"]}

@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
 from tests.zerosim.calibration_data import TINY, with_profile
 from zerosim.calibration.measured import measured_metrics, run_samples
-from zerosim.calibration.validate import compare, step_figures
+from zerosim.calibration.measured import step_figures
+from zerosim.calibration.validate import compare
 from zerosim.contract import MEMORY_POINTS, OTHER
 from zerosim.analytic.memory import stage_memory
 from zerosim.sim.engine import simulate

@@ -29,9 +29,9 @@ from collections import defaultdict
 from typing import Any
 
 from zerosim.calibration.measured import check_measurement, measured_metrics, run_samples
-from zerosim.calibration.measured import step_figures  # noqa: F401 (its callers read it here too)
 from zerosim.contract import COLLECTIVE_IMPLS, COMM, MEMORY_POINTS
 from zerosim.errors import InputError, brief
+from zerosim.scenario.parallelism_table import canonical_override
 from zerosim.units import GB, KB, MB
 
 TIME, MEMORY = "time", "memory"
@@ -48,6 +48,9 @@ def _identity(m: dict[str, Any]) -> dict[str, Any]:
     """IDENTITY's values, zerosim_memory key by key (so a difference names the key)."""
     out = {name: m.get(name, [] if name == "overrides" else None) for name in IDENTITY}
     out["scenario"] = os.path.normpath(out["scenario"])
+    if isinstance(out["overrides"], list):  # one key spelled two ways is one configuration
+        out["overrides"] = [canonical_override(o) if isinstance(o, str) else o
+                            for o in out["overrides"]]
     if isinstance(out["zerosim_memory"], dict):
         out.update({f"zerosim_memory.{k}": v for k, v in out.pop("zerosim_memory").items()})
     return out

@@ -73,7 +73,9 @@ class Gpu:
     hbm_GBps: float
     """Data-sheet HBM bandwidth."""
     peak_dense_16bit_tflops: float
-    """Dense (no sparsity) tensor-core peak for BF16/FP16 inputs, FP32 accumulate."""
+    """Dense (no sparsity) tensor-core peak for BF16/FP16 inputs, FP32 accumulate: the preset's
+    cluster.peak_tflops (the flat model's rate, MFU's denominator) and the op model's GEMM
+    ceiling alike."""
     peak_fp32_tflops: float | None = None
     """FP32 peak of the CUDA cores (non-tensor)."""
     sm_count: int | None = None
@@ -91,12 +93,6 @@ class Gpu:
     the interpolated figure to the last; HBM traffic is left as it is. Empty: none measured."""
     op_model: OpModel | None = None
     """What its kernels reach (op_model.py); None: the flat model times it."""
-
-    @property
-    def peak_tflops(self) -> float:
-        """The dense 16-bit peak cluster.peak_tflops takes: the flat model's rate and MFU's
-        denominator, the same figure the op model's GEMMs are scaled from."""
-        return self.peak_dense_16bit_tflops
 
 
 V100_32GB = Gpu(

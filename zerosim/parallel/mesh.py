@@ -70,14 +70,19 @@ class Mesh:
         return self.world // self.node
 
 
-@lru_cache(maxsize=256)
 def mesh_of(scenario, stage: int) -> Mesh:
     """The mesh `stage` runs on under the scenario's cluster and [parallelism] table, derived
-    once per (scenario, stage) whoever asks (memory, the step's shape, the subgroups, plan): a
-    Scenario is frozen, so it keys the cache."""
-    p, world = scenario.parallelism, scenario.world_size
+    once per layout whoever asks (memory, the step's shape, the subgroups, plan)."""
+    c = scenario.cluster
+    return _mesh(stage, c.world_size, c.gpus_per_node, scenario.parallelism,
+                 scenario.training.quantized_gradients)
+
+
+@lru_cache(maxsize=256)
+def _mesh(stage: int, world: int, gpus_per_node: int, p, quantized_gradients: bool) -> Mesh:
+    """Keyed on what the mesh reads alone (never the whole Scenario, which may hold a large
+    calibration profile, or a list given through the Python API)."""
     shard = 1 if stage == 0 else (p.shard_group or world)
-    return Mesh(stage=stage, world=world, node=min(scenario.cluster.gpus_per_node, world),
+    return Mesh(stage=stage, world=world, node=min(gpus_per_node, world),
                 dp_shard=shard, dp_replicate=world // shard,
-                hpz=hpz(p) if stage == 3 else 0,
-                qgz=scenario.training.quantized_gradients and stage == 3)
+                hpz=hpz(p) if stage == 3 else 0, qgz=quantized_gradients and stage == 3)

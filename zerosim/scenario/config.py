@@ -96,7 +96,7 @@ class TrainingConfig:
     gradient_reduction: str = "reduce_scatter"
     """Stages 1-2: "reduce_scatter" gradients to their owners (the ZeRO paper's 2Ψ per step with
     the parameter all-gather), or "all_reduce" them first as DeepSpeed does by default (3Ψ)."""
-    framework: str = "zero"
+    framework: str = FRAMEWORKS[0]
     """Whose memory to model where they differ. "zero": the ZeRO paper's accounting, which
     zero_real implements (nothing beyond states, activations and the stage's buffers). The
     others add what their code holds, including the loss computed in fp32 over the vocabulary:
@@ -121,6 +121,7 @@ class TrainingConfig:
         _one_of("training.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _one_of("training.optimizer_offload", self.optimizer_offload, OFFLOAD)
         _one_of("training.param_offload", self.param_offload, OFFLOAD)
+        _one_of("training.framework", self.framework, FRAMEWORKS)  # before its class is asked
         check_training(self)
         _positive("training.micro_batch", self.micro_batch)
         _positive("training.gradient_accumulation", self.gradient_accumulation)
@@ -135,7 +136,6 @@ class TrainingConfig:
             within_cap(f"training.{key} in bytes", value * 2**20, f"{value:g} * 2**20")
         _positive("training.prefetch_layers", self.prefetch_layers, allow_zero=True)
         _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
-        _one_of("training.framework", self.framework, FRAMEWORKS)
         _one_of("training.reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _one_of("training.flash_kernel", self.flash_kernel, FLASH_KERNELS)
         _one_of("training.norm_kernel", self.norm_kernel, NORM_KERNELS)

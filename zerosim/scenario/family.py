@@ -13,7 +13,7 @@ among the ranks with the same local index on every node.
 from __future__ import annotations
 
 from zerosim.errors import InputError
-from zerosim.frameworks import framework_of
+from zerosim.frameworks import REGISTRY, framework_of
 
 
 def zeropp(t, p=None) -> list[str]:
@@ -47,8 +47,9 @@ def check_training(t) -> None:
         raise InputError("training.delayed_update = true delays the CPU's optimizer step, but "
                          "training.optimizer_offload = 'none'")
     if offloads(t) and not framework_of(t).offloads:
+        able = " or ".join(repr(name) for name, f in REGISTRY.items() if f.offloads)
         raise InputError(f"offload is modelled as DeepSpeed runs it; training.framework = "
-                         f"{t.framework!r} (use 'deepspeed' or 'zero')")
+                         f"{t.framework!r} (use {able})")
     _refuse_zeropp(t, zeropp(t))
 
 

@@ -19,7 +19,8 @@ from zerosim.hardware import DEFAULT_GPU
 from zerosim.scenario.checks import is_finite_number, utf8_text
 from zerosim.scenario.config import (TABLES, ClusterConfig, ModelConfig, ParallelismConfig,
                                      Scenario, TrainingConfig)
-from zerosim.scenario.parallelism_table import LEGACY_TRAINING_KEYS
+from zerosim.scenario.parallelism_table import (LEGACY_TRAINING_KEYS, PARALLELISM_KEYS,
+                                                canonical_key)
 from zerosim.scenario.parse import TOMLDecodeError, has_date, parse_toml
 from zerosim.scenario.presets import GPU_PRESETS
 from zerosim.scenario.variation import VariationConfig
@@ -78,8 +79,9 @@ def check_keys(table: str, keys: Iterable[str], origin: str) -> None:
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed + moved, n=1)
             hint = ""
-            if close:
-                hint = f"; did you mean {'parallelism.' + close[0] if close[0] in moved else close[0]!r}?"
+            if close:  # a moved key is suggested in its new table
+                suggestion = ".".join(canonical_key(table, close[0])) if close[0] in moved else close[0]
+                hint = f"; did you mean {suggestion!r}?"
             raise InputError(
                 f"{origin}: unknown key {table}.{key}{hint} (allowed in [{table}]: "
                 f"{', '.join(allowed)})")
@@ -133,8 +135,7 @@ def parse_override(text: str, flag: str = "--set") -> tuple[str, str, Any]:
         raise InputError(f"{flag} {text!r}: expected table.key=value, e.g. {flag} cluster.nodes=16")
     if table not in TABLES:
         raise InputError(f"{flag} {text!r}: unknown table {table!r} (allowed: {', '.join(TABLES)})")
-    if table == "training" and key in LEGACY_TRAINING_KEYS:
-        table = "parallelism"  # the old spelling
+    table, key = canonical_key(table, key)  # the old spelling of a [parallelism] key
     check_keys(table, [key], f"{flag} {text!r}")
     rhs = rhs.strip()
     if not rhs:
@@ -188,14 +189,17 @@ def _typed(table: str, values: dict[str, Any]) -> dict[str, Any]:
 def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source: str = "",
                    cli_hf_config: bool = False, cli_profile: bool = False) -> Scenario:
     """Scenario from already-merged tables (keys checked). hf_config and profile paths resolve
-    against base_dir, or the working directory when the path came from the command line."""
+    against base_dir, or the working directory when the path came from the command line. The
+    old [training] spelling of a [parallelism] key is taken here too (relocate_legacy)."""
+    tables = {name: dict(table) for name, table in tables.items()}
+    relocate_legacy(tables, source or "scenario")
     model = _resolve_model(tables["model"], Path.cwd() if cli_hf_config else base_dir)
     training_table = dict(tables["training"])
     if "seq_len" not in training_table and not model.is_bare and model.max_seq_len is not None:
         training_table["seq_len"] = model.max_seq_len
     training = TrainingConfig(**_typed("training", training_table))
     cluster, profile = _resolve_cluster(tables["cluster"], None if cli_profile else base_dir)
-    parallelism = ParallelismConfig(**_typed("parallelism", tables.get("parallelism", {})))
+    parallelism = ParallelismConfig(**_typed("parallelism", tables["parallelism"]))
     return Scenario(model=model, cluster=cluster, training=training, parallelism=parallelism,
                     variation=VariationConfig(**_typed("variation", tables["variation"])),
                     source=source, profile=profile)
@@ -215,7 +219,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
             precision = TrainingConfig.precision  # the scenario's own error is raised below
         keys = read_deepspeed_config(deepspeed, precision=precision, notes=notes)
         for key, value in keys.items():
-            tables["parallelism" if key in LEGACY_TRAINING_KEYS else "training"][key] = value
+            tables["parallelism" if key in PARALLELISM_KEYS else "training"][key] = value
     from_cli = set()
     for text in overrides:
         table, key, value = parse_override(text)

@@ -8,7 +8,7 @@ the loader (LEGACY_TRAINING_KEYS). Tensor and pipeline parallelism will be keys 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from zerosim.scenario.checks import one_of, positive
 
@@ -38,5 +38,23 @@ class ParallelismConfig:
             positive(f"parallelism.{key}", getattr(self, key), allow_zero=True)
 
 
+PARALLELISM_KEYS = tuple(f.name for f in fields(ParallelismConfig))
 LEGACY_TRAINING_KEYS = ("shard_group", "replica_allreduce", "hpz_partition")
 """[training] keys that are [parallelism]'s now, still accepted under their old table."""
+
+
+def canonical_key(table: str, key: str) -> tuple[str, str]:
+    """(table, key) with the old [training] spelling of a [parallelism] key moved to its table."""
+    moved = table == "training" and key in LEGACY_TRAINING_KEYS
+    return ("parallelism", key) if moved else (table, key)
+
+
+def canonical_override(text: str) -> str:
+    """A `table.key=value` override in its canonical spelling (as recorded in a measurement:
+    runs that spelled one key two ways are runs of one configuration)."""
+    lhs, sep, rhs = text.partition("=")
+    table, dot, key = lhs.strip().partition(".")
+    if not sep or not dot:
+        return text
+    table, key = canonical_key(table, key.strip())
+    return f"{table}.{key}={rhs}"

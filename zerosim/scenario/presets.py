@@ -30,7 +30,7 @@ PRESET_KEYS = (
 def cluster_keys(gpu: Gpu) -> dict[str, object]:
     """The [cluster] keys one device fills, from its record and its node's (None: unset)."""
     node = gpu.node
-    return {"hbm_GiB": gpu.hbm_GiB, "peak_tflops": gpu.peak_tflops,
+    return {"hbm_GiB": gpu.hbm_GiB, "peak_tflops": gpu.peak_dense_16bit_tflops,
             "hbm_bandwidth_GBps": gpu.hbm_GBps,
             "intra_node_bandwidth_GBps": node.intra_node_GBps,
             "intra_node_latency_us": node.intra_node_latency_us,

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from zerosim.contract import STAGE_NAMES, MemorySample
+from zerosim.sim.stages.family import DELAYED_STREAM, REPLICA_STREAM
 
 QUEUES = ("compute", "comm", "gather", "reduce")
 """The simulated streams of every stage's ranks (SimulatedEvent.queue), one lane each, in this
 order, named in every trace."""
-FAMILY_QUEUES = ("replica", "host")
-"""The ZeRO family's further streams (stages/family.py: the replica all-reduce; the delayed
-update's host operations), lanes after QUEUES, named where a rank uses them."""
+FAMILY_QUEUES = (REPLICA_STREAM, DELAYED_STREAM)
+"""The ZeRO family's further streams (stages/family.py), lanes after QUEUES, named where a rank
+uses them."""
 _LANES = {queue: tid for tid, queue in enumerate(QUEUES + FAMILY_QUEUES)}
 _PID_STRIDE = 1_000_000  # pid = stage * stride + rank: ranks of one stage stay together
 

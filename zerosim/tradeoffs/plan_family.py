@@ -30,7 +30,7 @@ from zerosim.contract import STAGE_NAMES
 from zerosim.errors import InputError, brief
 from zerosim.analytic.memory import stage_memory
 from zerosim.scenario.config import Scenario
-from zerosim.scenario.parallelism_table import LEGACY_TRAINING_KEYS
+from zerosim.scenario.parallelism_table import PARALLELISM_KEYS
 from zerosim.tradeoffs.sweep import rows_of
 from zerosim.units import GiB, KiB, MiB
 
@@ -122,7 +122,7 @@ def candidates(scenario: Scenario, allow: tuple[str, ...]) -> list[Candidate]:
 
 def table_of(key: str) -> str:
     """The table a key of PLAIN belongs to."""
-    return "parallelism" if key in LEGACY_TRAINING_KEYS else "training"
+    return "parallelism" if key in PARALLELISM_KEYS else "training"
 
 
 def build(scenario: Scenario, candidate: Candidate) -> Scenario:
