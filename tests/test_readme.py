@@ -43,10 +43,10 @@ def test_readme_has_its_samples():
         ("docs/zero-family.md", "simulate scenarios/family_zero_offload_10b_v100.toml --stage 2"),
         ("docs/zero-family.md",
          "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
-         "training.shard_group=8 --set cluster.inter_node_bandwidth_GBps=1.5625"),
+         "parallelism.shard_group=8 --set cluster.inter_node_bandwidth_GBps=1.5625"),
         ("docs/zero-family.md",
          "simulate scenarios/llama2_7b_64gpu.toml --stage 3 --set "
-         "training.framework=deepspeed --set training.hpz_partition=8 --set "
+         "training.framework=deepspeed --set parallelism.hpz_partition=8 --set "
          "training.quantized_weights=true --set training.quantized_gradients=true "
          "--set cluster.inter_node_bandwidth_GBps=1.5625")]
 

@@ -1,4 +1,4 @@
-"""Optimizer offload (training.optimizer_offload = "cpu") and hybrid sharding (training.shard_group
+"""Optimizer offload (training.optimizer_offload = "cpu") and hybrid sharding (parallelism.shard_group
 = 2 of 4 ranks: a 2 x 2 gloo mesh) at stages 1-3, on 4 gloo processes, against one plain PyTorch
 process (torch.optim.Adam); their ledgers against zerosim.analytic.memory.stage_memory, host bytes too;
 the replica all-reduces each replica_allreduce runs; the `--shard-group` flag and the refusals.
