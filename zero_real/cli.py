@@ -74,21 +74,25 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
     nodes, per_node = (world // local, local) if torchrun else (1, world)
     # The run defines the cluster and stage the scenario describes (for the zerosim comparison);
     # flags win over --set, which wins over the file.
-    flagged = [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}",
-               f"training.zero_stage={args.stage}"]
+    shard_group = []
     if args.shard_group is not None:
         if args.shard_group and world % args.shard_group:
             raise InputError(f"--shard-group {args.shard_group} does not divide the {world} "
                              f"ranks of this run ({world} / {args.shard_group} = "
                              f"{world / args.shard_group:.4g}); give a divisor, or 0 for all")
-        flagged.append(f"parallelism.shard_group={args.shard_group}")
+        shard_group = [f"parallelism.shard_group={args.shard_group}"]
+    flagged = [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}",
+               f"training.zero_stage={args.stage}", *shard_group]
     scenario = load_scenario(args.scenario, [*args.overrides, *flagged])
+    # The measurement records what validate cannot know: it sets the cluster and the stage
+    # itself, but rebuilds the rest from the overrides, the shard group's flag among them.
+    recorded = [*args.overrides, *shard_group]
     preflight.check_scenario(scenario, args.scenario)
     if args.backend == "gloo" and not (args.fake_world_size and torch.cuda.is_available()):
         preflight.check_memory(scenario, args.stage, 1 if args.fake_world_size else local, world)
     cfg = RunConfig(
         scenario=scenario, scenario_path=portable_path(args.scenario),
-        overrides=tuple(args.overrides),
+        overrides=tuple(recorded),
         stage=args.stage, nproc=args.nproc,
         backend="fake" if args.fake_world_size else args.backend,
         collectives=args.collectives, steps=args.steps, timed_steps=args.timed_steps,

@@ -278,6 +278,9 @@ def test_shard_group_flag_sets_the_scenario_key_and_wins_over_set(dry_run):
     done = dry_run("run", TINY, "--stage", "3", "--nproc", "4",
                    "--set", "training.shard_group=4", "--shard-group", "2")
     assert done.launched.scenario.parallelism.shard_group == 2
+    assert done.launched.overrides == ("training.shard_group=4", "parallelism.shard_group=2")
+    # the flag is recorded beside --set, so validate rebuilds the run it measured
+    assert load_scenario(TINY, done.launched.overrides).parallelism.shard_group == 2
     done = dry_run("run", TINY, "--stage", "3", "--nproc", "4", "--set", "training.shard_group=2")
     assert done.launched.scenario.parallelism.shard_group == 2  # no flag: the scenario's own
     done = dry_run("run", TINY, "--stage", "3", "--nproc", "4", "--shard-group", "0")
