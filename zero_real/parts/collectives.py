@@ -14,12 +14,13 @@ the algorithm zerosim simulates, so on CPU it is the honest counterpart of the s
 Sizes recorded follow nccl-tests: all_reduce the buffer, reduce_scatter/all_gather the whole
 buffer (N x per-rank piece).
 
-Hybrid sharding's process groups (`mesh`; parallelism.shard_group = g of N ranks, FSDP2's HSDP,
-MiCS): model states are sharded over the g consecutive ranks of a shard group, [i*g, (i+1)*g),
-and replicated across the N/g replica groups, the ranks with the same place in their shard groups
-(zerosim.scenario.family's layout). torch.distributed.new_group is collective over the whole
-world: every rank creates every group, in the same order, members or not; the groups of a
-(world, g) are made once per process and reused by every stage built on them.
+Hybrid sharding's process groups (`shard_groups_of`; parallelism.shard_group = g of N ranks,
+FSDP2's HSDP, MiCS): model states are sharded over the g consecutive ranks of a shard group,
+[i*g, (i+1)*g), and replicated across the N/g replica groups, the ranks with the same place in
+their shard groups (zerosim.scenario.family's layout). torch.distributed.new_group is
+collective over the whole world: every rank creates every group, in the same order, members or
+not; the groups of a (world, g) are made once per process and reused by every stage built on
+them.
 
 Waiting, native gloo on CPU between processes: each collective is started asynchronously and its
 work polled, the core yielded between polls, instead of waited for asleep in work.wait() (see
@@ -84,7 +85,7 @@ class Collectives:
 
     def subgroup(self, group, ranks: list[int]) -> Collectives:
         """The same collectives among `ranks` (global ranks, this one among them), over the
-        process group `group` that every rank created (collectives.mesh)."""
+        process group `group` that every rank created (collectives.shard_groups_of)."""
         sub = Collectives(self.mode, ranks.index(self.ranks[self.rank]), len(ranks),
                           self.recorder, self.backend)
         sub.group, sub.ranks, sub._in_group = group, list(ranks), {"group": group}
@@ -209,7 +210,10 @@ _GROUPS: dict = {}
 
 
 @dataclass(frozen=True)
-class Mesh:
+class ShardGroups:
+    """One rank's process groups under hybrid sharding (zerosim's mesh names the same axes:
+    dp_shard, dp_replicate)."""
+
     shard: Collectives
     """This rank's shard group: the reduce-scatters and all-gathers of the stage."""
     replica: Collectives | None
@@ -225,16 +229,16 @@ def shard_groups(world_size: int, g: int) -> tuple[list[list[int]], list[list[in
     return shards, replicas
 
 
-def mesh(comm: Collectives, g: int) -> Mesh:
+def shard_groups_of(comm: Collectives, g: int) -> ShardGroups:
     """This rank's shard and replica groups for shard groups of g ranks (`comm`: the world)."""
     n, rank = comm.world_size, comm.rank
     if g == n:
-        return Mesh(shard=comm, replica=None)
+        return ShardGroups(shard=comm, replica=None)
     shards, replicas = shard_groups(n, g)
     key = (dist.group.WORLD, g)
     if key not in _GROUPS:
         _GROUPS[key] = [dist.new_group(ranks) for ranks in shards + replicas]
     handles = _GROUPS[key]
     shard, replica = rank // g, rank % g
-    return Mesh(shard=comm.subgroup(handles[shard], shards[shard]),
+    return ShardGroups(shard=comm.subgroup(handles[shard], shards[shard]),
                 replica=comm.subgroup(handles[len(shards) + replica], replicas[replica]))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from zero_real.parts.collectives import mesh
+from zero_real.parts.collectives import shard_groups_of
 from zero_real.parts.optim import HostAdam, ShardAdam, host_zeros
 
 
@@ -35,7 +35,7 @@ class Sharding:
                  ledger):
         training, p = scenario.training, scenario.parallelism
         g = p.shard_group if p.shard_group and stage >= 1 else world_size
-        groups = mesh(comm, g)
+        groups = shard_groups_of(comm, g)
         self.shard, self.replica = groups.shard, groups.replica
         self.every_micro_step = p.replica_allreduce == "every_micro_step"
         self.offload = stage >= 1 and training.optimizer_offload == "cpu"
