@@ -6,8 +6,7 @@ the reserved bytes it simulates (engine.StageResult.device_bytes)."""
 from __future__ import annotations
 
 from zerosim.sim.collectives import Collectives
-from zerosim.sim.collectives.ring import Group
-from zerosim.sim.groups import subgroups
+from zerosim.sim.groups import subgroups, world_group
 
 
 def overhead(cluster, collectives: Collectives, *others: Collectives) -> int:
@@ -21,7 +20,7 @@ def overhead_bytes(scenario, stage: int | None = None) -> int:
     schemes use at `stage` (default: the scenario's; sim/groups.py: hybrid sharding, ZeRO++)."""
     c = scenario.cluster
     stage = scenario.training.zero_stage if stage is None else stage
-    world = Group(c.world_size, c.gpus_per_node)
+    world = world_group(scenario, stage)
     return overhead(c, Collectives(scenario, world), *(
         Collectives(scenario, group, node_gpus=world.gpus_per_node)
         for group in subgroups(scenario, stage).values()))

@@ -47,7 +47,7 @@ from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, re
                                           run_phases)
 from zerosim.sim.costs import price_phases
 from zerosim.sim.executor import Executor, choose
-from zerosim.sim.groups import WORLD, subgroups
+from zerosim.sim.groups import WORLD, subgroups, world_group
 from zerosim.sim.network import Cluster
 from zerosim.sim.offload import HOST, host_phases
 from zerosim.sim.rank import RankContext, refuse_overflow, sm_share
@@ -70,8 +70,7 @@ class Engine:
             raise ValueError(f"mode {mode!r} is not one of {SIM_MODES}")
         self.scenario, self.stage = scenario, stage
         self.program = stage_program(scenario, stage)
-        c = scenario.cluster
-        self.group = Group(c.world_size, c.gpus_per_node)
+        self.group = world_group(scenario, stage)
         self.library = Collectives(scenario, self.group)
         self.groups = subgroups(scenario, stage)  # name -> ranks (hybrid sharding, ZeRO++)
         self.libraries = {WORLD: self.library}  # and each subgroup's the step used
@@ -85,7 +84,7 @@ class Engine:
             self.mode = "per_rank"  # jitter makes every rank different
         else:
             self.mode = "symmetric" if v.is_uniform else "classes"
-        self.executor = choose(granularity, self.mode, self.program, c.world_size)
+        self.executor = choose(granularity, self.mode, self.program, scenario.world_size)
         """How the step runs (executor.py: the one place that chooses)."""
         self.env = Environment(shortcuts=self.executor.shortcuts)
         self.closed_form = self.executor.closed_forms(self.program)

@@ -24,6 +24,12 @@ WORLD = "world"
 SHARD, REPLICA, HPZ, NODE, INTER_NODE = "shard", "replica", "hpz", "node", "inter"
 
 
+def world_group(scenario, stage: int) -> Group:
+    """Every rank, the mesh's node at a time: the group of a collective that names none."""
+    mesh = mesh_of(scenario, stage)
+    return Group(mesh.world, mesh.node)
+
+
 def subgroups(scenario, stage: int = 3) -> dict[str, Group]:
     """The groups `stage`'s program uses under the scenario, by name (none for plain ZeRO):
     hybrid sharding's from stage 1, ZeRO++'s at stage 3."""
