@@ -42,34 +42,43 @@ def strings_in(node: ast.AST) -> set[str]:
     return set()
 
 
+def _framework_sides(node: ast.AST, names: set[str]) -> list[ast.AST]:
+    """The parts of `node` where a framework's name would decide something."""
+    if isinstance(node, ast.Compare):
+        return [node.left, *node.comparators]
+    if isinstance(node, ast.Dict):  # a table by framework: every key one of them
+        keys = [key for key in node.keys if key is not None]
+        return keys if keys and all(strings_in(key) & names for key in keys) else []
+    if isinstance(node, ast.MatchValue):
+        return [node.value]
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):  # a name for it, to compare later
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [node.value] if node.value and any(isinstance(t, ast.Name) for t in targets) else []
+    if isinstance(node, ast.Subscript):  # REGISTRY["fsdp2"], {...}.get is a Call below
+        return [node.slice]
+    if isinstance(node, ast.Call):  # an argument, or a keyword named after one (dict(fsdp2=...))
+        named = [ast.Constant(k.arg) for k in node.keywords if k.arg in names]
+        return [*node.args, *named]
+    if isinstance(node, ast.arguments):  # a default (framework="fsdp2")
+        return [*node.defaults, *(d for d in node.kw_defaults if d is not None)]
+    return []
+
+
 def framework_comparisons(tree: ast.AST) -> list[str]:
-    """Where a framework's name decides something: compared, the keys of a table by framework
-    (a dict with two or more of them), a case's pattern, or a constant given a name (to be
-    compared later). A lone dict key is not a table (a sweep file's "deepspeed" config path)."""
+    """Where a framework's name decides something: compared, the keys of a table by framework,
+    a case's pattern, a name given to it, an index, an argument or a default. A dict with other
+    keys beside one is not a table by framework (a sweep file's "deepspeed" config path)."""
     names = set(FRAMEWORKS)
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-        elif isinstance(node, ast.Dict):
-            keyed = [key for key in node.keys if key is not None and strings_in(key) & names]
-            sides = keyed if len(keyed) >= 2 else []
-        elif isinstance(node, ast.MatchValue):
-            sides = [node.value]
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            sides = [node.value] if any(isinstance(t, ast.Name) for t in targets) else []
-        else:
-            continue
-        if any(strings_in(side) & names for side in sides):
-            found.append(f"line {node.lineno}")
-    return found
+    return [f"line {getattr(node, 'lineno', 0)}" for node in ast.walk(tree)
+            if any(strings_in(side) & names for side in _framework_sides(node, names))]
 
 
 @pytest.mark.parametrize("code", [
     'if t.framework in ("fsdp2", "ddp"): pass', 'x = t.framework == "deepspeed"',
     'stages = {"fsdp2": (2, 3), "ddp": (0,)}[t.framework]', 'FSDP = "fsdp2"',
-    'match t.framework:\n    case "fsdp2": pass'])
+    'OFFLOADERS = ("zero", "deepspeed")', 'match t.framework:\n    case "fsdp2": pass',
+    'f = REGISTRY["fsdp2"]', 'x = {"fsdp2": 3}.get(t.framework)', 'x = dict(fsdp2=3)',
+    'def f(framework="fsdp2"): pass'])
 def test_the_framework_rule_sees_a_name_deciding(code):
     assert len(framework_comparisons(ast.parse(code))) == 1
 
@@ -100,7 +109,7 @@ def test_a_gpu_is_named_only_in_its_record():
     """Outside the catalogue no module names a GPU (a GPU's figure keyed by its name elsewhere
     would be a second copy); inside, each name is written once, by its own record."""
     outside = {path: names for path, tree in sources(outside="zerosim/hardware/").items()
-               if path.startswith("zerosim/") and (names := gpu_names_in(tree))}
+               if (names := gpu_names_in(tree))}  # zerosim's other modules and zero_real
     assert outside == {}
     inside = [name for path, tree in sources().items() if path.startswith("zerosim/hardware/")
               for name in gpu_names_in(tree)]
@@ -124,17 +133,29 @@ def test_the_simpy_rule_knows_simpys_private_fields():
     assert {"_queue", "_now", "_eid", "_ok", "_value"} <= simpy_private_names()
 
 
+def simpy_private_uses(tree: ast.AST, private: set[str]) -> list[str]:
+    """Where a module reads or writes one of simpy's private fields: on any object but `self`,
+    and on `self` unless the module's own class sets that field."""
+    own = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+           and isinstance(node.value, ast.Name) and node.value.id == "self"
+           and isinstance(node.ctx, ast.Store)}
+    return sorted({f"{node.attr} (line {node.lineno})" for node in ast.walk(tree)
+                   if isinstance(node, ast.Attribute) and node.attr in private
+                   and not (isinstance(node.value, ast.Name) and node.value.id == "self"
+                            and node.attr in own)})
+
+
+def test_the_simpy_rule_sees_a_private_field():
+    planted = ast.parse("class Slot:\n    def __init__(self):\n        self._value = 0\n"
+                        "    def fire(self, event):\n        event._ok = True\n"
+                        "        return self._value, env._queue, event._value")
+    assert simpy_private_uses(planted, {"_ok", "_value", "_queue"}) == [
+        "_ok (line 5)", "_queue (line 6)", "_value (line 6)"]
+
+
 def test_simpy_private_fields_only_in_the_clock():
     private = simpy_private_names()
-    found = {}
-    for path, tree in sources().items():
-        if path == "zerosim/sim/clock.py" or not path.startswith("zerosim/"):
-            continue
-        own = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-               and isinstance(node.value, ast.Name) and node.value.id == "self"
-               and isinstance(node.ctx, ast.Store)}  # a field the module's own class sets
-        uses = sorted({f"{node.attr} (line {node.lineno})" for node in ast.walk(tree)
-                       if isinstance(node, ast.Attribute) and node.attr in private - own})
-        if uses:
-            found[path] = uses
+    found = {path: uses for path, tree in sources().items()
+             if path.startswith("zerosim/") and path != "zerosim/sim/clock.py"
+             and (uses := simpy_private_uses(tree, private))}
     assert found == {}

@@ -72,6 +72,11 @@ MEMORY_POINTS = ("after_init", "after_forward", "after_backward", "after_step")
 STREAMS = ("compute", "comm")
 """The `stream` of a step event."""
 COMPUTE, COMM = STREAMS
+QUEUES = (COMPUTE, COMM, "gather", "reduce")
+"""The simulated streams of every stage's ranks (SimulatedEvent.queue), one timeline lane each."""
+FAMILY_QUEUES = REPLICA_QUEUE, DELAYED_QUEUE = ("replica", "host")
+"""The streams the ZeRO family adds: ZeRO-3's replica all-reduce after its reduce-scatter, and
+the delayed update's host operations beside the whole step."""
 OTHER = "other"
 """The name of compute-stream time that is not compute: bookkeeping a profile measured."""
 

@@ -241,4 +241,4 @@ def shard_groups_of(comm: Collectives, g: int) -> ShardGroups:
     handles = _GROUPS[key]
     shard, replica = rank // g, rank % g
     return ShardGroups(shard=comm.subgroup(handles[shard], shards[shard]),
-                replica=comm.subgroup(handles[len(shards) + replica], replicas[replica]))
+                       replica=comm.subgroup(handles[len(shards) + replica], replicas[replica]))

@@ -19,7 +19,7 @@ from zerosim.analytic.model import unit_flops
 from zerosim.report import columns
 from zerosim.scenario.checks import is_finite_number
 from zerosim.scenario.load import build_scenario, check_keys, relocate_legacy
-from zerosim.scenario.parallelism_table import LEGACY_TRAINING_KEYS
+from zerosim.scenario.parallelism_table import canonical_key
 from zerosim.scenario.parse import TOMLDecodeError, parse_toml
 from zerosim.units import GiB
 
@@ -138,8 +138,8 @@ def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
                                   for name in SCENARIO_TABLES}}
     for table, keys in (overrides or {}).items():
         for key, value in keys.items():  # the old [training] spelling of a [parallelism] key
-            moved = table == "training" and key in LEGACY_TRAINING_KEYS
-            tables["parallelism" if moved else table][key] = value
+            name, key = canonical_key(table, key)
+            tables[name][key] = value
     try:
         scenario = build_scenario(tables, base_dir=ref.path.parent, source=str(ref.path))
         result = simulate(scenario, scenario.training.zero_stage, keep_events=False)

@@ -31,7 +31,7 @@ from typing import Any
 from zerosim.calibration.measured import check_measurement, measured_metrics, run_samples
 from zerosim.contract import COLLECTIVE_IMPLS, COMM, MEMORY_POINTS
 from zerosim.errors import InputError, brief
-from zerosim.scenario.parallelism_table import canonical_override
+from zerosim.scenario.load import parse_override
 from zerosim.units import GB, KB, MB
 
 TIME, MEMORY = "time", "memory"
@@ -48,12 +48,26 @@ def _identity(m: dict[str, Any]) -> dict[str, Any]:
     """IDENTITY's values, zerosim_memory key by key (so a difference names the key)."""
     out = {name: m.get(name, [] if name == "overrides" else None) for name in IDENTITY}
     out["scenario"] = os.path.normpath(out["scenario"])
-    if isinstance(out["overrides"], list):  # one key spelled two ways is one configuration
-        out["overrides"] = [canonical_override(o) if isinstance(o, str) else o
-                            for o in out["overrides"]]
+    if isinstance(out["overrides"], list):
+        out["overrides"] = _settings(out["overrides"])
     if isinstance(out["zerosim_memory"], dict):
         out.update({f"zerosim_memory.{k}": v for k, v in out.pop("zerosim_memory").items()})
     return out
+
+
+def _settings(overrides: list) -> dict[str, Any]:
+    """What recorded overrides set, key by key as the loader reads them (the last of one key
+    wins; the old spelling of a [parallelism] key is its new one; a value compares as parsed,
+    however it was written); one it cannot read stands as written."""
+    out: dict[str, Any] = {}
+    for text in overrides:
+        try:
+            table, key, value = parse_override(str(text))
+        except InputError:
+            out[str(text)] = None
+            continue
+        out[f"{table}.{key}"] = value
+    return dict(sorted(out.items()))
 
 
 def _same_configuration(runs: list[dict[str, Any]], paths: list[str]) -> None:

@@ -1,5 +1,6 @@
-"""The mesh one stage's step runs on: the world's ranks as named axes, derived once per
-(scenario, stage), as torchtitan's ParallelDims names them (dp_replicate, dp_shard, tp, pp).
+"""The mesh one stage's step runs on: the world's ranks as named axes, derived in one place
+(and once per layout: cached), as torchtitan's ParallelDims names them (dp_replicate, dp_shard,
+tp, pp).
 
     world = dp_replicate x dp_shard x tp x pp
 

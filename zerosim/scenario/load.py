@@ -191,7 +191,7 @@ def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source:
     """Scenario from already-merged tables (keys checked). hf_config and profile paths resolve
     against base_dir, or the working directory when the path came from the command line. The
     old [training] spelling of a [parallelism] key is taken here too (relocate_legacy)."""
-    tables = {name: dict(table) for name, table in tables.items()}
+    tables = {name: dict(tables.get(name, {})) for name in TABLES}  # a table left out: defaults
     relocate_legacy(tables, source or "scenario")
     model = _resolve_model(tables["model"], Path.cwd() if cli_hf_config else base_dir)
     training_table = dict(tables["training"])

@@ -48,13 +48,3 @@ def canonical_key(table: str, key: str) -> tuple[str, str]:
     moved = table == "training" and key in LEGACY_TRAINING_KEYS
     return ("parallelism", key) if moved else (table, key)
 
-
-def canonical_override(text: str) -> str:
-    """A `table.key=value` override in its canonical spelling (as recorded in a measurement:
-    runs that spelled one key two ways are runs of one configuration)."""
-    lhs, sep, rhs = text.partition("=")
-    table, dot, key = lhs.strip().partition(".")
-    if not sep or not dot:
-        return text
-    table, key = canonical_key(table, key.strip())
-    return f"{table}.{key}={rhs}"

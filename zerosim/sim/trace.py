@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerosim.contract import STAGE_NAMES, MemorySample
-from zerosim.sim.stages.family import DELAYED_STREAM, REPLICA_STREAM
+from zerosim.contract import FAMILY_QUEUES, QUEUES, STAGE_NAMES, MemorySample
 
-QUEUES = ("compute", "comm", "gather", "reduce")
-"""The simulated streams of every stage's ranks (SimulatedEvent.queue), one lane each, in this
-order, named in every trace."""
-FAMILY_QUEUES = (REPLICA_STREAM, DELAYED_STREAM)
-"""The ZeRO family's further streams (stages/family.py), lanes after QUEUES, named where a rank
-uses them."""
 _LANES = {queue: tid for tid, queue in enumerate(QUEUES + FAMILY_QUEUES)}
+"""A lane per stream: QUEUES named in every trace, FAMILY_QUEUES where a rank uses them."""
 _PID_STRIDE = 1_000_000  # pid = stage * stride + rank: ranks of one stage stay together
 
 

@@ -15,9 +15,8 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from zerosim.contract import OPS, OTHER, STAGE_NAMES, STEP_PHASES, STAGES
+from zerosim.contract import OPS, OTHER, QUEUES, STAGE_NAMES, STEP_PHASES, STAGES
 from zerosim.errors import InputError
-from zerosim.sim.trace import QUEUES
 from zerosim.tradeoffs.plot_inputs import key_of, series_columns
 from zerosim.units import GB, GiB, KiB, MiB  # communication in GB, as `zerosim simulate` prints
 

@@ -25,14 +25,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from zerosim.contract import DELAYED_QUEUE, REPLICA_QUEUE
 from zerosim.sim.stages.family_shape import uses_family
 from zerosim.sim.groups import INTER_NODE, NODE, REPLICA, WORLD
 from zerosim.sim.network import D2H
 from zerosim.sim.offload import HOST, QGZ_BYTES_PER_ELEMENT, QWZ_BYTES_PER_ELEMENT
-
-REPLICA_STREAM, DELAYED_STREAM = "replica", "host"
-"""The streams the family adds to a rank's: ZeRO-3's replica all-reduce, after its
-reduce-scatter; the delayed update's host operations, beside the whole step."""
 
 
 def _after(event) -> Iterator:
@@ -50,7 +47,7 @@ class Family:
 
     def run(self) -> Iterator:
         if self.family.delayed:  # the previous step's update, beside this step's compute
-            self.delayed_done = self.host_ops(DELAYED_STREAM, "previous step's update")
+            self.delayed_done = self.host_ops(DELAYED_QUEUE, "previous step's update")
         yield from super().run()
 
     def reduced(self, stream: str, size: float, phase: str, unit: int | None,
@@ -66,7 +63,7 @@ class Family:
             return
         before = None
         if stream == "reduce":  # ZeRO-3: on a stream of its own, after the reduce-scatter
-            stream, before = REPLICA_STREAM, (lambda event=self.pending[-1]: _after(event))
+            stream, before = REPLICA_QUEUE, (lambda event=self.pending[-1]: _after(event))
         for op, op_size, group, name in ops:
             self.pending.append(ctx.comm(stream, op, op_size, name, phase, unit, before=before,
                                          group=group))
