@@ -108,15 +108,15 @@ def refused(name: str, exc: InputError) -> list[str]:
 SCHEMES = {
     "ZeRO-3 (deepspeed)": ['training.framework="deepspeed"'],
     "ZeRO-3 FULL_SHARD (fsdp2)": ['training.framework="fsdp2"'],
-    "HSDP g=8 every_micro_step (fsdp2)": ['training.framework="fsdp2"', "training.shard_group=8",
-                                          'training.replica_allreduce="every_micro_step"'],
-    "HSDP g=8 once_per_step (fsdp2)": ['training.framework="fsdp2"', "training.shard_group=8",
-                                       'training.replica_allreduce="once_per_step"'],
+    "HSDP g=8 every_micro_step (fsdp2)": ['training.framework="fsdp2"', "parallelism.shard_group=8",
+                                          'parallelism.replica_allreduce="every_micro_step"'],
+    "HSDP g=8 once_per_step (fsdp2)": ['training.framework="fsdp2"', "parallelism.shard_group=8",
+                                       'parallelism.replica_allreduce="once_per_step"'],
     "MiCS g=8 once_per_step (deepspeed)": ['training.framework="deepspeed"',
-                                           "training.shard_group=8",
-                                           'training.replica_allreduce="once_per_step"'],
+                                           "parallelism.shard_group=8",
+                                           'parallelism.replica_allreduce="once_per_step"'],
     "ZeRO++ hpZ8+qwZ+qgZ (deepspeed)": ['training.framework="deepspeed"',
-                                        "training.hpz_partition=8",
+                                        "parallelism.hpz_partition=8",
                                         "training.quantized_weights=true",
                                         "training.quantized_gradients=true"],
 }
@@ -443,7 +443,7 @@ ZPP_CLAIMS = [  # (figure, Gb/s per node, tokens per GPU, model, ZeRO-3, ZeRO++)
     ("Fig. 7", 100, 2, "91B", 20, 38), ("Fig. 7", 100, 2, "138B", 20, 38),
     ("Fig. 8", 200, 2, "18B", 37, 50), ("Fig. 8", 800, 2, "18B", 47, 54),
     ("Fig. 8", 200, 2, "138B", 32, 48), ("Fig. 8", 800, 2, "138B", 48, 55)]
-ZPP_KEYS = ["training.hpz_partition=16", "training.quantized_weights=true",
+ZPP_KEYS = ["parallelism.hpz_partition=16", "training.quantized_weights=true",
             "training.quantized_gradients=true"]
 
 
@@ -493,8 +493,8 @@ def reference_rows() -> list[list[str]]:
              ("same as FULL_SHARD (shard_group 0)", hsdp, {"parallelism": {"shard_group": 0}},
               None),
              ("HSDP Llama-2-13B 128 A100, mb 1 (fms-fsdp)", hsdp,
-              {"parallelism": {"shard_group": 8}, "training": {"micro_batch": 1}, "model": llama13b},
-              1700.0),
+              {"parallelism": {"shard_group": 8}, "training": {"micro_batch": 1},
+               "model": llama13b}, 1700.0),
              ("Azure GPT 1T 1024 A100, ZeRO-3 + CPU optimizer",
               "deepspeed_azure_gpt_1t_1024xa100", None, None)]
     rows = []
