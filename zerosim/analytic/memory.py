@@ -142,17 +142,16 @@ def _stage_buffers(m, t: TrainingConfig, mesh: Mesh, psi: int, bp: int,
 def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     """Per-rank memory of `stage` for the scenario's model, cluster size and training settings."""
     m, t = scenario.model, scenario.training
-    mesh = mesh_of(scenario, stage)
-    n = mesh.dp_shard  # the shard group under hybrid sharding (1 at stage 0: unused)
+    mesh = mesh_of(scenario, stage)  # what the stage splits, over the shard group
     psi = total_params(m)
     bp = BYTES_PER_ELEMENT[t.precision]
     bg = grad_bytes_per_element(t, stage)
     k = optimizer_bytes_per_param(t)
-    shard = shard_elements(psi, n)
+    shard = shard_elements(psi, mesh.dp_shard)
 
-    params = bp * (shard if stage >= 3 else psi)
-    grads = bg * (shard if stage >= 2 else psi)
-    optimizer_numel = shard if stage >= 1 else psi
+    params = bp * shard_elements(psi, mesh.param_ways)
+    grads = bg * shard_elements(psi, mesh.grad_ways)
+    optimizer_numel = shard_elements(psi, mesh.optimizer_ways)
     optimizer = k * optimizer_numel
     fw = framework_of(t)
     if fw.fp32_shards_are_the_master(t, stage):
