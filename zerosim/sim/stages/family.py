@@ -52,11 +52,11 @@ class Family:
 
     def reduced(self, stream: str, size: float, phase: str, unit: int | None,
                 group: str) -> None:
-        f, ctx = self.family, self.ctx
+        f, ctx, mesh = self.family, self.ctx, self.shape.mesh
         ops = []
         # a world all-reduce (gradient_reduction = "all_reduce") has summed the replicas already
-        if f.replica and group != WORLD and (f.replica_every_micro_step or self.last_micro):
-            ops.append(("all_reduce", size / f.ways, REPLICA, "shard all-reduce"))
+        if mesh.hybrid and group != WORLD and (f.replica_every_micro_step or self.last_micro):
+            ops.append(("all_reduce", size / mesh.dp_shard, REPLICA, "shard all-reduce"))
         if f.offload and (f.offload_every_micro_step or self.last_micro):
             ops.append((D2H, size * f.grad_to_host_per_byte, HOST, "gradient to host"))
         if not ops:
@@ -87,7 +87,7 @@ class Family:
     # ZeRO-3's hooks
     def fetch(self, phase: str, unit: int) -> None:
         f = self.family
-        if phase == "backward" and f.hpz_ways:
+        if phase == "backward" and self.shape.mesh.hpz:
             return  # backward gathers hpZ's secondary partition, already on the GPU
         size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
         for op, per_byte in f.fetch_ops:
@@ -104,10 +104,11 @@ class Family:
 
     def release(self, unit: int, phase: str) -> None:
         super().release(unit, phase)
-        if self.family.hpz_ways:  # hpZ: forward leaves the unit's secondary partition
+        hpz = self.shape.mesh.hpz
+        if hpz:  # hpZ: forward leaves the unit's secondary partition
             key = ("secondary", unit)
             if phase == "forward":
-                size = -(-self.shape.gather_elements[unit] // self.family.hpz_ways)
+                size = -(-self.shape.gather_elements[unit] // hpz)
                 self.ctx.alloc(key, "gathered", self.shape.param_bytes_per_element * size)
             else:
                 self.ctx.free(key)
@@ -121,19 +122,19 @@ class Family:
                                         "dequantize", phase, unit)
 
     def reduce_unit(self, size: int, unit: int, after) -> Iterator:
-        f = self.family
-        if not f.quantized_gradients:
+        f, mesh = self.family, self.shape.mesh
+        if not mesh.qgz:
             yield from super().reduce_unit(size, unit, after)
             return
-        bg, n, q = self.shape.grad_bytes_per_element, f.node_gpus, QGZ_BYTES_PER_ELEMENT
+        bg, n, q = self.shape.grad_bytes_per_element, mesh.node, QGZ_BYTES_PER_ELEMENT
         elements = size / bg
         # quantize the unit; reduce the node's n INT4 parts and requantize; reduce across nodes
         # into the rank's shard
         kernel_bytes = ((bg + q) * elements + (q + q / n) * elements
-                        + (q / n) * elements + bg * elements / (n * f.nodes))
+                        + (q / n) * elements + bg * elements / (n * mesh.nodes))
         yield from self.ctx.compute(f.kernel_s_per_byte * kernel_bytes, "quantize", "backward",
                                     unit)
-        across = f.nodes > 1
+        across = mesh.nodes > 1
         done = self.ctx.comm(self.reduce_stream, "reduce_scatter", q * elements,
                              "gradient all-to-all (node)", "backward", unit,
                              after=None if across else after, group=NODE)

@@ -1,6 +1,7 @@
 """The numbers the ZeRO family's stage programs (stages/family.py) work from, derived once per
 stage: which group shards, what follows each reduction, the host operations of the optimizer
-step and of each parameter fetch, and ZeRO++'s switches."""
+step and of each parameter fetch, and ZeRO++'s switches. The layout itself (shard degree,
+replicas, hpZ, qgZ, the node) is the step's mesh (StepShape.mesh), not copied here."""
 
 from __future__ import annotations
 
@@ -20,11 +21,8 @@ from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 class FamilyShape:
     group: str = WORLD
     """The group that shards the model states: the world, or hybrid sharding's shard group."""
-    ways: int = 1
-    """Ranks in it (the shard degree)."""
-    replica: bool = False
-    """Shards are all-reduced across replica groups after each reduction."""
     replica_every_micro_step: bool = True
+    """Under hybrid sharding (the mesh's replicas), whether every micro-step all-reduces them."""
     offload: bool = False
     offload_every_micro_step: bool = False
     """Stages 2-3 copy each micro-step's reduced partition down (no GPU shard holds them in
@@ -38,12 +36,7 @@ class FamilyShape:
     delayed: bool = False
     backward_group: str = WORLD
     """Where backward's all-gathers run (ZeRO++ hpZ: the secondary partition's group)."""
-    hpz_ways: int = 0
-    """ZeRO++ hpZ's secondary partition size (0: off)."""
     quantized_weights: bool = False
-    quantized_gradients: bool = False
-    nodes: int = 1
-    node_gpus: int = 1
     kernel_s_per_byte: float = 0.0
     """Seconds per byte of a memory-bound kernel (quantization: offload.kernel_seconds)."""
 
@@ -69,14 +62,13 @@ def family_shape(scenario, mesh: Mesh) -> FamilyShape:
     if params_off:
         fetch = ([(NVME_READ, 1 / ways)] if t.param_offload == "nvme" else []) + [(H2D, 1 / ways)]
     return FamilyShape(
-        group=SHARD if grouped else WORLD, ways=ways, replica=grouped,
+        group=SHARD if grouped else WORLD,
         replica_every_micro_step=p.replica_allreduce == "every_micro_step",
         offload=offload, offload_every_micro_step=stage >= 2,
         grad_to_host_per_byte=GRAD_TO_HOST_BYTES / (bg * ways) if offload else 0.0,
         step_ops=step_ops, fetch_ops=fetch, delayed=t.delayed_update and offload,
         backward_group=HPZ if mesh.hpz else (SHARD if grouped else WORLD),
-        hpz_ways=mesh.hpz, quantized_weights=t.quantized_weights and stage == 3,
-        quantized_gradients=mesh.qgz, nodes=mesh.nodes, node_gpus=mesh.node,
+        quantized_weights=t.quantized_weights and stage == 3,
         kernel_s_per_byte=kernel_seconds(scenario, 1.0))
 
 
