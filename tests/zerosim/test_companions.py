@@ -153,6 +153,59 @@ def test_deepspeed_zeropp_mics_and_param_offload_are_taken(write):
     assert (p.shard_group, p.replica_allreduce) == (16, "once_per_step")
 
 
+def test_deepspeed_batch_keys_are_taken_as_deepspeed_derives_them(write):
+    """Review finding I11: gradient_accumulation_steps was dropped without a word, so a step
+    of 8 micro-steps was priced as one. DeepSpeed's runtime/config.py
+    (_set_batch_related_parameters): steps given are taken; absent with train_batch_size, they
+    are train_batch_size / (micro x world); absent without it, 1. 64 ranks here."""
+    llama = SCENARIOS / "llama2_7b_64gpu.toml"
+    notes = []
+    t = load_scenario(llama, deepspeed=ds(write, {"gradient_accumulation_steps": 8}),
+                      notes=notes).training
+    assert t.gradient_accumulation == 8 and "gradient_accumulation=8" in notes[0]
+    derived = ds(write, {"train_micro_batch_size_per_gpu": 2, "train_batch_size": 1024})
+    assert load_scenario(llama, deepspeed=derived).training.gradient_accumulation == 8  # 1024/(2x64)
+    five = write("five.toml", llama.read_text().replace("\nseq_len = 4096",
+                                                        "\nseq_len = 4096\ngradient_accumulation = 5"))
+    assert load_scenario(five).training.gradient_accumulation == 5
+    # the ds_config describes the run: absent steps and batch mean DeepSpeed's 1, not the file's 5
+    assert load_scenario(five, deepspeed=ds(write, {})).training.gradient_accumulation == 1
+    # and --set still comes last
+    assert load_scenario(five, ["training.gradient_accumulation=3"],
+                         deepspeed=ds(write, {})).training.gradient_accumulation == 3
+    # the shipped example's 8 steps reach the step: tokens per step = micro 2 x seq 4096 x 8
+    shown = run_zerosim("simulate", llama, "--stage", "2", "--json", "--deepspeed",
+                        "scenarios/deepspeed/zero2_cpu_offload.json")
+    assert shown.code == 0, shown.stderr
+    assert "gradient_accumulation=8" in shown.stderr
+    row = json.loads(shown.stdout)[0]
+    assert row["tokens_per_s_per_gpu"] * row["step_time_s"] == pytest.approx(2 * 4096 * 8, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero, expected", [({"stage": 3}, True), ({"stage": 2}, False),
+                                            ({"stage": 1, "overlap_comm": True}, True),
+                                            ({"stage": 3, "overlap_comm": False}, False)])
+def test_deepspeed_overlap_comm_defaults_to_stage_3(write, zero, expected):
+    """DeepSpeedZeroConfig.overlap_comm_valid: absent means `stage == 3`."""
+    config = ds(write, {"zero_optimization": zero})
+    assert load_scenario(ZERO_PAPER, deepspeed=config).training.overlap_comm is expected
+
+
+@pytest.mark.parametrize("config, extra, fragments", [
+    ({"train_micro_batch_size_per_gpu": 2, "train_batch_size": 1000}, [],
+     ["train_batch_size 1000 is not a multiple of micro-batch 2 x world size 64 = 128"]),
+    ({"train_micro_batch_size_per_gpu": 2, "train_batch_size": 1024, "gradient_accumulation_steps": 4},
+     [], ["train_batch_size 1024 != micro-batch 2 x gradient_accumulation 4 x world size 64 = 512"]),
+    ({"train_micro_batch_size_per_gpu": 2, "train_batch_size": 1024}, ["--set", "training.gradient_accumulation=3"],
+     ["train_batch_size 1024 != micro-batch 2 x gradient_accumulation 3 x world size 64 = 384"]),
+    ({"gradient_accumulation_steps": 0}, [], ["gradient_accumulation_steps = 0 must be between 1"]),
+    ({"zero_optimization": {"overlap_comm": "yes"}}, [], ["overlap_comm must be true or false"]),
+])
+def test_inconsistent_deepspeed_batches_are_one_line(write, config, extra, fragments):
+    assert_one_line_error(run_zerosim("memory", SCENARIOS / "llama2_7b_64gpu.toml", "--deepspeed",
+                                      ds(write, config), *extra), *fragments)
+
+
 @pytest.mark.parametrize("config, fragments", [
     ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, ["both true"]),
     ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}},

@@ -14,7 +14,14 @@ keeps the scenario's value. Every key kept that way is named in the note the CLI
 - offload_optimizer / offload_param .device "none" | "cpu" | "nvme"; ZeRO++'s
   zero_hpz_partition_size, zero_quantized_weights, zero_quantized_gradients and MiCS's
   mics_shard_size, taken when given.
-The rest of a ds_config (schedulers, logging, clipping, ...) does not touch memory.
+- zero_optimization.overlap_comm: DeepSpeed's default is true at stage 3 and false below
+  (DeepSpeedZeroConfig.overlap_comm_valid: `stage == ZeroStageEnum.weights`).
+- The batch, as runtime/config.py's _set_batch_related_parameters derives it:
+  gradient_accumulation_steps (default 1 when train_batch_size is absent), and
+  train_batch_size = micro-batch x gradient_accumulation_steps x world size, checked against the
+  scenario's world (or the accumulation derived from it when the file gives no steps) once the
+  cluster is known: `check_train_batch`.
+The rest of a ds_config (schedulers, logging, clipping, ...) changes neither memory nor time.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ DS_DEFAULT_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size and allgather_buc
 _OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
                "deepspeedcpuadam": "adam", "sgd": "sgd"}
 AUTO = "auto"
+TRAIN_BATCH = "train_batch_size"  # not a [training] key: checked against the world (check_train_batch)
 
 
 class _Reader:
@@ -81,7 +89,9 @@ class _Reader:
 def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
                           notes: list[str] | None = None) -> dict[str, Any]:
     """[training] overrides from a ds_config. `precision` is the scenario's, used only when the
-    ds_config leaves it to "auto"; a summary of what was taken and kept is appended to `notes`."""
+    ds_config leaves it to "auto"; a summary of what was taken and kept is appended to `notes`.
+    A train_batch_size comes back under TRAIN_BATCH, for `check_train_batch` once the world size
+    is known; it is not a [training] key."""
     r = _Reader(read_json_object(Path(path), "DeepSpeed config"), str(path))
     out: dict[str, Any] = {}
     _precision(r, out)
@@ -94,6 +104,7 @@ def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
     else:
         out["micro_batch"] = r.integer(micro, "train_micro_batch_size_per_gpu", 1)
     _optimizer(r, out)
+    _accumulation(r, zero, out)
     if notes is not None:
         taken = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items())
         defaulted = f"; DeepSpeed defaults for {', '.join(r.defaulted)}" if r.defaulted else ""
@@ -189,3 +200,48 @@ def _optimizer(r: _Reader, out: dict[str, Any]) -> None:
             raise r.fail(f"optimizer.params.momentum must be a number, got {momentum!r}")
         if out["optimizer"] == "sgd" and momentum != 0:
             out["optimizer"] = "sgd_momentum"
+
+
+def _accumulation(r: _Reader, zero: dict[str, Any], out: dict[str, Any]) -> None:
+    """gradient_accumulation_steps and train_batch_size, and overlap_comm's stage-dependent
+    default. Dropping the steps would price one micro-step as the whole step (tokens/s and the
+    offloaded copies per step both depend on it)."""
+    total = r.cfg.get(TRAIN_BATCH)
+    if total is not None and total != AUTO:
+        out[TRAIN_BATCH] = r.integer(total, TRAIN_BATCH, 1)
+    steps = r.cfg.get("gradient_accumulation_steps")
+    if steps == AUTO:
+        r.kept.append("gradient_accumulation (\"auto\")")
+    elif steps is not None:
+        out["gradient_accumulation"] = r.integer(steps, "gradient_accumulation_steps", 1)
+    elif TRAIN_BATCH not in out:
+        out["gradient_accumulation"] = 1
+        r.defaulted.append("gradient_accumulation (1)")
+    overlap = zero.get("overlap_comm")
+    if overlap == AUTO:
+        r.kept.append("overlap_comm (\"auto\")")
+    elif overlap is not None:
+        if not isinstance(overlap, bool):
+            raise r.fail(f"zero_optimization.overlap_comm must be true or false, got {overlap!r}")
+        out["overlap_comm"] = overlap
+    elif isinstance(out.get("zero_stage"), int):
+        out["overlap_comm"] = out["zero_stage"] == 3
+        r.defaulted.append(f"overlap_comm ({'true at stage 3' if out['overlap_comm'] else 'false below stage 3'})")
+
+
+def check_train_batch(train_batch: int, micro_batch: int, accumulation: int | None,
+                      world_size: int, origin: str) -> int:
+    """The accumulation steps a ds_config's train_batch_size implies on this world, as DeepSpeed
+    derives or checks them (train_batch_size = micro x steps x world): `accumulation` None means
+    the file gave no steps, so they are derived; given steps must agree."""
+    per_step = micro_batch * world_size
+    if accumulation is None:
+        if train_batch % per_step:
+            raise InputError(f"{origin}: train_batch_size {train_batch} is not a multiple of "
+                             f"micro-batch {micro_batch} x world size {world_size} = {per_step}")
+        return train_batch // per_step
+    if train_batch != per_step * accumulation:
+        raise InputError(f"{origin}: train_batch_size {train_batch} != micro-batch {micro_batch} "
+                         f"x gradient_accumulation {accumulation} x world size {world_size} "
+                         f"= {per_step * accumulation}")
+    return accumulation

@@ -212,12 +212,13 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     path = Path(path)
     tables = split_tables(read_toml(path), str(path))
     if deepspeed is not None:
-        from zerosim.scenario.deepspeed import read_deepspeed_config
+        from zerosim.scenario.deepspeed import TRAIN_BATCH, check_train_batch, read_deepspeed_config
 
         precision = tables["training"].get("precision", TrainingConfig.precision)
         if not isinstance(precision, str) or precision not in BYTES_PER_ELEMENT:
             precision = TrainingConfig.precision  # the scenario's own error is raised below
         keys = read_deepspeed_config(deepspeed, precision=precision, notes=notes)
+        train_batch = keys.pop(TRAIN_BATCH, None)
         for key, value in keys.items():
             tables["parallelism" if key in PARALLELISM_KEYS else "training"][key] = value
     from_cli = set()
@@ -225,6 +226,21 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         table, key, value = parse_override(text)
         tables[table][key] = value
         from_cli.add((table, key))
-    return build_scenario(tables, base_dir=path.parent, source=str(path),
-                          cli_hf_config=("model", "hf_config") in from_cli,
-                          cli_profile=("cluster", "profile") in from_cli)
+    scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
+                              cli_hf_config=("model", "hf_config") in from_cli,
+                              cli_profile=("cluster", "profile") in from_cli)
+    if deepspeed is not None and train_batch is not None:
+        # DeepSpeed checks train_batch_size against the world, or derives the steps from it:
+        # only now is the world (after --set) known.
+        t = scenario.training
+        given = ("gradient_accumulation" in keys or ("training", "gradient_accumulation") in from_cli)
+        steps = check_train_batch(train_batch, t.micro_batch, t.gradient_accumulation if given else None,
+                                  scenario.world_size, str(deepspeed))
+        if steps != t.gradient_accumulation:
+            tables["training"]["gradient_accumulation"] = steps
+            scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
+                                      cli_hf_config=("model", "hf_config") in from_cli,
+                                      cli_profile=("cluster", "profile") in from_cli)
+        if notes:
+            notes[-1] += f"; gradient_accumulation={steps} from train_batch_size={train_batch}"
+    return scenario
