@@ -133,6 +133,18 @@ def test_tree_all_reduce(nodes, log2_nodes):
     assert time_us(s, AR, 2**30, "tree", "Simple") == pytest.approx(expected, rel=1e-9)
 
 
+def test_tree_ll128_on_one_node():
+    """One A100 node, tree LL128: the ring's 12 channels at the fastest rung they fit the
+    NVLinks at (12 x 20 = 240 <= 240; 12 x 30 does not), 20 GB/s. busbw = min(0.92 x 12 x 20,
+    12 x capTree 24) = 220.8, then LL128 on one node x 7/9 (tuning.cc line 334: 120/128 across
+    nodes only), capped at 12 x capTreeLL128 20: 171.73; algbw = busbw / 2. Latency: LL128's
+    base 14.0 + 2 x 7 a_i. 512 MiB: no tree correction."""
+    s = scenario("A100-80GB", 1, 8, *forced("tree", "LL128"))
+    busbw = min(0.92 * 12 * 20 * 7 / 9, 12 * 20.0)
+    expected = 14.0 + 2 * 7 * A_I + 2**29 / (busbw / 2 * 1e3)
+    assert time_us(s, AR, 2**29, "tree", "LL128") == pytest.approx(expected, rel=1e-9)
+
+
 def test_tree_correction_for_a_1_mib_message():
     """1 MiB: k = floor(log2(2**20 / 64)) = 14; treeCorrectionFactor[Simple][14] = 0.5
     (tuning.cc lines 623-627): the tree's bandwidth is halved."""
@@ -183,6 +195,19 @@ def test_nvls_tree_across_h100_nodes(nodes, log2_nodes):
     s = scenario("H100-80GB", nodes, 8, *forced("nvls_tree"), latencies=False)
     expected = 25 + 2 * log2_nodes * 20.9 + size / (algbw * 1e3)
     assert time_us(s, AR, size, "nvls_tree", "Simple") == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("nodes, log2_nodes", [(4, 2), (8, 3)])
+def test_nvls_tree_between_nodes_on_a_slow_network(nodes, log2_nodes):
+    """H100 nodes of 8 with 8 NICs of 5 GB/s (5 per GPU): 8 heads at the fastest rung the NIC
+    carries, 3 GB/s (6 > 5), and the raise between heads stops there (its next rung, 6, is above
+    the NIC). Per head (tuning.cc lines 307-323): min(3 x 0.85 x 7/8 x 2 = 4.4625, 3 x 1 (the
+    x2 is for 2 nodes only), capNVLSTree 45.5) = 3: the network binds, not NVLink nor the cap.
+    busbw = 8 x 3 = 24, algbw x n / (2(n-1)); latency a_i + 2 log2(m) a_e."""
+    n = 8 * nodes
+    s = scenario("H100-80GB", nodes, 8, *forced("nvls_tree"), "cluster.inter_node_bandwidth_GBps=5")
+    expected = A_I + 2 * log2_nodes * A_E + 1e9 / (8 * 3.0 * n / (2 * (n - 1)) * 1e3)
+    assert time_us(s, AR, 1e9, "nvls_tree", "Simple") == pytest.approx(expected, rel=1e-9)
 
 
 # ---- PAT (one GPU per node) -----------------------------------------------------------------

@@ -128,6 +128,19 @@ def test_tree_forced_leaves_reduce_scatter_to_the_tuner():
     assert simulate(tiny, 0).algorithm.startswith("all_reduce tree/")
 
 
+def test_tree_forced_leaves_reduce_scatter_to_the_whole_tuner():
+    """NCCL_ALGO=allreduce:tree leaves reduce_scatter to every algorithm the tuner has, not to
+    the ring alone: on 16 A100 nodes of one GPU, with a_e = 7 us, a 18 kB reduce_scatter is
+    PAT's (8 + log2(16) x 7 / 3.5 + 2.8 x 16 = 60.8 us of latency, tuning.cc lines 429-434, and
+    0.75 x 24 GB/s) where the ring pays 15 network steps: 6.6 + 15 x 7 = 111.6 us at best."""
+    s = scenario("A100-80GB", 16, 1, "cluster.collective_algorithm='tree'",
+                 "cluster.inter_node_latency_us=7")
+    result = simulate_collective(s, RS, 1.8e4)
+    assert (result["algorithm"], result["protocol"]) == ("pat", "Simple")
+    assert result["time_s"] * 1e6 == pytest.approx(8 + 4 * 2 + 2.8 * 16 + 1.8e4 / (18 * 1e3),
+                                                   rel=1e-9)
+
+
 @pytest.mark.parametrize("sets, fragments", [
     (["cluster.collective_protocol='ll128'"], ["cluster.collective_protocol", "'LL128'"]),
     (["cluster.gpu='A100-80GB'", "cluster.collective_algorithm='nvls'"],

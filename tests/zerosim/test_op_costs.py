@@ -103,6 +103,61 @@ def test_a_llama_layer_is_the_sum_of_its_ops(a100):
         backward_gemms + attention + 6 * LAUNCH + backward_bytes / (HBM * F_HBM), rel=1e-12)
 
 
+def megatron_on_a100(*extra):
+    return load_scenario(SCENARIOS / "megatron_7b5_64gpu.toml",
+                         ["cluster.gpu='A100-80GB'", "cluster.compute_model='op'", *extra])
+
+
+def test_a_gpt_layer_without_flash_is_the_sum_of_its_ops(a100):
+    """Megatron's GPT (GeLU MLP of 4h, learned positions, dropout), micro-batch 1 x 2048, no
+    flash attention: per head, QK^T and AV as batched GEMMs (twice each backward: dQ/dK and
+    dV/dP) and the fp16 s x s scores through a softmax that reads them and writes its output
+    (backward: reads output and gradient, writes the input's). Elementwise kernels: 2 norms,
+    2 residual adds, GeLU (reads x, writes y; backward reads x and dy, writes dx) and 2 dropouts
+    (the same counts), each at its measured eager factor: 7 launches."""
+    s = megatron_on_a100()
+    m, t = s.model, s.training
+    assert (m.mlp, m.dropout, t.flash_attention) == ("gelu", True, False)
+    T, h, f, heads, d = 2048, 4096, 16384, 32, 128
+    norm, single = (1.483, 2.296), 1.172
+    bw = HBM * F_HBM
+    scores = lambda reads_writes: LAUNCH + heads * T * T * 2 * reads_writes / bw  # noqa: E731
+    core = gemm_s(T, T, d, heads) + gemm_s(T, d, T, heads)
+    forward_bytes = 2 * (2 * 2 * T * h * norm[0] + 2 * 3 * T * h * single + 2 * T * f * single
+                         + 2 * 2 * T * h * single)
+    forward = (gemm_s(T, 3 * h, h) + core + scores(2) + gemm_s(T, h, h) + gemm_s(T, f, h)
+               + gemm_s(T, h, f) + 7 * LAUNCH + forward_bytes / bw)
+    assert ops.layer(a100, m, t, backward=False).seconds == pytest.approx(forward, rel=1e-12)
+    backward_bytes = 2 * (2 * 3 * T * h * norm[1] + 2 * 3 * T * h * single
+                          + 3 * T * f * single + 2 * 3 * T * h * single)
+    backward = (sum(gemm_s(T, k, n) + gemm_s(k, n, T)
+                    for k, n in ((h, 3 * h), (h, h), (h, f), (f, h)))
+                + 2 * core + scores(3) + 7 * LAUNCH + backward_bytes / bw)
+    assert ops.layer(a100, m, t, backward=True).seconds == pytest.approx(backward, rel=1e-12)
+
+
+def test_the_head_and_the_embedding_by_hand(a100):
+    """The logits GEMM (h -> V = 51200), the final norm and F.cross_entropy over 16-bit logits,
+    which our H100 measured at the time a copy of 8.04 bytes per logit takes forward and 10.02
+    backward (profiles/h100/microbench_2026-11-24.json)."""
+    s = megatron_on_a100()
+    T, h, V = 2048, 4096, 51200
+    bw = HBM * F_HBM
+    forward = (gemm_s(T, V, h) + LAUNCH + 2 * 2 * T * h * 1.483 / bw
+               + LAUNCH + T * V * 8.04 / bw)
+    backward = (gemm_s(T, h, V) + gemm_s(h, V, T) + LAUNCH + 2 * 3 * T * h * 2.296 / bw
+                + LAUNCH + T * V * 10.02 / bw)
+    assert ops.head(a100, s.model, s.training, False).seconds == pytest.approx(forward, rel=1e-12)
+    assert ops.head(a100, s.model, s.training, True).seconds == pytest.approx(backward,
+                                                                              rel=1e-12)
+    # the embedding: a gather of T rows of h forward (written once), their gradient scattered
+    # and added backward (read and written)
+    assert ops.embedding(a100, s.model, s.training, False).seconds == pytest.approx(
+        LAUNCH + 2 * T * h / bw, rel=1e-12)
+    assert ops.embedding(a100, s.model, s.training, True).seconds == pytest.approx(
+        LAUNCH + 2 * 2 * T * h / bw, rel=1e-12)
+
+
 def test_eager_factors_are_the_committed_h100_measurement():
     """The memory-bound ops' factors, cross-entropy's bytes per logit, the training-shape GEMM
     share and the H100's streaming fraction, recomputed from profiles/h100/microbench_*.json."""
@@ -220,11 +275,20 @@ def test_the_engine_times_compute_op_by_op_unless_the_flat_model_is_asked_for():
     model, which the explicit override then times: FLOPs over that fraction of peak."""
     path, one = SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.nodes=1", "cluster.gpus_per_node=1"]
     default = simulate(load_scenario(path, one), 0)
-    op = simulate(load_scenario(path, [*one, "cluster.compute_model='op'"]), 0)
+    op_scenario = load_scenario(path, [*one, "cluster.compute_model='op'"])
+    assert op_scenario.cluster.gpu == "A100-80GB"
+    op = simulate(op_scenario, 0)
     flat = simulate(load_scenario(path, [*one, "cluster.compute_model='flat'"]), 0)
     quarter, eighth = (simulate(load_scenario(path, [*one, f"cluster.compute_efficiency={e}"]), 0)
                        for e in (0.25, 0.125))
     assert default.compute_s == op.compute_s
+    # op by op: each unit's kernels (pinned by hand above), then Adam's 28 bytes per parameter
+    # of Llama-2-7B (6,738,415,616, counted in test_memory_oracles.py) at the streaming fraction
+    fwd, bwd = ops.unit_seconds(ops.OpCosts(GPUS["A100-80GB"], HBM / 1e9), op_scenario.model,
+                                op_scenario.training)
+    psi = 2 * 32000 * 4096 + 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 4096
+    assert op.compute_s == pytest.approx(sum(fwd) + sum(bwd) + 28 * psi / (HBM * F_HBM),
+                                         rel=1e-12)
     assert op.compute_s != pytest.approx(flat.compute_s, rel=1e-3)
     # FLOPs / (peak x efficiency) plus an optimizer step that does not depend on it: halving
     # the efficiency from 0.25 adds twice what halving it from 0.5 (the default) added

@@ -61,3 +61,22 @@ def test_the_step_runs_and_its_memory_timeline_matches_the_model():
     assert result.peak_bytes <= stage_memory(s, 3).peak_bytes
     assert simulate(llama("full"), 3).compute_s > result.compute_s > simulate(llama("none"),
                                                                                3).compute_s
+
+
+def test_a_gelu_model_recomputes_its_down_projection():
+    """Megatron's GPT (GeLU MLP of 4h, no GQA) under selective_op: torchtitan's policy keeps the
+    outputs of wq, wv and the up projection, so backward re-runs wk (h -> h), wo (h -> h) and the
+    down projection (4h -> h: a (T x 4h)(4h x h) GEMM), and the forward's elementwise ops."""
+    base = load_scenario(SCENARIOS / "megatron_7b5_64gpu.toml", ["cluster.gpu='A100-80GB'"])
+    s = load_scenario(base.source, ["cluster.gpu='A100-80GB'",
+                                    "training.activation_checkpointing='selective_op'"])
+    m, t = s.model, s.training
+    assert (m.mlp, m.ffn_width, m.n_kv_heads) == ("gelu", 4 * 4096, 32)
+    costs = ops.OpCosts(GPUS["A100-80GB"], 2039)
+    T, h, f = 2048, 4096, 16384
+    again = (costs.gemm(T, h, h).seconds * 2  # wk, wo: (T x h)(h x h)
+             + costs.gemm(T, h, f).seconds)   # down: (T x f)(f x h), m = T, n = h, k = f
+    bytes_, kernels = ops.elementwise_bytes(m, t, False)
+    again += costs.traffic(bytes_, kernels).seconds
+    seconds = ops.unit_seconds(costs, m, t)[1][1]
+    assert seconds == pytest.approx(ops.layer(costs, m, t, True).seconds + again, rel=1e-12)
