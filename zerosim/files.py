@@ -1,10 +1,13 @@
 """Files in and out: reading what a user names (scenarios, Hugging Face and DeepSpeed configs,
 profiles, measurements), where every way a read can fail becomes one InputError line that names the
-file; checking before the work that a result can be written there (check_writable), and
-writing results whole or not at all (write_text, write_bytes)."""
+file; refusing what is no regular file before it is opened (refuse_special); checking before the
+work that a result can be written there (check_writable), and writing results whole or not at
+all, even under SIGKILL (write_text, write_bytes)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
@@ -23,19 +26,61 @@ MAX_NESTING = 32
 fit: seven)."""
 MAX_TEXT_CHARS = 16 * 2**20
 """The longest input zerosim reads (the committed profile is 0.2 MB, a measurement ~0.4 MB, a
-scenario a few KB); reading stops there, so /dev/urandom or a stray disk image ends at once."""
+scenario a few KB); reading stops there, so a stray disk image ends at once (a device such as
+/dev/urandom, or a named pipe, is refused before it is opened: refuse_special)."""
+
+
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+                  (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def refuse_special(path: str | Path, role: str) -> None:
+    """Refuse, before anything opens it, a `path` that names (through its links) no regular file
+    or folder: open() on a named pipe waits for a writer or reader that may never come, and a
+    device has no end. A missing path passes (an output not yet written; a reader reports it).
+    Any other way the path cannot be looked at (a name past the system's limit, no permission, a
+    loop of links) is one InputError line too: "{role} {path}: {why}", `role` as "cannot read
+    hf_config", "cannot write --trace" or "--out"."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # no such file: the caller says why
+        return
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise InputError(f"{role} {path}: {_reason(exc)}") from None
+    for is_kind, kind in _SPECIAL_KINDS:
+        if is_kind(mode):
+            raise InputError(f"{role} {path}: {kind}, not a regular file (zerosim reads and "
+                             f"writes files only)")
+
+
+def _reason(exc: BaseException) -> str:
+    """An OSError's words without its errno and repeated path ("File name too long")."""
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        return "a loop of symbolic links"
+    return getattr(exc, "strerror", None) or str(exc)
 
 
 def read_text(path: Path, what: str) -> str:
     """The file's UTF-8 text, at most MAX_TEXT_CHARS; `what` names it in errors ("scenario
-    file", "hf_config", ...)."""
+    file", "hf_config", ...). What is no regular file is refused before it is opened
+    (refuse_special), and opened without waiting, in case it became one since."""
+    refuse_special(path, f"cannot read {what}")
     try:
-        with open(path, encoding="utf-8") as file:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, encoding="utf-8") as file:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                raise InputError(f"{what} {path}: not a regular file (zerosim reads files only)")
+            os.set_blocking(fd, True)
             text = file.read(MAX_TEXT_CHARS + 1)
     except FileNotFoundError:
         raise InputError(f"{what} not found: {path}") from None
     except IsADirectoryError:
         raise InputError(f"{what} is a directory, not a file: {path}") from None
+    except InputError:  # an InputError is a ValueError: not to be wrapped in another
+        raise
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InputError(f"cannot read {what} {path}: {exc}") from None
     check_length(text, f"{what} {path}")
@@ -81,14 +126,13 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
 
 
 def check_writable(path: Path, what: str) -> None:
-    """Fail before the work, not after it: `path` is not a folder, its folder exists and takes a
-    new file (tried with a temporary, removed at once). write_bytes still reports what can only
-    fail at the end (a full disk)."""
+    """Fail before the work, not after it: `path` is a regular file or none (refuse_special), its
+    folder exists and takes a new file (tried with a nameless temporary where Linux offers one).
+    write_bytes still reports what can only fail at the end (a full disk)."""
+    if _stream(path) is not None:  # the command's own stdout or stderr, written as it is
+        return
+    refuse_special(path, f"cannot write {what}")
     try:
-        if _stream(path) is not None or _not_a_file(path):  # written as it is, not replaced
-            if not os.access(path, os.W_OK):
-                raise InputError(f"cannot write {what} {path}: permission denied")
-            return
         target = Path(os.path.realpath(path))
         if target.is_dir():
             raise InputError(f"cannot write {what} {path}: it is a folder")
@@ -96,14 +140,11 @@ def check_writable(path: Path, what: str) -> None:
             raise InputError(f"cannot write {what} {path}: no folder {target.parent}")
         if not target.parent.is_dir():
             raise InputError(f"cannot write {what} {path}: {target.parent} is a file, not a folder")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(_temporary(target)[0])
     except InputError:  # an InputError is a ValueError: not to be wrapped in another
         raise
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}") \
-            from None
-    os.close(fd)
-    os.unlink(tmp)
+        raise InputError(f"cannot write {what} {path}: {_reason(exc)}") from None
 
 
 def write_text(path: Path, text: str, what: str) -> None:
@@ -113,45 +154,99 @@ def write_text(path: Path, text: str, what: str) -> None:
 
 
 def write_bytes(path: Path, data: bytes, what: str) -> None:
-    """Write a whole file or nothing: a temporary file beside it, synced to disk (a full disk
-    shows here, not after the rename) and renamed over it at the end. Any failure removes the
-    temporary and becomes one InputError line naming `what` and the path. A link is followed (the
-    file it names is replaced, the link stays). This process's own stdout or stderr (/dev/stdout,
-    /dev/fd/1, even when it is a file) is written through its stream, in order with what the
-    command prints; what else is not a regular file (a pipe, `>(cat)`, a device) cannot be
-    replaced and is written to as it is."""
-    def failed(exc: BaseException) -> InputError:
-        return InputError(f"cannot write {what} {path}: {getattr(exc, 'strerror', None) or exc}")
-
-    try:
-        stream = _stream(path)
-        if stream is not None:
+    """Write a whole file or nothing, even if the process is killed (SIGKILL) at any instant:
+    the data goes to a nameless file in the target's folder (Linux's O_TMPFILE), synced to disk (a
+    full disk shows here, not after the rename), given a hidden name (`.NAME.PID.tmp`) only at the
+    end and renamed over the target at once. A temporary a killed writer left in that instant (or
+    for the whole write, where O_TMPFILE is missing) is removed by the next write to the target.
+    Any failure becomes one InputError line naming `what` and the path. A link is followed (the
+    file it names is replaced, the link stays); a loop of links, a named pipe, a socket or a
+    device is refused (refuse_special): opening them would wait forever or never end. This
+    process's own stdout or stderr (/dev/stdout, /dev/fd/1, even when it is a file or a pipe) is
+    written through its stream, in order with what the command prints."""
+    stream = _stream(path)
+    if stream is not None:
+        try:
             stream.flush()
             stream.buffer.write(data)
             stream.buffer.flush()
-            return
-        if _not_a_file(path):
-            with open(path, "wb") as out:
-                out.write(data)
-            return
-        target = Path(os.path.realpath(path))
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise failed(exc) from None
+        except OSError as exc:
+            raise InputError(f"cannot write {what} {path}: {_reason(exc)}") from None
+        return
+    refuse_special(path, f"cannot write {what}")
+    target = Path(os.path.realpath(path))
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
+        _remove_stale(target)
+        fd, named = _temporary(target, tmp)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp makes it 0600)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise failed(exc) from None
+            if not named:
+                _link(fd, tmp)
+            os.replace(tmp, target)  # at once: a kill between the two leaves tmp, complete
+    except BaseException as exc:  # whatever was linked or made is removed, a signal's too
+        with contextlib.suppress(OSError, ValueError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, InputError):
+            raise InputError(f"cannot write {what} {path}: {_reason(exc)}") from None
         raise
+
+
+def _temporary(target: Path, tmp: Path | None = None) -> tuple[int, bool]:
+    """A new file for writing in target's folder, with the mode open() would give it: nameless
+    (O_TMPFILE; False) where the system and file system offer it, else created as `tmp` (True)."""
+    folder = target.parent
+    if hasattr(os, "O_TMPFILE"):
+        try:
+            return os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o666), False
+        except OSError as exc:  # EISDIR, EOPNOTSUPP, EINVAL: a kernel or file system without it
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    if tmp is None:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+        os.unlink(name)
+        return fd, True
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666), True
+
+
+def _link(fd: int, tmp: Path) -> None:
+    """Give the nameless file `fd` the name `tmp`: linkat(2) following /proc's link to it.
+    os.link calls linkat, which follows it, only when given a folder's descriptor; without one it
+    calls link(2), which links the /proc link itself (EXDEV)."""
+    folder = os.open(tmp.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", tmp.name, dst_dir_fd=folder, follow_symlinks=True)
+    finally:
+        os.close(folder)
+
+
+def _remove_stale(target: Path) -> None:
+    """Remove the `.NAME.PID.tmp` temporaries of target that a writer killed before its rename
+    left; one whose writer still runs (the PID is alive) is its, and stays."""
+    prefix = f".{target.name}."
+    try:
+        names = [n for n in os.listdir(target.parent)
+                 if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):-len(".tmp")]
+        if not (pid.isascii() and pid.isdigit()) or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(target.parent / name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # OverflowError: no PID is that large
+        return False
+    except OSError:  # EPERM: another user's process
+        return True
+    return True
 
 
 def _stream(path: Path):
@@ -163,13 +258,3 @@ def _stream(path: Path):
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             continue  # no such path, or a stream with no file (captured by a test)
     return None
-
-
-def _not_a_file(path: Path) -> bool:
-    """An existing pipe, device or socket (stat follows the links of /dev/fd/N to it: its
-    realpath, `pipe:[N]`, is no path at all)."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return False
-    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)

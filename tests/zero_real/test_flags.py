@@ -131,3 +131,50 @@ def test_a_nproc_this_box_cannot_hold_is_refused_before_launching(dry_run):
     assert_one_line_error(dry_run(*RUN, "--nproc", procs).result,
                           f"not enough memory: {procs} process(es)", "GiB needed; available:")
 
+
+
+@pytest.mark.parametrize("value", ["٣", "３", "٢", "1٠"])
+def test_every_typed_flag_of_zero_real_takes_ascii_digits_only(value):
+    """Review I14: `zero-real run --stage ٣` ran stage 3 and `--nproc ٢` two ranks (int() reads
+    Unicode digits) where zerosim refused them. Every flag found by walking the parser (so one
+    added later is covered) now refuses them in zerosim's words (tests/zerosim/test_inputs.py)."""
+    import argparse
+
+    from tests.conftest import run_main
+    from zero_real.cli import build_parser, main
+
+    def typed(parser, path=()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from typed(sub, (*path, name))
+            elif action.option_strings and action.type is not None:
+                yield path, action.option_strings[0]
+
+    found = list(typed(build_parser()))
+    assert {(("run",), "--stage"), (("run",), "--nproc"), (("calibrate",), "--nproc"),
+            (("run",), "--lr"), (("calibrate",), "--micro-batches")} <= set(found)
+    for path, flag in found:
+        assert_one_line_error(run_main(main, *path, flag, value), f"argument {flag}: {value!r}",
+                              "ASCII digits")
+
+
+@pytest.mark.parametrize("value", ["+2", " 2", "2 ", "2_0"])
+def test_whole_number_flags_take_digits_alone_as_zerosims_do(dry_run, value):
+    """int() took these; zerosim's --ranks and --jobs never did."""
+    done = dry_run(*RUN, "--nproc", value)
+    assert done.launched is None
+    assert_one_line_error(done.result, f"argument --nproc: {value!r}", "1..65536")
+
+
+def test_a_named_pipe_as_out_is_refused_before_the_run(dry_run, tmp_path):
+    """Review H3: `zero-real run --out <fifo>` ran the whole run, then waited forever in open()
+    for a reader of the pipe (zerosim.files.refuse_special; every zerosim command:
+    tests/zerosim/test_special_files.py)."""
+    import os
+
+    pipe = tmp_path / "m.json"
+    os.mkfifo(pipe)
+    done = dry_run(*RUN, "--out", pipe)
+    assert done.launched is None
+    assert_one_line_error(done.result, f"--out {pipe}: a named pipe, not a regular file")

@@ -339,3 +339,71 @@ def test_zero_size_gather_units_cost_their_latency_alone():
     assert shown.code == 0, shown.stderr
     (row,) = shown.json
     assert row["comm_bytes_per_rank_total"] < 100 and 0 < row["comm_time_s"] < 0.01
+
+
+# ---- review I14: one rule for digits in every flag ----------------------------------------------
+FOREIGN_DIGITS = ["٣", "３", "²", "1٠"]  # Arabic-Indic 3, fullwidth 3, superscript 2, "10" mixed
+
+
+def typed_flags(parser, path=()):
+    """(subcommand path, flag) of every option that converts its text (type=), found by walking
+    the parser, so a flag added later is covered without a line here."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from typed_flags(sub, (*path, name))
+        elif action.option_strings and action.type is not None:
+            yield path, action.option_strings[0]
+
+
+@pytest.mark.parametrize("value", FOREIGN_DIGITS)
+def test_every_typed_flag_of_zerosim_takes_ascii_digits_only(value):
+    """`--jobs ٢` and `--size-bytes ٣` were taken (int() and float() read Unicode digits),
+    `--stage ٣` refused: now every flag refuses them, in the same words."""
+    from zerosim.cli import build_parser
+
+    found = list(typed_flags(build_parser()))
+    assert {("sweep", "--jobs"), ("collective", "--size-bytes"), ("simulate", "--stage"),
+            ("plot", "--stage"), ("plan", "--gpu-memory-GiB")} <= {(p[0], f) for p, f in found}
+    for path, flag in found:
+        assert_one_line_error(run_zerosim(*path, flag, value), f"argument {flag}: {value!r}",
+                              "ASCII digits")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("0", 0), ("12", 12), ("007", 7), ("٣", None), ("３", None), ("+3", None), (" 3", None),
+    ("3 ", None), ("3_0", None), ("-0", None), ("3.0", None), ("", None), ("1" * 4301, None)])
+def test_a_whole_number_is_ascii_digits_and_nothing_else(text, value):
+    from zerosim.commandline import whole_number
+
+    assert whole_number(text) == value
+
+
+# ---- review I6: no reported number passes 2**53 --------------------------------------------------
+def test_a_cuda_context_that_takes_device_bytes_past_2_53_is_one_line():
+    """2**33 MiB is 2**53 bytes, within its own cap; with the peak beside it, device_bytes was
+    9,007,199,258,935,296."""
+    for command in ("memory", "simulate"):
+        assert_one_line_error(
+            run_zerosim(command, TINY, "--set", "cluster.cuda_context_MiB=8589934592"),
+            "stage 0 device bytes = peak", "9,007,199,254,740,992 of CUDA context", "2**53")
+    shown = run_zerosim("simulate", TINY, "--set", "cluster.cuda_context_MiB=4096", "--json")
+    assert shown.code == 0 and all(r["device_bytes"] > 4096 * 2**20 for r in shown.json)
+
+
+@pytest.mark.parametrize("op, largest", [
+    ("all_reduce", 2**52), ("broadcast", 2**52), ("reduce", 2**52),
+    ("all_gather", 2**53), ("reduce_scatter", 2**53)])
+def test_a_collective_reports_no_bytes_past_2_53(op, largest):
+    """`--op all_reduce --size-bytes 9007199254740992` reported bytes_sent_per_rank 1.77e16: a
+    ring all-reduce sends 2(n-1)/n of the size per rank (a reduce-scatter, then an all-gather:
+    Patarasuk and Yuan 2009), all-gather and reduce-scatter (n-1)/n."""
+    argv = ("collective", ZERO_PAPER, "--op", op, "--json", "--size-bytes")
+    accepted = run_zerosim(*argv, str(largest))
+    assert accepted.code == 0, accepted.stderr
+    assert largest / 2 < accepted.json["bytes_sent_per_rank"] <= 2**53
+    assert_one_line_error(run_zerosim(*argv, str(largest + 1)), "2**53")
+    assert_one_line_error(run_zerosim("collective", ZERO_PAPER, "--op", op, "--sweep",
+                                      f"{largest // 4}:{largest * 2}:2"), "2**53")

@@ -12,6 +12,8 @@ import argparse
 import math
 from typing import Callable
 
+from zerosim.commandline import whole_number
+
 MAX_WORLD = 2**16
 """Ranks (--nproc, --fake-world-size): work per rank grows with the world (every sharded
 collective cuts a piece per rank, every flat buffer is padded to a multiple of it). Measured on a
@@ -49,12 +51,10 @@ run per stage to every world."""
 
 
 def whole(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse type: a whole number in lo..hi."""
+    """An argparse type: a whole number in lo..hi, in ASCII digits as every flag of both command
+    lines (zerosim.commandline.whole_number: int() took `--nproc ٢`, review I14)."""
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:  # also more than 4300 digits
-            value = None
+        value = whole_number(text)
         if value is None or not lo <= value <= hi:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in {lo}..{hi}")
         return value

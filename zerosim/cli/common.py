@@ -10,7 +10,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zerosim.contract import SIM_MODES, STAGES
+from zerosim.commandline import whole_number
+from zerosim.contract import ALL_GATHER, REDUCE_SCATTER, SIM_MODES, STAGES
+from zerosim.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -42,17 +44,53 @@ def add_mode(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def load(args: argparse.Namespace):
-    """The scenario the arguments name, refused if what it makes passes 2**53 (memory.check_scale);
-    what a DeepSpeed config contributed goes to stderr, once the scenario is accepted."""
+    """The scenario the arguments name, refused if what it makes passes 2**53 (memory.check_scale,
+    check_device_scale; a collective's sizes: check_sends); what a DeepSpeed config contributed
+    goes to stderr, once the scenario is accepted."""
     from zerosim.analytic.memory import check_scale
     from zerosim.scenario.load import load_scenario
 
     notes: list[str] = []
-    scenario = check_scale(load_scenario(args.scenario, args.overrides, args.deepspeed,
-                                         notes=notes))
+    scenario = check_device_scale(check_scale(load_scenario(
+        args.scenario, args.overrides, args.deepspeed, notes=notes)))
+    if getattr(args, "op", None) is not None:  # `collective`: before it simulates
+        check_sends(args.op, args.sweep or [args.size_bytes])
     for note in notes:
         print(f"zerosim: note: {note}", file=sys.stderr)
     return scenario
+
+
+def check_device_scale(scenario):
+    """The scenario, if each stage's peak plus what no allocator counts (the CUDA context, NCCL's
+    buffers: sim/device.py), the device bytes simulate and sweep report, stays within 2**53
+    (review I6: cuda_context_MiB = 2**33 passed its own cap and device_bytes did not)."""
+    from zerosim.analytic.memory import stage_memory
+    from zerosim.scenario.checks import within_cap
+    from zerosim.sim.device import overhead_bytes
+
+    for s in STAGES:
+        peak, extra = stage_memory(scenario, s).peak_bytes, overhead_bytes(scenario, s)
+        within_cap(f"stage {s} device bytes", peak + extra,
+                   f"peak {peak:,} + {extra:,} of CUDA context and NCCL buffers")
+    return scenario
+
+
+SENDS_PER_BYTE = {ALL_GATHER: 1, REDUCE_SCATTER: 1}
+"""The most bytes a rank sends per byte of a collective, rounded up to a whole number: (n-1)/n
+for a ring's all-gather and reduce-scatter; 2(n-1)/n, so 2, for every other op (all-reduce: a
+reduce-scatter, then an all-gather; broadcast and reduce as sim/collectives prices them). So
+what `collective` reports (bytes_sent_per_rank) stays within 2**53 (review I6)."""
+
+
+def check_sends(op: str, sizes: list[int]) -> None:
+    """Refuse, before simulating, sizes whose bytes sent per rank could pass 2**53."""
+    from zerosim.scenario.checks import MAX_VALUE
+
+    factor = SENDS_PER_BYTE.get(op, 2)
+    if max(sizes) * factor > MAX_VALUE:
+        raise InputError(f"{op} of {max(sizes):,} bytes: a rank sends up to {factor} x that, "
+                         f"beyond what zerosim models (at most 2**53 = {MAX_VALUE}); at most "
+                         f"{MAX_VALUE // factor:,} bytes")
 
 
 def stage(text: str) -> int:
@@ -66,7 +104,8 @@ def size_bytes(text: str) -> int:
     integer, not through a float, which would round 2**53 + 1 down into the range."""
     digits = text.replace("_", "")
     try:
-        value = int(digits) if digits.isdigit() and len(digits) < 30 else float(digits)
+        value = whole_number(digits)
+        value = float(digits) if value is None else value
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
     if not 1 <= value <= 2**53 or value != int(value):  # also NaN and infinity
@@ -91,24 +130,25 @@ def size_sweep(text: str) -> list[int]:
         number = size_bytes(part[:-1] if unit > 1 else part)
         bounds.append(size_bytes(str(number * unit)))
     low, high = bounds
-    if not parts[2].isdigit() or int(parts[2]) < 2:
+    factor = whole_number(parts[2])
+    if factor is None or factor < 2:
         raise argparse.ArgumentTypeError(f"{text!r}: FACTOR must be a whole number >= 2")
     if low > high:
         raise argparse.ArgumentTypeError(f"{text!r}: MIN is larger than MAX")
     sizes = [low]
-    while sizes[-1] * int(parts[2]) <= high:
-        sizes.append(sizes[-1] * int(parts[2]))
+    while sizes[-1] * factor <= high:
+        sizes.append(sizes[-1] * factor)
     return sizes  # at most 54: 1..2**53 by factors of 2
 
 
 def ranks(text: str) -> int:
-    if not text.isdigit():
+    if whole_number(text) is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of ranks")
     return int(text)
 
 
 def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if (whole_number(text) or 0) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
     return int(text)
 

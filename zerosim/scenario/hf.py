@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from zerosim.scenario.checks import is_finite_number
 from zerosim.errors import InputError
-from zerosim.files import read_json_object
+from zerosim.files import read_json_object, refuse_special
 
 
 class _Config:
@@ -89,6 +89,7 @@ _READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """[model] keys (shape, MLP/norm/position kind, tying) from a config.json or its folder."""
     path = Path(path)
+    refuse_special(path, "cannot read hf_config")  # is_dir raised on a name past the limit (T2)
     if path.is_dir():
         path = path / "config.json"
     c = _Config(read_json_object(path, "hf_config"), path)

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from zerosim.errors import InputError
 from zerosim.files import read_text
 from zerosim.hardware import DEFAULT_GPU
-from zerosim.scenario.checks import is_finite_number, utf8_text
+from zerosim.scenario.checks import MAX_VALUE, is_finite_number, utf8_text
 from zerosim.scenario.config import (TABLES, ClusterConfig, ModelConfig, ParallelismConfig,
                                      Scenario, TrainingConfig)
 from zerosim.scenario.parallelism_table import (LEGACY_TRAINING_KEYS, PARALLELISM_KEYS,
@@ -66,6 +66,9 @@ def _coerce(key: str, value: Any, base: str) -> Any:
                 raise InputError(f"{key} must be a whole number, got {value!r}")
             return int(value)
         return value
+    if isinstance(value, int) and abs(value) > MAX_VALUE:
+        # float() would round 2**53 + 1 down to 2**53 and let it past the cap checked later
+        raise InputError(f"{key} = {value} is beyond what zerosim models (at most 2**53 = {MAX_VALUE})")
     try:
         return float(value)
     except OverflowError:
