@@ -81,11 +81,12 @@ def test_compare_arithmetic():
     assert metrics["extra_s"]["measured"] is None and metrics["extra_s"]["category"] == "time"
 
 
-def from_simulation(profile_path, stage=2, step_scales=(1.0,), memory_scale=1.0):
+def from_simulation(profile_path, stage=2, step_scales=(1.0,), memory_scale=1.0, overrides=()):
     """What zero-real would write if the box ran each timed step `scale` times as long as the
     simulator says and measured memory_scale times its memory (rank 0 only; a slow warm-up step
     first, which must be dropped)."""
-    s = with_profile(profile_path, "cluster.gpus_per_node=2", "training.micro_batch=2",
+    overrides = ["training.micro_batch=2", *overrides]
+    s = with_profile(profile_path, "cluster.gpus_per_node=2", *overrides,
                      "training.overlap_comm=false", f"training.zero_stage={stage}")
     r = simulate(s, stage)
     events, samples = [], []
@@ -96,7 +97,7 @@ def from_simulation(profile_path, stage=2, step_scales=(1.0,), memory_scale=1.0)
                    if e["name"] != OTHER]  # bookkeeping: zero_real records no event for it
         samples.append({"rank": 0, "step": step, "point": "after_step",
                         "t_s": t0 + scale * r.step_time_s})
-    return {"scenario": str(TINY), "overrides": ["training.micro_batch=2"], "stage": stage,
+    return {"scenario": str(TINY), "overrides": overrides, "stage": stage,
             "world_size": 2, "collectives": "native", "overlap_comm": False, "steps": 2,
             "timed_steps": len(step_scales) + 1, "events": events, "memory_samples": samples,
             "zerosim_memory": stage_memory(s, stage).as_dict(),
@@ -211,7 +212,8 @@ def test_json_report_is_complete(tmp_path, profile_path):
     assert report["timed_steps"] == [2, 1] and report["within_tolerance"] is True
     for m in report["metrics"]:
         assert set(m) == {"name", "category", "measured", "simulated", "error_pct", "spread_pct",
-                          "within_noise", "within_tolerance", "per_run", "per_run_error_pct"}
+                          "within_noise", "within_tolerance", "per_run", "per_run_error_pct",
+                          "not_compared"}
     for name, tolerance in (("time", 10.0), ("memory", 2.0)):
         assert report["categories"][name]["tolerance_pct"] == tolerance
         assert report["categories"][name]["within_tolerance"] is True
@@ -314,3 +316,162 @@ def test_reserved_memory_is_compared_where_the_run_measured_it(tmp_path, profile
     assert row["category"] == "memory" and row["simulated"] == simulated
     assert row["error_pct"] == pytest.approx(-20.0, abs=1e-6)  # 1 / 1.25 - 1
     assert not row["within_tolerance"]
+
+
+def strict_json(text):
+    """JSON as RFC 8259 has it: Infinity and NaN are not JSON (Python's json.dumps writes them)."""
+    def refuse(constant):
+        raise AssertionError(f"{constant} in JSON output")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("break_it, name, why", [
+    (lambda m: m["ranks"][0].update(peak_bytes=0), "peak_bytes", "measured as 0"),
+    (lambda m: m["ranks"][0]["phases"].update(after_forward=0), "memory_after_forward_bytes",
+     "measured as 0"),
+    (lambda m: m["ranks"][0]["phases"].pop("after_step"), "memory_after_step_bytes",
+     "not measured"),
+    (lambda m: m.update(events=[e for e in m["events"] if e["op"] != "reduce_scatter"]),
+     "comm_reduce_scatter_s", "not measured"),
+    (lambda m: m["events"].append(dict(m["events"][-1], op="broadcast")),  # a timed step's
+     "comm_broadcast_s", "measured, not simulated"),  # collective the simulation never runs
+])
+def test_a_metric_measured_as_zero_or_not_at_all_fails(tmp_path, profile_path, break_it, name,
+                                                       why):
+    """Review I1: a peak measured as 0 had no error, was left out of the verdict, and an exact
+    run with its peak and after_forward zeroed PASSED. A metric with no error now fails."""
+    m = from_simulation(profile_path, 2, (1.0,))  # exact: passes as it is
+    assert validate_files(tmp_path, profile_path, m).code == 0
+    break_it(m)
+    result = validate_files(tmp_path, profile_path, m, args=["--json"])
+    assert result.code == 1, result.stdout
+    row, = [x for x in result.json["metrics"] if x["name"] == name]
+    assert row["error_pct"] is None and row["not_compared"] == why
+    assert row["within_tolerance"] is False
+    c = result.json["categories"][row["category"]]
+    assert c["not_compared"] == [name] and c["within_tolerance"] is False
+    assert result.json["within_tolerance"] is False
+    text = validate_files(tmp_path, profile_path, m)
+    assert f"  {name} not compared: {why} (the {row['category']} verdict fails)" in text.stdout
+    assert verdict(text)[-1] == f"verdict: FAILED ({row['category']})"
+
+
+def test_zero_measured_and_simulated_agree(tmp_path, profile_path):
+    """0 against 0 is the one error relative to zero that can be taken: none."""
+    from zerosim.calibration.validate import _error_pct
+    assert _error_pct(0, 0) == 0.0 and _error_pct(1.0, 0) is None
+    assert _error_pct(1.0, 5e-324) is None  # 2e325 %: overflows to inf
+    assert _error_pct(3.0, 2.0) == 50.0
+
+
+@pytest.mark.parametrize("tiny", [5e-324, 1e-320])
+def test_json_output_is_json_where_an_error_overflows(tmp_path, profile_path, tiny):
+    """Review I7: a peak of 5e-324 bytes gave an error of inf, printed `Infinity` (not JSON).
+    The metric has no error (null), says why, and fails; the output is strict JSON."""
+    m = from_simulation(profile_path)
+    m["ranks"][0]["peak_bytes"] = tiny
+    result = validate_files(tmp_path, profile_path, m, args=["--json"])
+    assert result.code == 1
+    report = strict_json(result.stdout)
+    row, = [x for x in report["metrics"] if x["name"] == "peak_bytes"]
+    assert row["error_pct"] is None and row["per_run_error_pct"] == [None]
+    assert row["not_compared"] == f"measured as {tiny:.3g}: the error relative to it overflows"
+    # three runs whose pooled median is that small: the spread relative to it overflows too
+    # (peaks tiny, tiny, 1 MB: median tiny, quartiles tiny and 0.5 MB)
+    m2, m3 = from_simulation(profile_path, 2, (1.01,)), from_simulation(profile_path, 2, (1.02,))
+    m2["ranks"][0]["peak_bytes"], m3["ranks"][0]["peak_bytes"] = tiny, 10**6
+    three = validate_files(tmp_path, profile_path, m, m2, m3, args=["--json"])
+    row, = [x for x in strict_json(three.stdout)["metrics"] if x["name"] == "peak_bytes"]
+    assert row["measured"] == tiny and row["spread_pct"] is None and three.code == 1
+
+
+def test_huge_finite_errors_average_without_overflow(tmp_path, profile_path):
+    """Errors near 1e308 % are finite, but their sum is not (fmean raised OverflowError): the
+    mean divides first. Peak and after_forward measured 1.2e306 times below the simulation:
+    errors (s - s / 1.2e306) / (s / 1.2e306) x 100 = 1.2e308 %, each."""
+    m = from_simulation(profile_path)
+    rank = m["ranks"][0]
+    rank["peak_bytes"] /= 1.2e306
+    rank["phases"]["after_forward"] /= 1.2e306
+    result = validate_files(tmp_path, profile_path, m, args=["--json"])
+    assert result.code == 1
+    memory = strict_json(result.stdout)["categories"]["memory"]
+    assert memory["not_compared"] == [] and memory["compared"] == 5
+    # two of five errors near 1.2e308, the other three (after init, backward, step) 0
+    assert memory["max_abs_error_pct"] == pytest.approx(1.2e308)
+    assert memory["mean_abs_error_pct"] == pytest.approx(1.2e308 / 5 * 2)
+
+
+def test_another_scenario_with_the_same_memory_is_refused(tmp_path, profile_path):
+    """Review I3: a copy of the scenario with two ranks 3.9x slower has the same memory, and
+    --scenario took it (compute error -49% became +100%). The whole configuration is compared
+    with the scenario the measurement names, key by key."""
+    m = from_simulation(profile_path, 2, (1.0,))
+    slow = tmp_path / "slow.toml"
+    slow.write_text(TINY.read_text() + "\n[variation]\nslow_ranks = [0, 1]\nslowdown = 3.9\n")
+    assert_one_line_error(validate_files(tmp_path, profile_path, m, args=["--scenario", slow]),
+                          "m1.json: measured another configuration than", "slow.toml",
+                          "variation.slow_ranks is (0, 1) there, () in the measured")
+    bigger = tmp_path / "bigger.toml"  # memory differs: the memory refusal, as before
+    bigger.write_text(TINY.read_text().replace("vocab = 256", "vocab = 512"))
+    assert_one_line_error(validate_files(tmp_path, profile_path, m, args=["--scenario", bigger]),
+                          "zerosim's params_bytes was")
+    moved = tmp_path / "moved.toml"  # the same file elsewhere: what --scenario is for
+    moved.write_text(TINY.read_text())
+    same = validate_files(tmp_path, profile_path, m, args=["--scenario", moved])
+    assert same.code == 0, same.stdout + same.stderr
+    gone = validate_files(tmp_path, profile_path, dict(m, scenario=str(tmp_path / "gone.toml")),
+                          args=["--scenario", moved])
+    assert gone.code == 0, gone.stderr
+    assert (f"note: the measured scenario {tmp_path / 'gone.toml'} cannot be loaded here"
+            in gone.stdout)
+
+
+def test_a_copy_or_hard_link_of_one_run_is_refused(tmp_path, profile_path):
+    """Review I13: only realpath was compared, so a copy or a hard link counted as a second
+    run (a spread of 0 it never had). A hard link is the same file (st_dev, st_ino); a copy holds
+    the same measured data."""
+    validate_files(tmp_path, profile_path, from_simulation(profile_path))
+    first = tmp_path / "m1.json"
+    hard, copy = tmp_path / "hard.json", tmp_path / "copy.json"
+    hard.hardlink_to(first)
+    copy.write_text(json.dumps(json.loads(first.read_text()), indent=1))  # same data, new bytes
+    assert_one_line_error(run_zerosim("validate", first, hard, "--profile", profile_path),
+                          f"measurement {hard} is the file {first} again")
+    assert_one_line_error(run_zerosim("validate", first, copy, "--profile", profile_path),
+                          f"measurement {copy} holds the same measured data as {first}")
+    second = validate_files(tmp_path, profile_path, from_simulation(profile_path, 2, (1.0,)),
+                            from_simulation(profile_path, 2, (1.01,)))
+    assert second.code == 0, second.stdout  # two runs that differ are two runs
+
+
+def test_every_memory_metric_measured_as_zero_names_each(tmp_path, profile_path):
+    m = from_simulation(profile_path, 2, (1.0,))
+    m["ranks"][0].update(peak_bytes=0, phases=dict.fromkeys(MEMORY_POINTS, 0))
+    text = validate_files(tmp_path, profile_path, m)
+    assert text.code == 1
+    assert verdict(text)[1:] == ["memory: FAILED: no memory metric compared",
+                                 "verdict: FAILED (memory)"]
+    lines = text.stdout.splitlines()
+    for point in MEMORY_POINTS:
+        assert (f"  memory_{point}_bytes not compared: measured as 0 (the memory verdict fails)"
+                in lines)
+
+
+def test_host_operations_no_run_records_are_shown_not_judged(tmp_path, profile_path):
+    """zero_real's recorder times compute and collectives: offload's copies and CPU Adam lie
+    inside its step, which step_time_s judges. Simulated alone, they do not fail the verdict;
+    measured, they are judged like any time."""
+    m = from_simulation(profile_path, 2, (1.0,), overrides=["training.optimizer_offload=cpu"])
+    host = {"comm_d2h_s", "comm_h2d_s", "comm_cpu_adam_s"}
+    assert host <= {f"comm_{e['op']}_s" for e in m["events"]}
+    judged = validate_files(tmp_path, profile_path, m, args=["--json"])
+    assert judged.code == 0 and {x["name"] for x in judged.json["metrics"]
+                                 if x["within_tolerance"] is True} >= host
+    unrecorded = dict(m, events=[e for e in m["events"] if f"comm_{e['op']}_s" not in host])
+    shown = validate_files(tmp_path, profile_path, unrecorded, args=["--json"])
+    rows = {x["name"]: x for x in shown.json["metrics"]}
+    for name in host:
+        assert rows[name]["measured"] is None and rows[name]["simulated"] > 0
+        assert rows[name]["not_compared"] is None and rows[name]["within_tolerance"] is None
+    assert shown.json["categories"]["time"]["not_compared"] == [] and shown.code == 0

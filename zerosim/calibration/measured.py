@@ -16,11 +16,13 @@ samples lies within about ±spread of the median, whatever a few outlying steps 
 2-core box has steps at half and twice the median; a range would call every error noise). An
 error inside the spread is within the noise: the simulation is as close to the measured median as
 a typical measured step is, so the measurement cannot tell that error from its own step-to-step
-and run-to-run variation. One sample has no spread.
+and run-to-run variation. One sample has no spread, nor a median so near 0 that the spread
+overflows.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -156,6 +158,8 @@ def measured_metrics(runs: list[dict[str, list[float]]]) -> dict[str, dict[str, 
         if len(pooled) > 1 and median:
             low, _, high = statistics.quantiles(pooled, n=4, method="inclusive")
             spread = (high - low) / 2 / abs(median) * 100
+            if not math.isfinite(spread):  # a median so near 0 (5e-324) that it overflows
+                spread = None
         out[name] = {"measured": median, "spread_pct": spread,
                      "per_run": [statistics.median(v) if v else None for v in per_run]}
     return out

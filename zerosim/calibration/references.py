@@ -4,17 +4,21 @@ gives the schema): where it comes from, what was measured, and the run as a zero
 They are a TEST SET: nothing in zerosim is fitted to them; this only reports how far the
 simulation lands, and judges it by the bar of issue 16 (mean |error| <= 10% for throughput and
 for memory, every reference within 25%). A run zerosim cannot express (tensor or pipeline
-parallelism, ...) is listed with why, never dropped.
+parallelism, ...) is listed with why, never dropped. Nothing compared meets no bar: a folder of
+runs zerosim cannot express fails (exit 1), and a run it can express that measured none of the
+figures compared is refused when it is read, like a measured figure so near 0 that the error
+relative to it overflows (one line, exit 2).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zerosim.errors import InputError
-from zerosim.files import read_text
+from zerosim.files import read_text, refuse_special
 from zerosim.analytic.model import unit_flops
 from zerosim.report import columns
 from zerosim.scenario.checks import is_finite_number
@@ -79,6 +83,9 @@ def read_reference(path: Path) -> Reference:
         value = measured.get(key)
         if value is not None and not (is_finite_number(value) and value > 0):
             raise InputError(f"{path}: measured.{key} = {value!r} must be a positive number")
+    if info["expressible"] and not any(key in measured for key in NUMBERS):
+        raise InputError(f"{path}: [measured] has none of {', '.join(NUMBERS)}: nothing to "
+                         f"compare (a run zerosim cannot express sets expressible = false)")
     scenario = _table(raw, "scenario", path, SCENARIO_TABLES)
     for name, table in scenario.items():
         if not isinstance(table, dict):
@@ -93,6 +100,7 @@ def read_reference(path: Path) -> Reference:
 
 def read_references(folder: str | Path) -> list[Reference]:
     folder = Path(folder)
+    refuse_special(folder, "--references")  # is_dir raises on a name too long, EACCES, a loop
     if not folder.is_dir():
         raise InputError(f"--references {folder}: not a folder of reference TOML files")
     paths = sorted(folder.glob("*.toml"))
@@ -123,9 +131,12 @@ def _throughput(ref: Reference, result, scenario) -> tuple[str, float, float] | 
 
 def _row(ref: Reference, category: str, metric: str, measured: float, simulated: float,
          note: str = "") -> dict[str, Any]:
+    error_pct = 100.0 * (simulated - measured) / measured
+    if not math.isfinite(error_pct):  # measured 5e-324: no error can be taken relative to it
+        raise InputError(f"{ref.path}: {metric} measured {measured!r}, simulated {simulated:.4g}: "
+                         f"the error relative to the measurement overflows")
     return {"reference": ref.name, "category": category, "metric": metric,
-            "measured": measured, "simulated": simulated,
-            "error_pct": 100.0 * (simulated - measured) / measured, "note": note}
+            "measured": measured, "simulated": simulated, "error_pct": error_pct, "note": note}
 
 
 def compare(ref: Reference, overrides: dict[str, dict[str, Any]] | None = None
@@ -170,8 +181,10 @@ def references_report(folder: str | Path,
     summary = {}
     for category in ("throughput", "memory"):
         errors = [abs(r["error_pct"]) for r in rows if r["category"] == category]
-        summary[category] = {"count": len(errors),
-                             "mean_abs_error_pct": sum(errors) / len(errors) if errors else None,
+        mean = sum(errors) / len(errors) if errors else None
+        if mean is not None and not math.isfinite(mean):  # errors of 1e308 %: divide first
+            mean = math.fsum(e / len(errors) for e in errors)
+        summary[category] = {"count": len(errors), "mean_abs_error_pct": mean,
                              "worst_abs_error_pct": max(errors) if errors else None}
     return {"folder": str(folder), "references": len(refs), "overrides": overrides or {},
             "rows": rows,
@@ -180,7 +193,10 @@ def references_report(folder: str | Path,
 
 
 def judge_references(report: dict[str, Any]) -> bool:
-    """Issue 16's bar: each category's mean |error| within 10%, every row within 25%."""
+    """Issue 16's bar: each category's mean |error| within 10%, every row within 25%; nothing
+    compared (every run listed as not expressible) fails."""
+    if not report["rows"]:
+        return False
     for stats in report["summary"].values():
         if stats["count"] and (stats["mean_abs_error_pct"] > MEAN_BAR_PCT
                                or stats["worst_abs_error_pct"] > WORST_BAR_PCT):
@@ -203,6 +219,8 @@ def format_references(report: dict[str, Any]) -> str:
             lines.append(f"{category}: mean |error| {stats['mean_abs_error_pct']:.1f}% over "
                          f"{stats['count']}, worst {stats['worst_abs_error_pct']:.1f}% (bar: mean "
                          f"<= {MEAN_BAR_PCT:g}%, each <= {WORST_BAR_PCT:g}%)")
+    if not report["rows"]:
+        lines.append("nothing compared: no run here is one zerosim can express (FAILED)")
     if report["not_expressible"]:
         lines += ["", "not expressible in zerosim (listed, not dropped):"]
         lines += [f"  {r['reference']}: {r['why']}" for r in report["not_expressible"]]

@@ -8,19 +8,32 @@ and overlap_comm = false (zero_real's collectives are synchronous). The profile 
 the scenario's cluster.profile) supplies the measured costs. Refused in one line (exit 2): a file
 whose `zerosim_memory` (zerosim's memory when it ran) differs from zerosim's memory of the
 scenario as loaded here (another scenario, or one edited since the run); and, when several files
-are validated together, one that is not a run of the first one's configuration (IDENTITY).
+are validated together, one that is not a run of the first one's configuration (IDENTITY), or
+one run given twice: the same file by another name (the command compares st_dev and st_ino) or
+the same measured data in a copy (hashed here).
 
 error_pct = (simulated - measured) / measured x 100. The verdict is per category because memory
 is ~0% off by construction (the profile fits it): averaged with time it hid a step 20% off. Every
 time metric must lie within the time tolerance, every memory metric within the memory tolerance;
-exit 1 when either fails. A measurement with no timed step fails (exit 1, not 2): it is a
-well-formed file whose memory is still compared and shown, but time cannot pass with nothing
-compared. A --fake-world-size run (one process, a fake process group) times no real collective:
-its time is not judged, and the report says so.
+exit 1 when either fails. A metric the simulation reports and the run did not measure, measured
+as 0 (where the simulation says otherwise), or so near 0 that the error overflows, has no error
+(error_pct null, `not_compared` says why) and fails its category: left out, it let a run whose
+peak was zeroed pass. So does a metric the run measured and the simulation has not (a collective
+it never runs). A measurement with no timed step fails (exit 1, not 2): it is a well-formed file
+whose memory is still compared and shown, but time cannot pass with nothing compared. A
+--fake-world-size run (one process, a fake process group) times no real collective: its time is
+not judged, and the report says so.
+
+`--scenario` (the scenario moved since the run) must be the configuration that ran: where the
+scenario the measurement names is still there, both are loaded with the run's overrides and
+compared key by key (a copy with slow ranks added has the same memory but another step); where it
+is not, only zerosim's memory can be compared, and the report notes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -32,12 +45,19 @@ from zerosim.calibration.measured import check_measurement, measured_metrics, ru
 from zerosim.contract import COLLECTIVE_IMPLS, COMM, MEMORY_POINTS
 from zerosim.errors import InputError, brief
 from zerosim.scenario.load import parse_override
+from zerosim.sim.network import HOST_OPS
 from zerosim.units import GB, KB, MB
 
 TIME, MEMORY = "time", "memory"
 IDENTITY = ("scenario", "overrides", "stage", "world_size", "fake_world_size", "collectives",
             "backend", "hardware", "zerosim_memory")
 """What several measurements validated together must share: runs of one configuration."""
+MEASURED_WHERE_AVAILABLE = ("peak_reserved_bytes", *(f"comm_{op}_s" for op in HOST_OPS))
+"""Metrics a run measures only where it can: the caching allocator's reservation (on CUDA alone,
+contract.RankMeasurement) and offload's host operations (zero_real's recorder times compute and
+collectives; its host copies and CPU Adam lie inside its step and optimizer times). Without one
+the simulated figure is shown and not judged; step_time_s judges the whole step."""
+NOT_MEASURED = "not measured"
 
 
 def category(name: str) -> str:
@@ -83,6 +103,54 @@ def _same_configuration(runs: list[dict[str, Any]], paths: list[str]) -> None:
                                  f"together must be runs of one configuration")
 
 
+def _distinct_runs(runs: list[dict[str, Any]], paths: list[str]) -> None:
+    """Refuse a run given twice under other names (a copy, a hard link): its measured data
+    (events, samples, ranks) hashed; two real runs never time every event alike."""
+    seen: dict[str, str] = {}
+    for m, path in zip(runs, paths):
+        data = json.dumps([m.get(k) for k in ("events", "memory_samples", "ranks")],
+                          sort_keys=True).encode()  # a NaN hashes too: run_samples refuses it
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in seen:
+            raise InputError(f"measurement {path} holds the same measured data as {seen[digest]}: "
+                             f"a copy of one run counts once")
+        seen[digest] = path
+
+
+def _settings_of(scenario) -> dict[str, Any]:
+    """Every key of the scenario as built (a Hugging Face config read into the model's keys),
+    less the model's name, a label; the calibration profile is no key of it (validate's choice,
+    not the run's)."""
+    out = {}
+    for table in ("model", "cluster", "training", "parallelism", "variation"):
+        config = getattr(scenario, table)
+        out.update({f"{table}.{f.name}": getattr(config, f.name)
+                    for f in dataclasses.fields(config)})
+    del out["model.name"]
+    return out
+
+
+def _check_moved(m: dict[str, Any], path: str, scenario, scenario_path: str,
+                 profile: str | None) -> list[str]:
+    """Refuse a --scenario that is not the configuration the run names, key by key; where that
+    scenario is gone (moved) or no longer loads, say that only zerosim's memory was compared."""
+    ran = m["scenario"]
+    if os.path.normpath(scenario_path) == os.path.normpath(ran):
+        return []
+    try:
+        recorded = _settings_of(scenario_of(m, None, profile))
+    except InputError as exc:
+        return [f"the measured scenario {ran} cannot be loaded here ({exc}): only zerosim's "
+                f"memory of it was compared with {scenario_path}"]
+    given = _settings_of(scenario)
+    for key, value in given.items():
+        if recorded.get(key) != value:
+            raise InputError(f"{path}: measured another configuration than {scenario_path}: "
+                             f"{key} is {brief(value)} there, {brief(recorded.get(key))} in the "
+                             f"measured {ran} with its overrides")
+    return []
+
+
 def _check_memory(m: dict[str, Any], path: str, scenario, scenario_path: str) -> list[str]:
     """Refuse a measurement whose zerosim memory at run time is not this scenario's now."""
     from zerosim.analytic.memory import stage_memory
@@ -120,18 +188,45 @@ def simulated_metrics(result, with_times: bool) -> dict[str, float]:
 
 
 def _error_pct(simulated: float | None, measured: float | None) -> float | None:
-    return None if not measured or simulated is None else (simulated - measured) / measured * 100
+    """(simulated - measured) / measured x 100; 0 where both are 0; None where no finite error
+    can be taken (either missing, a measured 0, or one so near 0 that the error overflows)."""
+    if simulated is None or measured is None:
+        return None
+    if measured == 0:
+        return 0.0 if simulated == 0 else None
+    error = (simulated - measured) / measured * 100
+    return error if math.isfinite(error) else None
+
+
+def _not_compared(name: str, got: dict[str, Any], simulated: float | None) -> str | None:
+    """Why a metric that must be judged has no error (None: it has one, or it is measured only
+    where the run can and this run did not)."""
+    measured, per_run = got.get("measured"), got.get("per_run", [])
+    if measured is None:
+        return None if name in MEASURED_WHERE_AVAILABLE or simulated is None else NOT_MEASURED
+    if simulated is None:
+        return "measured, not simulated"
+    if None in per_run:
+        return f"not measured by run {per_run.index(None) + 1}"
+    if _error_pct(simulated, measured) is not None:
+        return None
+    return "measured as 0" if measured == 0 else \
+        f"measured as {measured:.3g}: the error relative to it overflows"
 
 
 def compare(measured: dict[str, dict[str, Any]], simulated: dict[str, float]) -> list[dict]:
-    """Per metric: measured, simulated, error % (None against a zero or missing measurement:
-    undefined), spread, whether the error lies within it, and each run's value and error."""
+    """Per metric: measured, simulated, error % (None where none can be taken, and why in
+    `not_compared` when that fails the verdict), spread, whether the error lies within it, and
+    each run's value and error."""
     metrics = []
     for name in [*measured, *(n for n in simulated if n not in measured)]:
         got, sim = measured.get(name, {}), simulated.get(name)
-        err, spread = _error_pct(sim, got.get("measured")), got.get("spread_pct")
+        why = _not_compared(name, got, sim)
+        err = None if why else _error_pct(sim, got.get("measured"))
+        spread = got.get("spread_pct")
         metrics.append({"name": name, "category": category(name),
                         "measured": got.get("measured"), "simulated": sim, "error_pct": err,
+                        "not_compared": why,
                         "spread_pct": spread, "within_noise": None if err is None or spread is
                         None else abs(err) <= spread, "within_tolerance": None,
                         "per_run": got.get("per_run", []),
@@ -164,9 +259,12 @@ def validate(runs: list[dict[str, Any]], paths: list[str], scenario_path: str | 
     for m, path in zip(runs, paths):
         check_measurement(m, path)
     _same_configuration(runs, paths)
+    _distinct_runs(runs, paths)
     first, fake = runs[0], bool(runs[0].get("fake_world_size"))
     scenario = scenario_of(first, scenario_path, profile)
     notes = _check_memory(first, paths[0], scenario, scenario_path or first["scenario"])
+    if scenario_path is not None:
+        notes += _check_moved(first, paths[0], scenario, scenario_path, profile)
     samples = [run_samples(m, path) for m, path in zip(runs, paths)]
     result = simulate(scenario, first["stage"])
     metrics = compare(measured_metrics([s for s, _ in samples]),
@@ -185,28 +283,43 @@ def validate(runs: list[dict[str, Any]], paths: list[str], scenario_path: str | 
 def judge(report: dict[str, Any], time_tolerance_pct: float,
           memory_tolerance_pct: float) -> bool:
     """The verdict, recorded in the report: per category, every compared metric within that
-    category's tolerance; a category with nothing compared fails (time of a fake-world run is
-    not judged). Each metric gets `within_tolerance`; each category its summary."""
+    category's tolerance and none left without an error (`not_compared`); a category with
+    nothing compared fails (time of a fake-world run is not judged). Each metric gets
+    `within_tolerance`; each category its summary."""
     report["categories"] = {}
     for name, tolerance in ((TIME, time_tolerance_pct), (MEMORY, memory_tolerance_pct)):
         if not (math.isfinite(tolerance) and tolerance > 0):
             raise InputError(f"--{name}-tolerance-pct {tolerance:g} must be a finite number > 0")
-        compared = [x for x in report["metrics"]
-                    if x["category"] == name and x["error_pct"] is not None]
+        mine = [x for x in report["metrics"] if x["category"] == name]
+        compared = [x for x in mine if x["error_pct"] is not None]
+        missing = [x["name"] for x in mine if x["not_compared"]]
         for x in compared:
             x["within_tolerance"] = abs(x["error_pct"]) <= tolerance
+        for x in mine:
+            if x["not_compared"]:
+                x["within_tolerance"] = False
         errors = [abs(x["error_pct"]) for x in compared]
         judged = not (name == TIME and report["fake_world_size"])
         report["categories"][name] = {
             "tolerance_pct": tolerance, "judged": judged, "compared": len(compared),
-            "mean_abs_error_pct": statistics.fmean(errors) if errors else None,
+            "mean_abs_error_pct": _mean(errors) if errors else None,
             "max_abs_error_pct": max(errors, default=None),
             "worst": max(compared, key=lambda x: abs(x["error_pct"]))["name"] if compared else None,
             "above_tolerance": [x["name"] for x in compared if not x["within_tolerance"]],
-            "within_tolerance": (bool(compared) and max(errors) <= tolerance) if judged else None}
+            "not_compared": missing,
+            "within_tolerance": (bool(compared) and max(errors) <= tolerance and not missing)
+            if judged else None}
     report["within_tolerance"] = all(c["within_tolerance"] is not False
                                      for c in report["categories"].values())
     return report["within_tolerance"]
+
+
+def _mean(errors: list[float]) -> float:
+    """Their mean; each divided first where their sum would overflow (errors of 1e300 %)."""
+    try:
+        return statistics.fmean(errors)
+    except OverflowError:
+        return math.fsum(e / len(errors) for e in errors)
 
 
 def _value(name: str, x: float | None) -> str:
@@ -226,14 +339,20 @@ def _verdict(report: dict[str, Any], name: str) -> list[str]:
     c, runs = report["categories"][name], len(report["measurements"])
     if not c["judged"]:
         return [f"{name}: not judged: a --fake-world-size run times no real collective"]
+    unjudged = [x for x in report["metrics"] if x["category"] == name and x["not_compared"]]
+    missing = [f"  {x['name']} not compared: {x['not_compared']} (the {name} verdict fails)"
+               for x in unjudged]
     if not c["compared"]:
-        return [f"{name}: FAILED: no {name} metric compared (no timed step in the measurement)"]
+        if all(x["not_compared"] == NOT_MEASURED for x in unjudged):
+            return [f"{name}: FAILED: no {name} metric compared (no timed step in the measurement)"]
+        return [f"{name}: FAILED: no {name} metric compared", *missing]
     over, steps = f"{runs} run{'s' * (runs > 1)}", report["timed_steps"]
     if name == TIME:  # "3 runs x 29 steps", or the total when the runs timed different counts
         over += f" x {steps[0]} step{'s' * (steps[0] > 1)}" if len(set(steps)) == 1 else \
             f", {sum(steps)} steps"
+    within = c["max_abs_error_pct"] <= c["tolerance_pct"]
     lines = [f"{name}: max |error| {c['max_abs_error_pct']:.1f}% ({c['worst']}), mean "
-             f"{c['mean_abs_error_pct']:.1f}%: {'within' if c['within_tolerance'] else 'ABOVE'} "
+             f"{c['mean_abs_error_pct']:.1f}%: {'within' if within else 'ABOVE'} "
              f"the tolerance of {c['tolerance_pct']:g}%"]
     named = [x for x in report["metrics"] if x["category"] == name and x["error_pct"] is not None
              and (x["name"] == "step_time_s" or not x["within_tolerance"])]
@@ -245,7 +364,7 @@ def _verdict(report: dict[str, Any], name: str) -> list[str]:
     if c["above_tolerance"] and all(x["within_noise"] for x in named if not x["within_tolerance"]):
         lines.append(f"  every {name} error above the tolerance lies within the noise: more runs "
                      f"or timed steps can tell")
-    return lines
+    return lines + missing
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -30,18 +30,30 @@ def run_validate(args: argparse.Namespace) -> int:
     if args.tolerance_pct is not None:  # its old meaning, one mean of time and memory, hid errors
         raise InputError("--tolerance-pct is retired (it judged one mean of time and memory "
                          "errors): use --time-tolerance-pct and --memory-tolerance-pct")
-    seen: dict[str, str] = {}
-    for path in args.measurements:  # one run given twice would pass for two that agree
-        real = os.path.realpath(path)
-        if real in seen:
-            raise InputError(f"measurement {path} is the file {seen[real]} again: each run "
-                             f"counts once")
-        seen[real] = path
+    _each_file_once(args.measurements)
     runs = [read_json_object(Path(path), "measurement") for path in args.measurements]
     report = validate(runs, args.measurements, args.scenario, args.profile)
     within = judge(report, args.time_tolerance_pct, args.memory_tolerance_pct)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    print(json.dumps(report, indent=2, allow_nan=False) if args.json else format_report(report))
     return EXIT_OK if within else EXIT_FAILED
+
+
+def _each_file_once(paths: list[str]) -> None:
+    """One run given twice would pass for two that agree: the same file by another name (a
+    link, a hard link) is refused here by its identity; a copy, by its content (validate)."""
+    from zerosim.files import refuse_special
+
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        refuse_special(path, "cannot read measurement")
+        try:
+            info = os.stat(path)
+        except OSError:  # missing: the reader says so
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            raise InputError(f"measurement {path} is the file {seen[info.st_dev, info.st_ino]} "
+                             f"again: each run counts once")
+        seen[info.st_dev, info.st_ino] = path
 
 
 def _run_references(args: argparse.Namespace) -> int:
@@ -55,7 +67,8 @@ def _run_references(args: argparse.Namespace) -> int:
         table, key, value = parse_override(text)
         overrides.setdefault(table, {})[key] = value
     report = references_report(args.references, overrides)
-    print(json.dumps(report, indent=2) if args.json else format_references(report))
+    print(json.dumps(report, indent=2, allow_nan=False) if args.json
+          else format_references(report))
     return EXIT_OK if judge_references(report) else EXIT_FAILED
 
 
@@ -95,7 +108,8 @@ COMMANDS = (
             "error % and the measurement's spread over its timed steps and runs. Time and "
             "memory are judged apart: exit 1 when any time metric is off by more than "
             "--time-tolerance-pct or any memory metric by more than --memory-tolerance-pct, or "
-            "when no timed step was measured; exit 2 (one line) for a measurement of another "
-            "configuration.",
+            "has no error (not measured, or measured as 0), or when no timed step was "
+            "measured; exit 2 (one line) for a measurement of another configuration or one "
+            "run given twice.",
             run_validate, _validate_arguments, takes_scenario=False),
 )
