@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SCENARIOS, ZERO_PAPER
+from zerosim.contract import COMPUTE
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.lockstep import replay as per_rank
 from zerosim.sim.engine import Engine, simulate
@@ -127,3 +128,66 @@ def test_memory_orders_group_ranks_and_only_unexplained_ties_split_them():
     # a signal fired before the operation it would order explains nothing
     log = _log(times, [0, 1], anchors, firers=[0], logged=[0])
     assert memory_groups(log, 3).tolist() == [0, 1, 2]
+
+
+# Review I8 (a draw of tests/zerosim/test_cross_commands.py): a rank that reached a collective
+# before the others waited for them; that wait counted as exposed communication, not as the
+# collective's time, so exposed_comm_s exceeded comm_time_s (seed 1, stage 0: 14.5 us > 9.4 us).
+I8 = """[model]
+layers = 4
+hidden = 32
+heads = 4
+ffn = 128
+vocab = 64
+max_seq_len = 64
+norm = "rmsnorm"
+position = "rope"
+[cluster]
+gpu = "H100-80GB"
+gpus_per_node = 2
+[training]
+precision = "fp32"
+seq_len = 64
+activation_checkpointing = "full"
+prefetch_layers = 0
+[variation]
+jitter_pct = 5.0
+"""
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rank_waiting_for_the_others_is_communicating(tmp_path, seed):
+    """On a rank a collective lasts from its own launch (as NCCL's kernel holds its SMs, and as
+    zero_real times it), so what the compute stream waited for is within its collectives' and
+    host operations' time, rank by rank; the events say the same."""
+    path = tmp_path / "i8.toml"
+    path.write_text(I8, encoding="utf-8")
+    s = load_scenario(path, [f"variation.seed={seed}"])
+    for stage in range(4):
+        result = simulate(s, stage)
+        assert result.exposed_comm_s <= (result.comm_time_s + result.host_time_s) * (1 + 1e-12)
+        for ctx in result.ranks:
+            state = ctx.state
+            assert state.end_s - state.compute_s <= (state.comm_s + state.host_s) * (1 + 1e-12)
+            comm = [e for e in state.events if e["stream"] != COMPUTE]
+            assert sum(e["end_s"] - e["start_s"] for e in comm) == pytest.approx(
+                state.comm_s + state.host_s, rel=1e-12)
+
+
+def test_a_compute_sharing_its_sms_learns_of_a_kernels_end_before_the_links_move_past_it(
+        tmp_path):
+    """Review T1: 25 layers, a prefetch of 2, 64 ranks, jitter 5%, seeds 3 and 5. A compute
+    whose SMs NCCL shares waited for the links up to the end it had computed while a kernel's
+    end was unknown; that kernel's end, once known, made it end sooner, after the links had
+    moved past it, and the collective it then launched started in the past: "a collective
+    starts at 0.006079768831191569 s, before 0.006099426033082052 s"."""
+    path = tmp_path / "t1.toml"
+    path.write_text("[model]\nlayers = 25\nheads = 16\nhidden = 512\nvocab = 256\n"
+                    "max_seq_len = 128\n[cluster]\nnodes = 8\n[training]\nprefetch_layers = 2\n",
+                    encoding="utf-8")
+    for seed in (3, 5):
+        s = load_scenario(path, ["variation.jitter_pct=5", f"variation.seed={seed}"])
+        assert Engine(s, 3).executor is Executor.LOCKSTEP and Engine(s, 3).sm_share > 0
+        fast, reference = (simulate(s, 3, keep_events=False, granularity=granularity)
+                           for granularity in ("collective", "phase"))
+        assert _everything([fast]) == _everything([reference])

@@ -147,3 +147,26 @@ def test_gpu_presets_fill_the_cluster_and_single_keys_override():
     assert (c.gpu, c.hbm_GiB, c.peak_tflops, c.hbm_bandwidth_GBps) == ("H100-80GB", 94.0, 989.4, 3350.0)
     assert ClusterConfig() == load_scenario(SCENARIOS / "zero_paper_7b5_64gpu.toml",
                                             ["cluster.gpu=A100-80GB", "cluster.nodes=1"]).cluster
+
+
+# Review I5: s = 2048, b = 1, h = 32, a = 2, 16-bit, GeLU MLP of 4h, dropout, flash attention,
+# full recomputation. Korthikanti et al. 2022 by hand, sbh = 65,536: each layer keeps its input,
+# 2sbh = 131,072 (x 3 layers); recomputing one takes 34sbh + the fp32 log-sum-exp 4asb =
+# 2,244,608; outside the layers the embedding's mask sbh = 65,536, the final-norm and head inputs
+# 4sbh and the fp32 logits 4sbv (§4.3). The head's backward frees its part before the first
+# layer recomputes, so the activations peak at the larger of forward's end and that recompute.
+@pytest.mark.parametrize("vocab, activations", [
+    (256, 3 * 131_072 + 65_536 + 262_144 + 4 * 2048 * 256),  # the logits outweigh a layer
+    (64, 3 * 131_072 + 65_536 + 2_244_608)])                 # a recomputed layer outweighs them
+def test_full_recomputation_peaks_at_forwards_end_or_at_the_first_recomputed_layer(
+        write, vocab, activations):
+    from zerosim.sim.engine import simulate
+
+    path = write("i5.toml", f'[model]\nlayers = 3\nheads = 2\nhidden = 32\nvocab = {vocab}\n'
+                            'position = "rope"\n[training]\nseq_len = 2048\n'
+                            'activation_checkpointing = "full"\nflash_attention = true\n')
+    s = load_scenario(path, [])
+    row = stage_memory(s, 0)
+    assert row.activations_bytes == activations
+    assert row.peak_bytes == row.model_states_bytes + activations  # DDP: no buffers in flight
+    assert simulate(s, 0, keep_events=False).peak_bytes == row.peak_bytes

@@ -13,9 +13,10 @@ Shards are one contiguous slice of a flat buffer padded to a multiple of N, so �
 ceil(Ψ / N) elements: what a real implementation allocates, and exactly Ψ/N when N divides Ψ.
 
 Everything alive at once at the start of backward is counted: model states, all activations
-(model.activations), the buffers of the stage in flight and the loss's fp32 transients (without
-FSDP2's gradients, which backward makes, but then also the end of backward: every gradient and
-the last unit's buffers); or, when larger, what the optimizer step holds (DeepSpeed's fp32
+(model.activations: their peak, at forward's end or at the first recomputed layer), the buffers
+of the stage in flight and the loss's fp32 transients (without FSDP2's gradients, which
+backward makes, but then also the end of backward: every gradient and the last unit's
+buffers); or, when larger, what the optimizer step holds (DeepSpeed's fp32
 gradient partition, foreach Adam's square roots). That is the peak of the step. Framework
 terms (training.framework: reduce_dtype, gradient_as_bucket_view) are asked of the framework's
 class (zerosim/frameworks/).
@@ -227,7 +228,7 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     memory timeline must pass through these."""
     row = stage_memory(scenario, stage)
     acts = activations(scenario.model, scenario.training)
-    stored = acts.peak_bytes - acts.recompute_bytes
+    stored = acts.after_forward_bytes
     states = row.model_states_bytes + framework_of(scenario.training).persistent_buffer_bytes(
         scenario.training, stage, total_params(scenario.model))
     made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0

@@ -102,15 +102,29 @@ class Activations:
     outside_layers_bytes: int
     """Embedding dropout mask, final-norm and head inputs, fp32 logits (Korthikanti §4.3)."""
     layers: int
+    embedding_bytes: int
+    """The part of outside_layers_bytes the embedding keeps (its dropout mask) until its own
+    backward, after every layer's."""
+
+    @property
+    def after_forward_bytes(self) -> int:
+        """What forward leaves: every layer's stored part and everything outside the layers."""
+        return self.layers * self.stored_per_layer_bytes + self.outside_layers_bytes
 
     @property
     def peak_bytes(self) -> int:
-        """Live at the start of backward: every layer's stored part, one recomputed layer, the rest."""
-        return self.layers * self.stored_per_layer_bytes + self.recompute_bytes + self.outside_layers_bytes
+        """The most alive at once: what forward leaves, or, when larger, the first recomputed
+        layer's working set beside every layer's stored part and the embedding's mask. The
+        head's activations are gone by then: its backward runs first and frees them, so the
+        fp32 logits never meet a recomputed layer (Korthikanti et al. 2022, §5: full
+        recomputation keeps 2sbh per layer plus one layer's working set; review I5)."""
+        during_backward = self.embedding_bytes + self.recompute_bytes if self.recompute_bytes else 0
+        return self.layers * self.stored_per_layer_bytes + max(self.outside_layers_bytes,
+                                                               during_backward)
 
 
 ZERO_ACTIVATIONS = Activations(per_layer_bytes=0, stored_per_layer_bytes=0, recompute_bytes=0,
-                               outside_layers_bytes=0, layers=0)
+                               outside_layers_bytes=0, layers=0, embedding_bytes=0)
 
 
 def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
@@ -148,7 +162,8 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
     # §4.3: embedding dropout mask, final-norm input, head input, cross-entropy logits in fp32.
     outside = mask * sbh + 2 * w * sbh + FP32_BYTES * s * b * m.vocab
     return Activations(per_layer_bytes=per_layer, stored_per_layer_bytes=stored,
-                       recompute_bytes=recompute, outside_layers_bytes=outside, layers=m.layers)
+                       recompute_bytes=recompute, outside_layers_bytes=outside, layers=m.layers,
+                       embedding_bytes=mask * sbh)
 
 
 def selective_op_bytes(m: ModelConfig, t: TrainingConfig, w: int) -> int:
@@ -240,12 +255,12 @@ def unit_tensor_shapes(m: ModelConfig) -> list[list[tuple[int, int]]]:
 
 def unit_activation_bytes(m: ModelConfig, t: TrainingConfig) -> list[int]:
     """What each gather unit keeps from forward to backward: the embedding dropout mask, each
-    layer's stored part, the final-norm and head inputs and fp32 logits. Sums to the analytic
-    activations less the one recomputed layer (Activations.peak_bytes)."""
+    layer's stored part, the final-norm and head inputs and fp32 logits. Sums to what forward
+    leaves (Activations.after_forward_bytes)."""
     acts = activations(m, t)
     if m.is_bare:
         return [0] * m.n_layers
-    mask = MASK_BYTES * t.seq_len * t.micro_batch * m.hidden if m.dropout else 0
+    mask = acts.embedding_bytes
     return [mask] + [acts.stored_per_layer_bytes] * m.layers + [acts.outside_layers_bytes - mask]
 
 

@@ -132,7 +132,12 @@ class Engine:
         if len(self.compute_ranks) > 1:
             return (yield self.collective(key, op, size_bytes, group))
         start_s = self.env.now
-        return start_s, (yield from self.move(op, size_bytes, group))
+        sent_bytes = yield from self.move(op, size_bytes, group)
+        if self.env.now == start_s and not self.env.advance(start_s):
+            # Nothing to move (a group of one): as when ranks join (collective), it completes
+            # after what is due at this instant, not before it (review I4: the memory order).
+            yield self.env.timeout(0)
+        return start_s, sent_bytes
 
     def collective(self, key: tuple[str, int], op: str, size_bytes: float,
                    group: str = WORLD) -> simpy.Event:

@@ -47,7 +47,8 @@ class RankState:
     events: list[SimulatedEvent] = field(default_factory=list)
     compute_s: float = 0.0
     comm_s: float = 0.0
-    """Summed durations of this rank's collectives (concurrent queues each count)."""
+    """Summed durations of this rank's collectives, each from its launch on this rank
+    (concurrent queues each count)."""
     host_s: float = 0.0
     """Summed durations of its host operations (offload's copies, CPU step, drives)."""
     end_s: float = 0.0
@@ -197,19 +198,24 @@ class RankContext:
                 self._communication(+1)  # NCCL's kernel takes its SMs from launch to completion
             key = (stream, self._launched[stream])
             self._launched[stream] += 1
-            start_s, sent_bytes = yield from engine.join(key, request.op, request.size_bytes,
-                                                         request.group)
+            # On this rank it lasts from its launch here, not from the last rank's: so NCCL's
+            # kernel holds its SMs, and so zero_real times it (parts/measure.py). Waiting for a
+            # later rank is then communication time, and a step's exposed communication never
+            # exceeds it (review I8).
+            joined_s = env.now
+            _, sent_bytes = yield from engine.join(key, request.op, request.size_bytes,
+                                                   request.group)
             quiet = env.quiet(env.now)
             if kernel:
                 self._communication(-1)
             state.count(request.op, request.group, sent_bytes)
             if kernel:
-                state.comm_s += env.now - start_s
+                state.comm_s += env.now - joined_s
             else:
-                state.host_s += env.now - start_s
+                state.host_s += env.now - joined_s
             if engine.keep_events:
                 self._record(COMM, request.name, request.phase, request.layer, request.op,
-                             request.size_bytes, start_s, queue=stream)
+                             request.size_bytes, joined_s, queue=stream)
             if request.after is not None:
                 request.after()
             # Nothing else was due when the collective ended: what is due now is only what this

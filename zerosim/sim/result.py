@@ -25,11 +25,14 @@ class StageResult:
     calibration profile measured (its other_s)."""
     comm_bytes_per_rank: dict[str, int]
     comm_time_s: float
-    """The critical rank's collectives' durations, summed (hidden by compute or not)."""
+    """The critical rank's collectives' durations, summed (hidden by compute or not), each from
+    the rank's own launch to its end: waiting there for a later rank is communication (rank.py),
+    so exposed_comm_s <= comm_time_s + host_time_s (+ a profile's other_s)."""
     host_bytes_per_rank: dict[str, int]
     """Offload's bytes over the host link and the drives (sim/offload.py), per rank."""
     host_time_s: float
-    """The critical rank's host operations' durations (copies, the CPU step, drives), summed."""
+    """The critical rank's host operations' durations (copies, the CPU step, drives), summed,
+    each from the rank's own launch."""
     peak_bytes: int
     """The most bytes the rank's buffers ask for at once (the analytic model's peak)."""
     memory_at: dict[str, int]

@@ -89,7 +89,9 @@ class Ranks:
         """rank.RankContext._share_sms: compute at the rate NCCL's kernels leave it, the rate
         changing whenever a kernel starts or ends on the rank. Every kernel that could start or
         end before the compute does must be known first: the other strands go on until they
-        wait (for this one, or for the links), then the links run up to the compute's end."""
+        wait (for this one, or for the links), then the links run up to the compute's end,
+        which is computed again whenever a kernel starts or ends meanwhile (Idle): a kernel's
+        end learnt brings it sooner, before events the links would otherwise run (review T1)."""
         start_s, env = strand.now, self.lockstep.engine.env
         yield Idle(float("-inf"))
         while True:

@@ -114,8 +114,8 @@ def every_rank(engine, shape) -> list:
             operations=len(lockstep.log.times)))
     for i, rank in enumerate(models, 1):
         ctx = replayed[rank] = Replay(engine, lockstep.schedule).rank(rank, shape)
-        _check(ctx.state, end["s"][rank], ranks.compute_s[rank], lockstep.comm_s,
-               lockstep.host_s)
+        _check(ctx.state, end["s"][rank], ranks.compute_s[rank], lockstep.comm_s[rank],
+               lockstep.host_s[rank])
         bar.replayed(i, len(models))
     contexts = []
     for rank, like in enumerate(same.tolist()):
@@ -124,8 +124,9 @@ def every_rank(engine, shape) -> list:
             continue
         model = replayed[like].state
         contexts.append(RankView(rank, RankState(
-            rank, model.memory, compute_s=float(ranks.compute_s[rank]), comm_s=model.comm_s,
-            host_s=model.host_s, end_s=float(end["s"][rank]), comm_bytes=model.comm_bytes,
+            rank, model.memory, compute_s=float(ranks.compute_s[rank]),
+            comm_s=float(lockstep.comm_s[rank]), host_s=float(lockstep.host_s[rank]),
+            end_s=float(end["s"][rank]), comm_bytes=model.comm_bytes,
             host_bytes=model.host_bytes)))
     return contexts
 

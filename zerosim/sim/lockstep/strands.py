@@ -46,7 +46,8 @@ class Signal:
 
 class Idle:
     """Yielded by a strand: go on once no other strand can, and the engine's links have nothing
-    due before until_s."""
+    due before until_s or a kernel started or ended (until_s was computed without it, and an
+    end learnt can bring the strand's own end before the links' next event: ranks._shared)."""
 
     __slots__ = ("until_s",)
 
@@ -116,14 +117,17 @@ class Lockstep:
         self.schedule: dict[tuple[str, int], tuple[float, float, float, int]] = {}
         """(stream, index) -> when the collective started and ended, the bytes each rank sent,
         and its place among the completions (collectives ending at one instant end in it)."""
-        self.comm_s = self.host_s = 0.0
+        self.comm_s, self.host_s = np.zeros(ranks), np.zeros(ranks)
+        """Per rank, its collectives' and host operations' durations from its own launch."""
         self.kernels: dict[str, list[list]] = defaultdict(list)
         """Per stream, each collective's [when each rank joined it, when it ended (None: not
         yet known), the first join]: NCCL's kernel holds its SMs on a rank from its join to the
         end."""
-        self.idle: tuple[Strand, float] | None = None
+        self.kernel_changes = 0
+        """Kernels started or ended so far (Idle)."""
+        self.idle: tuple[Strand, float, int] | None = None
         """A strand that goes on once no other can and the links have nothing due before its
-        time (Idle)."""
+        time or the kernels changed since it waited (Idle)."""
 
     def spawn(self, body: Iterator, now: np.ndarray) -> None:
         self.ready.append((Strand(body, now, self.unanchored, self.strands), None))
@@ -142,7 +146,8 @@ class Lockstep:
         while True:
             while self.ready:
                 self._go_on(*self.ready.popleft())
-            if self.idle is not None and not env.due_before(self.idle[1]):
+            if self.idle is not None and (self.idle[2] != self.kernel_changes
+                                          or not env.due_before(self.idle[1])):
                 strand, self.idle = self.idle[0], None
                 self._go_on(strand, None)
                 continue
@@ -166,7 +171,7 @@ class Lockstep:
                 return
             if isinstance(item, Idle):
                 assert self.idle is None, "one strand waits idle at a time (the compute one)"
-                self.idle = (strand, item.until_s)
+                self.idle = (strand, item.until_s, self.kernel_changes)
                 return
             if item.time is None:
                 item.waiters.append(lambda s, strand=strand: self.ready.append((strand, s)))
@@ -203,14 +208,17 @@ class Lockstep:
             kernel = [self.current.now, None, float(self.current.now.min())]
             if request.group != HOST:  # copies and the CPU's step take no SMs
                 self.kernels[stream].append(kernel)
+                self.kernel_changes += 1
             end_s, sent_bytes = yield self.collective(request.op, request.size_bytes, start_s,
                                                       request.group)
-            kernel[1] = end_s
+            if request.group != HOST:
+                kernel[1] = end_s
+                self.kernel_changes += 1
             self.schedule[stream, index] = (start_s, end_s, sent_bytes, len(self.schedule))
-            if request.group == HOST:
-                self.host_s += end_s - start_s
+            if request.group == HOST:  # each rank's from its own launch (rank.py's _serve)
+                self.host_s = self.host_s + (end_s - kernel[0])
             else:
-                self.comm_s += end_s - start_s
+                self.comm_s = self.comm_s + (end_s - kernel[0])
             if request.after is not None:
                 request.after()
             self.requests -= 1
