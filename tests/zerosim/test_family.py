@@ -254,7 +254,7 @@ def test_family_timeline_passes_through_the_analytic_steady_points(path, overrid
     assert expected["after_forward"] <= result.peak_bytes <= stage_memory(s, stage).peak_bytes
 
 
-@pytest.mark.parametrize("path, overrides", FAMILY[1:])
+@pytest.mark.parametrize("path, overrides", FAMILY)
 def test_family_per_rank_matches_the_phase_reference(path, overrides):
     """Under jitter the lockstep run gives the event-by-event reference's times to the bit."""
     s = load_scenario(path, [*overrides, "variation.jitter_pct=5", "cluster.nodes=1"]

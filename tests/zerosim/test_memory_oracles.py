@@ -105,12 +105,6 @@ def test_the_deepspeed_estimator_line_reads_right():
     assert estimator_numbers()[1:] == [13.48, 20.22, 13.48]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "host_memory.estimator_lines passes max_gather_window(model, 1), a whole decoder block "
-    "(202,383,360 parameters), as DeepSpeed's largest_layer_params; DeepSpeed's model_to_params "
-    "(runtime/zero/stage3.py) takes the largest module's own parameters "
-    "(m.parameters(recurse=False)): the 32000 x 4096 embedding. The line says 1.02 GB, "
-    "DeepSpeed 0.73 GB"))
 def test_the_deepspeed_estimator_gpu_figure_is_deepspeeds():
     """DeepSpeed's GPU figure: 4 bytes x its largest_layer_params plus 2 Ψ / 64. model_to_params
     counts each module's own parameters (recurse=False), so Llama's largest "layer" is an

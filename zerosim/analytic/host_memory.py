@@ -90,6 +90,19 @@ def deepspeed_zero3_estimate(psi: int, largest_layer: int, gpus_per_node: int, n
     return gpu, psi * max(4 * gpus_per_node, per_param * gpus_factor)
 
 
+def largest_module_params(m) -> int:
+    """DeepSpeed's largest_layer_params: its model_to_params (runtime/zero/stage3.py) takes the
+    most parameters any one module holds itself (`parameters(recurse=False)`), so a linear's
+    weight and bias, or the token embedding, never a whole decoder block. A bare Ψ has no
+    modules: its one gather unit stands in."""
+    if m.is_bare:
+        return max_gather_window(m, 1)
+    h, f, kv, bias = m.hidden, m.ffn_width, m.n_kv_heads * m.head_dim, 1 if m.bias else 0
+    linears = [out * inp + bias * out for out, inp in ((h, h), (kv, h), (f, h), (h, f))]
+    embeddings = [m.vocab * h] + ([m.max_seq_len * h] if m.position == "learned" else [])
+    return max(linears + embeddings)
+
+
 def estimator_lines(scenario, host_bytes_per_rank: int) -> list[str]:
     """DeepSpeed's estimate for the scenario's offload beside zerosim's host bytes per node,
     saying where its 1.5 goes; none without offload or for stages its estimators do not cover."""
@@ -100,7 +113,7 @@ def estimator_lines(scenario, host_bytes_per_rank: int) -> list[str]:
         return ["DeepSpeed's estimators cover offload to the CPU only: none is quoted for nvme"]
     psi, n, k = total_params(scenario.model), min(c.gpus_per_node, c.world_size), c.nodes
     if t.zero_stage == 3:
-        gpu, cpu = deepspeed_zero3_estimate(psi, max_gather_window(scenario.model, 1), n, k, True,
+        gpu, cpu = deepspeed_zero3_estimate(psi, largest_module_params(scenario.model), n, k, True,
                                             t.param_offload != "none")
         where = "stage3.py estimate_zero3_model_states_mem_needs"
     else:
