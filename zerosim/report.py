@@ -263,5 +263,10 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
     chosen = next((r for r in rows if r.stage == scenario.training.zero_stage), rows[0])
     notes = [f"nvme (ZeRO-Infinity), stage {r.stage}: {r.nvme_bytes / scale:.2f} {unit} per rank"
              for r in rows if r.nvme_bytes]
+    t = scenario.training
+    if t.reduce_dtype == "fp32" and t.precision != "fp32" and any(r.stage < 2 for r in rows):
+        # the review's I9: otherwise ZeRO-2/3's states read as larger than ZeRO-1's at one setting
+        notes.append("reduce_dtype = \"fp32\" applies to stages 2-3 (FSDP2's reduce_dtype): "
+                     "stages 0-1 keep 16-bit gradients, so their rows are not the same setting")
     notes += estimator_lines(scenario, chosen.host_bytes)
     return "\n".join(lines + columns(header, body) + notes)

@@ -170,3 +170,14 @@ def test_full_recomputation_peaks_at_forwards_end_or_at_the_first_recomputed_lay
     assert row.activations_bytes == activations
     assert row.peak_bytes == row.model_states_bytes + activations  # DDP: no buffers in flight
     assert simulate(s, 0, keep_events=False).peak_bytes == row.peak_bytes
+
+
+def test_the_memory_table_says_reduce_dtype_is_stage_2_and_3s():
+    """Review finding I9: with reduce_dtype = "fp32" ZeRO-2/3's rows hold fp32 gradients and
+    ZeRO-0/1's 16-bit ones, so stage 2's model states can exceed stage 1's; the table says why."""
+    note = 'reduce_dtype = "fp32" applies to stages 2-3'
+    shown = run_zerosim("memory", SCENARIOS / "llama2_7b_64gpu.toml", "--set", "training.reduce_dtype=fp32")
+    assert shown.code == 0 and note in shown.stdout
+    for extra in ([], ["--set", "training.precision=fp32", "--set", "training.reduce_dtype=fp32"]):
+        quiet = run_zerosim("memory", SCENARIOS / "llama2_7b_64gpu.toml", *extra)
+        assert quiet.code == 0 and note not in quiet.stdout
