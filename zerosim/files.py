@@ -155,43 +155,89 @@ def write_text(path: Path, text: str, what: str) -> None:
 
 def write_bytes(path: Path, data: bytes, what: str) -> None:
     """Write a whole file or nothing, even if the process is killed (SIGKILL) at any instant:
-    the data goes to a nameless file in the target's folder (Linux's O_TMPFILE), synced to disk (a
-    full disk shows here, not after the rename), given a hidden name (`.NAME.PID.tmp`) only at the
-    end and renamed over the target at once. A temporary a killed writer left in that instant (or
-    for the whole write, where O_TMPFILE is missing) is removed by the next write to the target.
-    Any failure becomes one InputError line naming `what` and the path. A link is followed (the
-    file it names is replaced, the link stays); a loop of links, a named pipe, a socket or a
-    device is refused (refuse_special): opening them would wait forever or never end. This
-    process's own stdout or stderr (/dev/stdout, /dev/fd/1, even when it is a file or a pipe) is
-    written through its stream, in order with what the command prints."""
-    stream = _stream(path)
-    if stream is not None:
+    AtomicFile with one piece."""
+    with AtomicFile(path, what) as out:
+        out.write(data)
+
+
+class AtomicFile:
+    """A file written in pieces, whole or not at all, even if the process is killed (SIGKILL)
+    at any instant: the pieces go to a nameless file in the target's folder (Linux's
+    O_TMPFILE), synced to disk when the block ends without an exception (a full disk shows
+    here, not after the rename), given a hidden name (`.NAME.PID.tmp`) only then and renamed
+    over the target at once. A temporary a killed writer left in that instant (or for the whole
+    write, where O_TMPFILE is missing) is removed by the next write to the target. A failure is
+    one InputError line naming `what` and the path; an exception of the block (a bad point,
+    Ctrl-C) passes through unchanged and leaves the previous file. A link is followed (the file
+    it names is replaced, the link stays); a loop of links, a named pipe, a socket or a device
+    is refused (refuse_special): opening them would wait forever or never end. This process's
+    own stdout or stderr (/dev/stdout, /dev/fd/1, even when it is a file or a pipe) is written
+    through its stream, in order with what the command prints."""
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        self.path, self.what = path, what
+        self._file = None
+        self._stream = _stream(Path(path))
+        self._tmp: Path | None = None
+        self._named = False
+
+    def __enter__(self) -> "AtomicFile":
+        if self._stream is not None:
+            self._guard(self._stream.flush)
+            return self
+        refuse_special(self.path, f"cannot write {self.what}")
+        self._target = Path(os.path.realpath(self.path))
+        self._tmp = self._target.with_name(f".{self._target.name}.{os.getpid()}.tmp")
         try:
-            stream.flush()
-            stream.buffer.write(data)
-            stream.buffer.flush()
-        except OSError as exc:
-            raise InputError(f"cannot write {what} {path}: {_reason(exc)}") from None
-        return
-    refuse_special(path, f"cannot write {what}")
-    target = Path(os.path.realpath(path))
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        _remove_stale(target)
-        fd, named = _temporary(target, tmp)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-            if not named:
-                _link(fd, tmp)
-            os.replace(tmp, target)  # at once: a kill between the two leaves tmp, complete
-    except BaseException as exc:  # whatever was linked or made is removed, a signal's too
+            _remove_stale(self._target)
+            fd, self._named = _temporary(self._target, self._tmp)
+            self._file = os.fdopen(fd, "wb")
+        except BaseException as exc:  # __exit__ does not run: a signal here must not leak tmp
+            self._clean()
+            self._raise(exc)
+        return self
+
+    def write(self, data: bytes) -> None:
+        self._guard(lambda: (self._stream.buffer if self._stream is not None
+                             else self._file).write(data))
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self._stream is not None:
+            if kind is None:
+                self._guard(self._stream.buffer.flush)
+            return
+        try:
+            if kind is None:
+                self._guard(self._finish)
+        finally:
+            self._clean()
+
+    def _finish(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        if not self._named:
+            _link(self._file.fileno(), self._tmp)
+        os.replace(self._tmp, self._target)  # at once: a kill between the two leaves tmp, complete
+
+    def _clean(self) -> None:
+        """Whatever was linked or made goes, however the write ended (a signal's too)."""
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
         with contextlib.suppress(OSError, ValueError):
-            tmp.unlink(missing_ok=True)
+            self._tmp.unlink(missing_ok=True)  # renamed already, or left by a failure
+
+    def _guard(self, action) -> None:
+        try:
+            action()
+        except BaseException as exc:
+            self._raise(exc)
+
+    def _raise(self, exc: BaseException):
         if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, InputError):
-            raise InputError(f"cannot write {what} {path}: {_reason(exc)}") from None
-        raise
+            # ValueError: a NUL in the path
+            raise InputError(f"cannot write {self.what} {self.path}: {_reason(exc)}") from None
+        raise exc
 
 
 def _temporary(target: Path, tmp: Path | None = None) -> tuple[int, bool]:

@@ -201,3 +201,54 @@ def test_plan_reports_progress_per_gpu_count_once_it_runs_long(monkeypatch):
     lines = shown.stderr.splitlines()
     assert lines and all(line.startswith("zerosim plan: [") for line in lines)
     assert f"] {len(sizes)}/{len(sizes)} GPU counts" in lines[-1]
+    # before the ranking, each stage's fewest GPU count is simulated: a phase of its own
+    assert [line.split("] ")[1].split(",")[0] for line in lines[:4]] == [
+        f"{i}/4 stages' fewest GPU counts simulated" for i in range(4)]
+
+
+def test_a_huge_shard_group_is_solved_not_tried(monkeypatch):
+    """Review U1: with shard_group = 2**19, plan tried every world size up to the next multiple
+    of it, building a scenario each, at every bisection step (92 s, silent). The fewest GPUs is
+    the first multiple of the shard group that fits, found with a few scenarios built."""
+    from zerosim.tradeoffs import plan as planning
+
+    scenario = load_scenario(ZERO_PAPER, ["cluster.nodes=512", "training.shard_group=4096"])
+    built = []
+    real = planning.with_world
+    monkeypatch.setattr(planning, "with_world",
+                        lambda s, gpus: (built.append(gpus), real(s, gpus))[1])
+    got = fewest_gpus(scenario, 3, 32 * GiB)
+    # ZeRO-3 of 7.5B fits 4 GPUs, but hybrid groups of 4096 need a world they divide: 512 nodes
+    assert got["gpus"] == 4096
+    assert all(gpus % 4096 == 0 for gpus in built)  # only sizes the shard group divides
+    assert len(built) <= 2 * 20  # a bisection over 2**20 GPUs: 20 steps, not 20 x 4096 tries
+    # with 64 GiB, ZeRO-3 of 7.5B fits 2 GPUs (16 x 7.5e9 / 2 bytes = 55.9 GiB); hpZ's partition of 4
+    # must divide the GPUs of the node, which below a node is the world: 4
+    assert fewest_gpus(paper(8), 3, 64 * GiB)["gpus"] == 2
+    hpz = load_scenario(ZERO_PAPER, ["training.zero_stage=3", "training.hpz_partition=4"])
+    assert fewest_gpus(hpz, 3, 64 * GiB)["gpus"] == 4
+    assert fewest_gpus(load_scenario(ZERO_PAPER, ["training.shard_group=16"]), 2,
+                       32 * GiB)["gpus"] == 16  # ZeRO-2 fits 6, the shard group makes it 16
+
+
+def test_plan_calls_fitting_only_what_simulate_calls_fitting():
+    """Review I5b: with 31.554 GiB GPUs, plan listed ZeRO-1 on 32 GPUs as fitting (the memory
+    model's 30.56 GiB in what the context and NCCL leave) where simulate says NO (its device
+    memory, the caching allocator's rounded segments, is 31.556 GiB). Now plan judges what it
+    simulates as simulate does."""
+    sets = ["training.seq_len=1024", "cluster.nodes=4", "cluster.hbm_GiB=31.554"]
+    budget = round(31.554 * GiB)
+    result = plan(load_scenario(ZERO_PAPER, sets), budget)
+    sim = run_zerosim("simulate", ZERO_PAPER, *(a for s in sets for a in ("--set", s)), "--stage",
+                      1, "--json").json[0]
+    assert sim["device_bytes"] > budget  # simulate: NO on 32 GPUs
+    zero1 = result["stages"][1]
+    assert not zero1["fits"] and "device memory as simulated" in zero1["why_not"]
+    assert (32, 1) not in {(c["world_size"], c["stage"]) for c in result["configurations"]}
+    assert zero1["fewest"]["gpus"] == 40  # the next whole node
+    on_40 = run_zerosim("simulate", ZERO_PAPER, *(a for s in sets for a in ("--set", s)),
+                        "--set", "cluster.nodes=5", "--stage", 1, "--json").json[0]
+    assert on_40["device_bytes"] <= budget  # simulate: fits on 40
+    for config in result["configurations"]:  # every one that plan calls fitting, simulate does
+        assert config["world_size"] != 32 or config["stage"] != 1
+    assert any("simulate says no there" in note for note in result["notes"])

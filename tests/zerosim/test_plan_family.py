@@ -198,11 +198,13 @@ def test_shard_groups_divide_the_world_and_follow_node_boundaries(world, per_nod
 def test_progress_counts_gpu_counts_and_candidates():
     calls = []
     result = plan(load_scenario(ZERO_PAPER), 32 * GiB, allow=("offload",),
-                  progress=lambda done, total: calls.append((done, total)))
+                  progress=lambda done, total, unit: calls.append((done, total, unit)))
     sizes = {c["world_size"] for c in result["configurations"]}
     ranked = [e for e in result["candidates"] if e["step_time_s"] is not None]
     total = len(sizes) + len(ranked)
-    assert calls == [(done, total) for done in range(1, total + 1)]
+    fewest = "stages' fewest GPU counts simulated"  # the phase before, one call per stage
+    assert calls == [(done, 4, fewest) for done in range(4)] + [
+        (done, total, "GPU counts and candidates") for done in range(1, total + 1)]
 
 
 def test_a_scenario_with_its_own_shard_group_is_planned_on_the_worlds_it_allows():
@@ -233,3 +235,20 @@ def test_candidates_are_their_scheme_alone_when_the_scenario_sets_another():
                          2).host_bytes
     assert any(n.startswith("the scenario sets shard_group = 8: the plain stages keep it")
                for n in result["notes"])
+
+
+def test_a_candidate_is_judged_as_simulate_judges_it():
+    """Review I5b for --allow: a candidate whose memory-model peak fits is simulated; where its
+    simulated device memory passes the GPU's (1 MiB here), it does not fit, as simulate says."""
+    from zerosim.tradeoffs import plan_family
+
+    scenario = load_scenario(ZERO_PAPER, ["training.seq_len=1024"])
+    entries, fitting, _ = plan_family.consider(scenario, ("offload",), 32 * GiB)
+    plan_family.rank(entries, fitting, "auto", lambda: None)  # no budget: each one ranked
+    assert fitting and all(e["step_time_s"] is not None for e in entries if e["fits"])
+    entries, fitting, _ = plan_family.consider(scenario, ("offload",), 32 * GiB)
+    fit = [e["label"] for e in entries if e["fits"]]
+    plan_family.rank(entries, fitting, "auto", lambda: None, budget_bytes=2**20)
+    for entry in (e for e in entries if e["label"] in fit):
+        assert not entry["fits"] and entry["step_time_s"] is None
+        assert "> 0.00 GiB of device memory as simulated" in entry["why_not"]

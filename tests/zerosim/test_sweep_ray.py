@@ -244,3 +244,10 @@ def test_an_address_without_the_ray_executor_is_a_usage_error(tmp_path):
                          "--out", tmp_path / "r.csv")
     assert_one_line_error(result, "--address auto", "--executor ray")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_million_points_are_chunks_of_at_most_16():
+    """Review U3: a chunk's rows are held until it is written, so no chunk grows with the sweep
+    (1,000,000 // (2 x 32) would be 15,625 points, about 1.9 GB of rows)."""
+    chunks = chunks_of(range(1_000_000), cpus=2)
+    assert {len(c) for c in chunks} == {16} and len(chunks) == 62_500

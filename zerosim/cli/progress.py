@@ -29,7 +29,12 @@ class ProgressBar:
         self._last_tenth = -1
         self.open = False
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, unit: str | None = None) -> None:
+        """`unit`: what is counted from now on, for a command with phases (plan: the stages'
+        fewest GPU counts checked, then the GPU counts ranked)."""
+        if unit is not None and unit != self.unit:
+            self.close()
+            self.unit, self._last_tenth = unit, -1
         elapsed_s = self.clock() - self.start_s
         if elapsed_s < self.delay_s:
             return

@@ -25,20 +25,26 @@ def run_sweep(args: argparse.Namespace) -> int:
     sweep_files.output_format(args.out)  # a wrong name or place fails before any work
     varies = [sweep.parse_vary(text) for text in args.vary]
     total = sweep.count_points(varies)
-    executor = None
+    executor, jobs = None, args.jobs
     if args.executor == "ray":
         from zerosim.tradeoffs import sweep_ray
 
         executor = sweep_ray.executor(args.address, args.jobs)  # no Ray: one line, now
+    elif jobs is not None and jobs > sweep.default_jobs():  # more would only share the cores
+        jobs = sweep.default_jobs()
+        print(f"zerosim sweep: --jobs {args.jobs} is more than the {jobs} cores this process may "
+              f"run on: {jobs} processes", file=sys.stderr)
     start_s = time.perf_counter()
     bar = None if args.quiet else after_delay("zerosim sweep:", start_s)
-    with bar or contextlib.nullcontext():  # SIGTERM unwinds here as Ctrl-C does (commandline)
-        rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed,
-                               jobs=args.jobs, mode=args.mode, progress=bar, executor=executor)
-    sweep_files.write_results(args.out, rows, args.scenario, varies, args.overrides,
-                              args.deepspeed)
+    rows = sweep.run_sweep(args.scenario, varies, args.overrides, args.deepspeed, jobs=jobs,
+                           mode=args.mode, progress=bar, executor=executor)
+    # each row goes to the file as it comes; closing the rows stops the workers whatever ends
+    # the writing (a bad point, a full disk, Ctrl-C; SIGTERM unwinds here too: commandline)
+    with bar or contextlib.nullcontext(), contextlib.closing(rows):
+        count = sweep_files.write_results(args.out, rows, args.scenario, varies,
+                                          args.overrides, args.deepspeed)
     if not args.quiet:
-        print(f"zerosim sweep: {total} points, {len(rows)} rows in "
+        print(f"zerosim sweep: {total} points, {count} rows in "
               f"{time.perf_counter() - start_s:.1f} s -> {args.out}", file=sys.stderr)
     return EXIT_OK
 
@@ -51,8 +57,7 @@ def run_plan(args: argparse.Namespace) -> int:
     start_s = time.perf_counter()
     scenario = load(args)
     budget_GiB = args.gpu_memory_GiB if args.gpu_memory_GiB is not None else scenario.cluster.hbm_GiB
-    unit = "GPU counts" + (" and candidates" if args.allow else "")
-    with after_delay("zerosim plan:", start_s, unit=unit) as bar:
+    with after_delay("zerosim plan:", start_s) as bar:  # plan names what it counts
         result = plan(scenario, round(budget_GiB * GiB), mode=args.mode, progress=bar,
                       allow=args.allow)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))

@@ -1,15 +1,18 @@
 """`zerosim plan`: which stage, how many GPUs, and how large a model, for a given GPU memory.
 
-Everything here is a search over the analytic memory model (memory.py: the ZeRO paper's formulas),
-so its answers are exactly consistent with `zerosim memory`; only the ranking of configurations
-that fit runs the simulator. Per-rank memory depends on the world size alone and never grows with
-it, and model memory never shrinks as the model grows, so each search is a bisection. What
+Every search here is over the analytic memory model (memory.py: the ZeRO paper's formulas), so
+its answers are exactly consistent with `zerosim memory`; the simulator ranks the configurations
+that fit, and judges them as `zerosim simulate` does: one whose simulated device memory (the
+caching allocator rounds buffers up) passes the GPU's is not called fitting, nor is a fewest GPU
+count (review I5b). Per-rank memory depends on the world size alone and never grows with it, and
+model memory never shrinks as the model grows, so each search is a bisection. What
 `--allow` adds, offload, hybrid sharding and ZeRO++ on the scenario's GPUs with the time each
 costs, is plan_family.py.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -22,10 +25,11 @@ from zerosim.parallel.mesh import mesh_of
 from zerosim.sim.device import overhead_bytes
 from zerosim.scenario.config import SHAPE_KEYS, Scenario
 from zerosim.tradeoffs import plan_family
-from zerosim.tradeoffs.plan_family import gib, gpus_text, overflow
+from zerosim.tradeoffs.plan_family import gib, gpus_text, over_text, overflow
 from zerosim.tradeoffs.sweep import rows_of
 
 MAX_GPUS = 1 << 20  # a million GPUs: past any real cluster, so "never fits" means never
+CONFIRM_STEPS = 8  # GPU counts simulated past the memory model's fewest before giving up
 
 
 def largest(fits: Callable[[int], bool], hi: int) -> int:
@@ -59,6 +63,12 @@ def gpu_count(scenario: Scenario, index: int) -> int:
     return index + 1 if index < per_node else (index - per_node + 2) * per_node
 
 
+def gpu_index(scenario: Scenario, gpus: int) -> int:
+    """Which candidate `gpus` is (gpu_count's inverse)."""
+    per_node = scenario.cluster.gpus_per_node
+    return gpus - 1 if gpus <= per_node else gpus // per_node + per_node - 2
+
+
 def _bare(scenario: Scenario, psi: int) -> Scenario:
     """The scenario's model as a bare Ψ of its own layer count (ZeRO-3's gather units)."""
     return replace(scenario, model=replace(scenario.model, params=psi,
@@ -88,16 +98,31 @@ def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str
 
 
 def valid_world(scenario: Scenario, index: int) -> tuple[int, Scenario]:
-    """The first world size from the index-th on that the scenario's own keys allow (its
-    shard_group must divide it, its hpz_partition a node's GPUs): its index, the scenario on it.
-    Plain ZeRO allows every one; a shard group g, one in at most g + n."""
-    last = index + scenario.parallelism.shard_group + scenario.cluster.gpus_per_node
-    for i in range(index, last):
-        try:
-            return i, with_world(scenario, gpu_count(scenario, i))
-        except InputError:
-            continue
-    return last, with_world(scenario, gpu_count(scenario, last))  # its refusal, if any
+    """The first world size from the index-th on that the scenario's own keys allow: its index,
+    the scenario on it (or the refusal of a key no world size satisfies). Solved, not tried:
+    trying each size built a scenario for up to shard_group + gpus_per_node sizes at every step of
+    the bisection (a shard group of 2**19 took 92 s; review U1)."""
+    i = allowed_index(scenario, index)
+    return i, with_world(scenario, gpu_count(scenario, i))
+
+
+def allowed_index(scenario: Scenario, index: int) -> int:
+    """The first candidate from the index-th on whose size the shard group g divides and, below a
+    node, the hpZ partition h divides too (scenario/family.check_scenario: hpZ's partition
+    divides the GPUs of a node, which is the world below one node). Below a node the sizes are
+    1, 2, ..., n: the next multiple of lcm(g, h). From a node on they are k n: k n is a multiple
+    of g every g / gcd(g, n) nodes."""
+    per_node = scenario.cluster.gpus_per_node
+    group = scenario.parallelism.shard_group or 1
+    if index < per_node - 1:
+        step = math.lcm(group, max(1, scenario.parallelism.hpz_partition))
+        size = -(-(index + 1) // step) * step
+        if size < per_node:
+            return size - 1
+        index = per_node - 1
+    nodes_step = group // math.gcd(group, per_node)
+    nodes = -(-(index - per_node + 2) // nodes_step) * nodes_step
+    return nodes + per_node - 2
 
 
 def fewest_gpus(scenario: Scenario, stage: int, gpu_bytes: int) -> dict[str, Any]:
@@ -156,20 +181,91 @@ def _stage_rows(scenario: Scenario, budget_bytes: int, budget: int) -> list[dict
     return stages
 
 
+def _simulated(scenario: Scenario, gpus: int, stage: int, mode: str,
+               cache: dict[tuple[int, int], dict]) -> dict[str, Any]:
+    """The stage's sweep row on `gpus` GPUs (sweep.rows_of: memory and the simulated step), each
+    simulated once however many questions plan asks of it."""
+    if (gpus, stage) not in cache:
+        cache[gpus, stage] = rows_of(with_world(scenario, gpus), [stage], {}, mode)[0]
+    return cache[gpus, stage]
+
+
 def _rank(scenario: Scenario, sizes: list[int], budget_bytes: int, mode: str,
-          done: Callable[[], None]) -> tuple[list[dict], list[str]]:
-    """Each world size's fitting stages, simulated; a world zerosim refuses is a note."""
-    configs, notes = [], []
+          done: Callable[[], None], cache: dict) -> tuple[list[dict], list[str]]:
+    """Each world size's fitting stages, simulated; a world zerosim refuses is a note. A stage
+    fits as simulate judges it: the memory model's peak in what the CUDA context and NCCL's
+    buffers leave, and the simulated device memory (the caching allocator's segments, which
+    round the buffers up, with the context and buffers) in the GPU's memory; one that passes
+    the first and not the second is a note, not a configuration (review I5b)."""
+    configs, notes, over = [], [], []
     for gpus in sizes:
         try:
             world = with_world(scenario, gpus)
             room = budget_bytes - overhead_bytes(world)
-            fitting = [s for s in STAGES if stage_memory(world, s).peak_bytes <= room]
-            configs.extend(rows_of(world, fitting, {}, mode))
+            rows = [_simulated(scenario, gpus, stage, mode, cache) for stage in STAGES
+                    if stage_memory(world, stage).peak_bytes <= room]
+            configs.extend(r for r in rows if r["device_bytes"] <= budget_bytes)
+            over.extend(r for r in rows if r["device_bytes"] > budget_bytes)
         except InputError as exc:  # e.g. too many ranks to simulate one by one
             notes.append(f"{gpus} GPUs not ranked: {exc}")
         done()
+    if over:
+        notes.append(f"not ranked, as simulate says they do not fit: "
+                     + ", ".join(f"{r['stage_name']} on {gpus_text(r['world_size'])} (the memory "
+                                 f"model's peak fits, but the device takes "
+                                 f"{over_text(r['device_bytes'], budget_bytes)})" for r in over)
+                     + "; the caching allocator rounds each buffer up to its blocks and segments")
     return configs, notes
+
+
+def _confirm_fewest(scenario: Scenario, stages: list[dict], budget_bytes: int, mode: str,
+                    cache: dict, progress: Callable | None = None) -> list[str]:
+    """Each stage's fewest GPU count (the memory model's) as simulate judges it: where the
+    simulated device memory passes the GPU's, the next counts up, at most CONFIRM_STEPS of them
+    (the allocator's rounding is a few blocks, so the next count or two fit)."""
+    notes = []
+    for done, entry in enumerate(stages):
+        if progress is not None:  # under jitter each simulation takes seconds
+            progress(done, len(stages), "stages' fewest GPU counts simulated")
+        fewest = entry["fewest"]
+        if fewest["gpus"] is None:
+            continue
+        index, first = gpu_index(scenario, fewest["gpus"]), fewest["gpus"]
+        try:
+            for _ in range(CONFIRM_STEPS):
+                gpus = gpu_count(scenario, index)
+                row = _simulated(scenario, gpus, entry["stage"], mode, cache)
+                if row["device_bytes"] <= budget_bytes:
+                    break
+                index = allowed_index(scenario, index + 1)
+            else:
+                fewest.update(gpus=None, peak_bytes=None, why=(
+                    f"the memory model fits it on {first:,} GPUs, but simulate says no there "
+                    f"nor on the next {CONFIRM_STEPS - 1} counts (device memory over "
+                    f"{gib(budget_bytes)})"))
+                continue
+        except InputError:  # no count past this one can be simulated: the model's answer stands
+            continue
+        if gpus != first:
+            fewest.update(gpus=gpus, peak_bytes=row["peak_bytes"])
+            notes.append(f"{entry['name']}: the memory model fits it on {gpus_text(first)}, but "
+                         f"simulate says no there (the caching allocator rounds the buffers up "
+                         f"to its blocks and segments): {gpus_text(gpus)} is the fewest that "
+                         f"simulate says fit")
+    return notes
+
+
+def _simulated_misfits(scenario: Scenario, stages: list[dict], budget_bytes: int,
+                       cache: dict) -> None:
+    """The stages that fit the scenario's GPUs by the memory model, but not as simulated."""
+    for entry in stages:
+        row = cache.get((scenario.world_size, entry["stage"]))
+        if entry["fits"] and row is not None and row["device_bytes"] > budget_bytes:
+            entry["fits"] = False
+            entry["why_not"] = (f"needs {over_text(row['device_bytes'], budget_bytes)} of "
+                                f"device memory as simulated (the memory model's peak "
+                                f"{gib(row['peak_bytes'])} fits; the caching allocator rounds "
+                                f"the buffers up to its blocks and segments)")
 
 
 def _notes(scenario: Scenario, stages: list[dict], configs: list[dict]) -> list[str]:
@@ -191,26 +287,32 @@ def _notes(scenario: Scenario, stages: list[dict], configs: list[dict]) -> list[
 
 
 def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
-         progress: Callable[[int, int], None] | None = None,
+         progress: Callable[..., None] | None = None,
          allow: tuple[str, ...] = ()) -> dict[str, Any]:
-    """`progress(done, total)` after each GPU count simulated (jitter makes each take seconds),
-    and after each --allow candidate simulated (plan_family); `allow` names those schemes."""
+    """`progress(done, total, unit)` before each stage's fewest GPU count is simulated, then
+    after each GPU count simulated (jitter makes each take seconds) and after each --allow
+    candidate simulated (plan_family); `allow` names those schemes."""
     overhead = overhead_bytes(scenario)
     budget = budget_bytes - overhead  # what the buffers may take on the scenario's GPUs
     stages = _stage_rows(scenario, budget_bytes, budget)
     entries, fitting, family_notes = plan_family.consider(scenario, allow, budget)
     timed = scenario.training.seq_len is not None  # a bare Ψ without a sequence has no step time
+    cache: dict[tuple[int, int], dict] = {}
+    confirmed = (_confirm_fewest(scenario, stages, budget_bytes, mode, cache, progress)
+                 if timed else [])
     sizes = candidate_gpus(scenario, [s["fewest"]["gpus"] for s in stages]) if timed else []
     fitting = fitting if timed else []
     count = iter(range(1, len(sizes) + len(fitting) + 1))
+    unit = "GPU counts" + (" and candidates" if allow else "")
 
     def done() -> None:
         step = next(count)
         if progress is not None:
-            progress(step, len(sizes) + len(fitting))
-    configs, notes = _rank(scenario, sizes, budget_bytes, mode, done)
-    family_notes += plan_family.rank(entries, fitting, mode, done)
-    notes += _notes(scenario, stages, configs)
+            progress(step, len(sizes) + len(fitting), unit)
+    configs, notes = _rank(scenario, sizes, budget_bytes, mode, done, cache)
+    _simulated_misfits(scenario, stages, budget_bytes, cache)
+    family_notes += plan_family.rank(entries, fitting, mode, done, budget_bytes)
+    notes += confirmed + _notes(scenario, stages, configs)
     pick = {
         "fastest": min(configs, key=lambda r: (r["step_time_s"], r["world_size"], r["stage"]),
                        default=None),

@@ -17,7 +17,7 @@ the same GPUs.
 
 Candidates start from the scenario's [training] with every key of these schemes at its default
 (PLAIN), so each candidate is exactly its scheme. How plan words a size and a misfit (gib,
-overflow) lives here too, so that plan.py and this module say them alike.
+overflow, over_text) lives here too, so that plan.py and this module say them alike.
 """
 
 from __future__ import annotations
@@ -53,6 +53,15 @@ def gib(size_bytes: float) -> str:
     unit, size = next(((u, v) for u, v in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
                        if size_bytes >= v / 10), ("bytes", 1))
     return f"{size_bytes / size:.4g} {unit}"
+
+
+def over_text(size_bytes: int, budget_bytes: int) -> str:
+    """'31.556 GiB > 31.554 GiB': GiB with as many decimals as show the two apart."""
+    for places in range(2, 10):
+        size, budget = (f"{b / GiB:.{places}f}" for b in (size_bytes, budget_bytes))
+        if size != budget:
+            break
+    return f"{size} GiB > {budget} GiB"
 
 
 def overflow(row, budget_bytes: int) -> str:
@@ -180,13 +189,20 @@ def consider(scenario: Scenario, allow: tuple[str, ...],
 
 
 def rank(entries: list[dict], fitting: list[Scenario], mode: str,
-         done: Callable[[], None]) -> list[str]:
-    """Simulate each fitting candidate as plan simulates the stages; `done()` after each."""
+         done: Callable[[], None], budget_bytes: int | None = None) -> list[str]:
+    """Simulate each fitting candidate as plan simulates the stages; `done()` after each. One
+    whose simulated device memory passes `budget_bytes` does not fit, as simulate says."""
     notes = []
-    for entry, built in zip((e for e in entries if e["fits"]), fitting):
+    for entry, built in zip([e for e in entries if e["fits"]], fitting):
         try:
             row = rows_of(built, [entry["stage"]], {}, mode)[0]
-            entry.update({key: row[key] for key in RANKED})
+            if budget_bytes is not None and row["device_bytes"] > budget_bytes:
+                entry.update(fits=False, why_not=(
+                    f"needs {over_text(row['device_bytes'], budget_bytes)} of device memory "
+                    f"as simulated (the memory model's peak fits; the caching allocator rounds "
+                    f"the buffers up to its blocks and segments)"))
+            else:
+                entry.update({key: row[key] for key in RANKED})
         except InputError as exc:
             notes.append(f"{entry['label']} not ranked: {exc}")
         done()

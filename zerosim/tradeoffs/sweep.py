@@ -9,6 +9,7 @@ sweep_ray.py), so the same input gives the same file (sweep_files.py).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -32,8 +33,12 @@ from zerosim.scenario.load import load_scenario, parse_override
 from zerosim.sim.costs import op_model
 from zerosim.sim.engine import simulate
 
-MAX_POINTS = 1_000_000  # a million points is already gigabytes of rows
+MAX_POINTS = 1_000_000  # a million points is already gigabytes of file
 ORPHAN_POLL_S = 0.5  # how soon a worker notices its parent is gone
+CHUNKS_PER_JOB = 32  # points go to workers in chunks: uneven points still spread over them
+MAX_CHUNK_POINTS = 16  # at most: a chunk's rows (~30 kB each) are held until written
+IN_FLIGHT_PER_JOB = 2  # chunks queued or running per worker, so no worker waits on the parent
+STOP_TIMEOUT_S = 30.0  # a stopped pool's manager thread ends in milliseconds; never wait forever
 RESULT_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes",  # as simulated
                   "tokens_per_s_per_gpu", "mfu", "algorithm")
 MEMORY_COLUMNS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes",
@@ -83,12 +88,24 @@ def parse_vary(text: str) -> Vary:
     values = tuple(value for _, _, value in parsed)
     seen: dict[str, str] = {}
     for value, value_text in zip(values, texts):
-        canonical = json.dumps(value, sort_keys=True)
+        canonical = json.dumps(_same_numbers(value), sort_keys=True)
         if canonical in seen:
             raise InputError(f"--vary {text!r}: {value_text} and {seen[canonical]} are the same "
                              f"value; give each once")
         seen[canonical] = value_text
     return Vary(f"{table}.{key}", tuple(texts), values)
+
+
+def _same_numbers(value: Any) -> Any:
+    """The value with every number that equals a float written as that float, so that values
+    equal after parsing (1, 1.0 and 1e0; [1] and [1.0]) compare the same; a bool stays a bool."""
+    if isinstance(value, list):
+        return [_same_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _same_numbers(item) for key, item in value.items()}
+    if isinstance(value, int) and not isinstance(value, bool) and float(value) == value:
+        return float(value)
+    return value
 
 
 def check_varies(varies: Sequence[Vary], overrides: Sequence[str]) -> None:
@@ -204,12 +221,20 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Drop the queued points and stop the running ones now (a point can take minutes), as
-    Python 3.14's ProcessPoolExecutor.terminate_workers does."""
+    Python 3.14's ProcessPoolExecutor.terminate_workers does; then wait for the pool's manager
+    thread to close its pipes. Left running, it raced the interpreter's exit: atexit's
+    concurrent.futures._python_exit wakes it through a pipe it may be closing that instant, and
+    printed "_send_bytes ... OSError: [Errno 9] Bad file descriptor" (review T4; CPython 3.11's
+    _ThreadWakeup checks `_closed` without a lock; CPython's gh-125451 gave it one, on 3.12 on)."""
     workers = list((pool._processes or {}).values())  # shutdown forgets them
+    manager = getattr(pool, "_executor_manager_thread", None)  # and its thread
     pool.shutdown(wait=False, cancel_futures=True)
     for worker in workers:
         worker.terminate()
+    for worker in workers:
         worker.join()
+    if manager is not None:  # the dead workers break the pool: it cleans up and ends
+        manager.join(STOP_TIMEOUT_S)
 
 
 def default_jobs() -> int:
@@ -221,9 +246,12 @@ def default_jobs() -> int:
 
 def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[str] = (),
               deepspeed: str | None = None, jobs: int | None = None, mode: str = "auto",
-              progress: Callable[[int, int], None] | None = None, executor=None) -> list[dict]:
-    """All rows, in product order. The first point that cannot be simulated stops the sweep.
-    `executor` runs the points elsewhere (sweep_ray.executor: Ray); else a pool of `jobs`."""
+              progress: Callable[[int, int], None] | None = None,
+              executor=None) -> Iterator[dict]:
+    """The rows, in product order, as they are ready (sweep_files writes each as it comes, so
+    what is held is the points in flight, not the sweep). The first point that cannot be
+    simulated stops the sweep. `executor` runs the points elsewhere (sweep_ray.executor: Ray);
+    else a pool of `jobs` processes, at most the cores this process may run on."""
     check_varies(varies, overrides)
     total = count_points(varies)
     if total > MAX_POINTS:
@@ -232,31 +260,60 @@ def run_sweep(scenario_path: str, varies: Sequence[Vary], overrides: Sequence[st
                          f"{MAX_POINTS:,} per sweep: split it")
     work = ((scenario_path, deepspeed, point, tuple(varies), mode)
             for point in points(varies, overrides))
-    jobs = min(jobs or default_jobs(), total)
-    rows: list[dict] = []
 
-    def collect(results: Iterator, report=progress) -> None:
+    def collect(results: Iterator, report=progress) -> Iterator[dict]:
         for done, result in enumerate(results, 1):
             if isinstance(result, str):
                 raise InputError(result)
-            rows.extend(result)
+            yield from result
             if report is not None:
                 report(done, total)
 
     if executor is not None:  # it reports progress itself, as points finish in any order
         with contextlib.closing(executor(_run_point, list(work), progress)) as results:
-            collect(results, report=None)
-        return rows
+            yield from collect(results, report=None)
+        return
+    jobs = min(jobs or default_jobs(), default_jobs(), total)
     if jobs <= 1:
-        collect(map(_run_point, work))
-        return rows
+        yield from collect(map(_run_point, work))
+        return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
                                initializer=_init_worker, initargs=(os.getpid(),))
+    chunk = max(1, min(total // (jobs * CHUNKS_PER_JOB), MAX_CHUNK_POINTS))
     try:
-        collect(pool.map(_run_point, work, chunksize=max(1, total // (jobs * 32))))
+        yield from collect(in_order(lambda c: pool.submit(_run_points, c),
+                                    _chunks(work, chunk), jobs * IN_FLIGHT_PER_JOB))
     except BaseException:  # a bad point, Ctrl-C, SIGTERM (cli): no more work, no orphans
         _stop_workers(pool)
         raise
     pool.shutdown(wait=True)
-    return rows
+
+
+def _run_points(jobs: Sequence[tuple]) -> list:
+    """Worker: _run_point of each job of a chunk, up to the first that fails."""
+    results = []
+    for job in jobs:
+        results.append(_run_point(job))
+        if isinstance(results[-1], str):
+            break
+    return results
+
+
+def _chunks(work: Iterator, size: int) -> Iterator[list]:
+    while chunk := list(itertools.islice(work, size)):
+        yield chunk
+
+
+def in_order(submit: Callable[[Any], Any], chunks: Iterator, in_flight: int) -> Iterator:
+    """Each chunk's results in order: submit(chunk) gives a future of its list; at most
+    `in_flight` chunks are submitted and not yet handed on, so the results held wait on the
+    slowest of a few chunks, never on the whole sweep (ProcessPoolExecutor.map submits every
+    chunk at once, and keeps every finished one until its turn)."""
+    pending: collections.deque = collections.deque()
+    for chunk in chunks:
+        if len(pending) == in_flight:
+            yield from pending.popleft().result()
+        pending.append(submit(chunk))
+    while pending:
+        yield from pending.popleft().result()

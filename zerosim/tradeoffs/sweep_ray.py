@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from zerosim.errors import InputError
+from zerosim.tradeoffs.sweep import MAX_CHUNK_POINTS
 
 RAY_EXTRA = "--executor ray needs the optional extra: pip install 'zerosim[ray]'"
 CHUNKS_PER_CPU = 32  # as the local pool's chunksize: uneven points still spread over the CPUs
@@ -91,8 +92,9 @@ def _connect(ray, address: str | None) -> None:
 
 
 def chunks_of(work: Sequence, cpus: int) -> list[Sequence]:
-    """Consecutive runs of points, CHUNKS_PER_CPU per CPU (the local pool's chunk size)."""
-    size = max(1, len(work) // (cpus * CHUNKS_PER_CPU))
+    """Consecutive runs of points, CHUNKS_PER_CPU per CPU and at most MAX_CHUNK_POINTS (the
+    local pool's chunk size: a chunk's rows are held until it is written)."""
+    size = max(1, min(len(work) // (cpus * CHUNKS_PER_CPU), MAX_CHUNK_POINTS))
     return [work[start:start + size] for start in range(0, len(work), size)]
 
 

@@ -4,7 +4,8 @@ Every rank of a per-rank run (jitter, or --mode per_rank), and every straggler o
 costs memory in proportion to its step: the lockstep run (strands.py) keeps, per rank, a time
 and an anchor for each memory operation and a put and a join time for each collective; a rank
 simulated event by event keeps its queued collectives as simpy events; with an event log
-(--trace) every rank keeps its events and memory samples. The estimate counts those in the
+(--trace) every rank keeps its events and memory samples, and the trace of them is held whole
+while it is written. The estimate counts those in the
 step of one rank of the uniform cluster (engine.step_counts) times the figures below, measured
 with tracemalloc on the ZeRO paper's 7.5B scenario (128 to 4096 ranks, stages 0-3; within a
 factor of 2 of the peak: tests/zerosim/test_jitter_budget.py). A step whose estimate exceeds
@@ -50,6 +51,12 @@ BYTES_PER_SAMPLE = 300
 """With an event log, per rank and memory sample: its time and bytes by category."""
 BYTES_PER_LOGGED_RANK = 32 * 2**10
 """With an event log, per rank: the rank replayed event by event (its context and allocator)."""
+BYTES_PER_TRACE_RECORD = 1_850
+"""With an event log, per rank and event or memory sample: its trace, held whole while it is
+written (cli/simulation.py: sim/trace.chrome_trace's two dicts for it, their JSON text and that
+text's UTF-8 bytes; the file is ~460 bytes per record). Measured with tracemalloc on the ZeRO
+paper's 7.5B scenario, 5% jitter, 128 ranks: 1.67 kB (stage 3, half of it samples) to 1.82 kB
+(stage 0) beyond the step's own; left out, the estimate was 5 times too small (review U2)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +86,8 @@ def bytes_per_rank(counts: StepCounts, lockstep: bool, keep_events: bool) -> int
     else:
         size = BYTES_PER_SIMULATED_RANK + BYTES_PER_QUEUED_COLLECTIVE * counts.collectives
     if keep_events:
-        size += (BYTES_PER_LOGGED_RANK + BYTES_PER_EVENT * counts.events
-                 + BYTES_PER_SAMPLE * counts.samples)
+        size += (BYTES_PER_LOGGED_RANK + (BYTES_PER_EVENT + BYTES_PER_TRACE_RECORD) * counts.events
+                 + (BYTES_PER_SAMPLE + BYTES_PER_TRACE_RECORD) * counts.samples)
     return size
 
 
