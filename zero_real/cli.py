@@ -83,6 +83,10 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
         shard_group = [f"parallelism.shard_group={args.shard_group}"]
     flagged = [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}",
                f"training.zero_stage={args.stage}", *shard_group]
+    # The stage is not recorded among the overrides (the measurement has its own): a --set of
+    # another one would be measured as --stage's without a word.
+    preflight.check_overrides_agree(args.overrides,
+                                    {"training.zero_stage": ("--stage", args.stage)})
     scenario = load_scenario(args.scenario, [*args.overrides, *flagged])
     # The measurement records what validate cannot know: it sets the cluster and the stage
     # itself, but rebuilds the rest from the overrides, the shard group's flag among them.

@@ -74,7 +74,8 @@ def gradient_shards(rank: int, world_size: int, setup: RankSetup, stage: int, sc
 
     cpu, t = torch.device("cpu"), scenario.training
     recorder = Recorder(rank, cpu, profile_memory=False)
-    comm = Collectives("native", rank, world_size, recorder, setup.backend)
+    comm = Collectives("native", rank, world_size, recorder, setup.backend,
+                       timeout_s=setup.timeout_s)
     model = build_model(scenario.model, flash=scenario.training.flash_attention)
     engine = STAGES[stage](model, scenario, rank=rank, world_size=world_size,
                            comm=comm, recorder=recorder, device=cpu, seed=seed, lr=lr)

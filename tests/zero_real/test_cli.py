@@ -2,6 +2,7 @@
 mid-run. Flags out of range: test_flags.py; outputs: test_outputs.py."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -130,6 +131,54 @@ def test_a_rank_hanging_mid_step_is_named_and_every_rank_stopped():
 def test_unsupported_scenario_settings_are_refused(override, fragment):
     assert_one_line_error(run_zero_real("run", TINY, "--stage", "1", "--set", override),
                           fragment, "zero_real; it supports")
+
+
+@pytest.mark.parametrize("settings, fragment, supported", [
+    (["training.precision=bf16", "training.reduce_dtype=fp32"], "training.reduce_dtype = fp32",
+     "gradients reduced in the parameters' dtype (param)"),
+    (["training.framework=deepspeed"], "training.framework = deepspeed",
+     "the ZeRO paper's stages (zero)"),
+    (["training.framework=fsdp2"], "training.framework = fsdp2", "the ZeRO paper's stages (zero)"),
+])
+def test_settings_zero_real_does_not_implement_are_refused_before_launch(dry_run, settings,
+                                                                         fragment, supported):
+    """Review I10: these ran as something else (gradients reduced in bf16; the paper's stages,
+    not DeepSpeed's or FSDP2's), their summary comparing with a zerosim that modelled them."""
+    argv = [x for setting in settings for x in ("--set", setting)]
+    done = dry_run("run", TINY, "--stage", "3", "--nproc", "2", *argv)
+    assert done.result is not None, f"launched with {settings}"
+    assert_one_line_error(done.result, fragment, f"zero_real; it supports {supported}")
+
+
+@pytest.mark.parametrize("setting, flags, message", [
+    ("training.zero_stage=7", ["--stage", "3"],
+     "--set training.zero_stage=7 disagrees with --stage, which makes training.zero_stage = 3"),
+    ("training.zero_stage=1", ["--stage", "3"],
+     "--set training.zero_stage=1 disagrees with --stage, which makes training.zero_stage = 3"),
+])
+def test_a_set_zero_stage_is_refused_unless_it_agrees_with_stage(dry_run, setting, flags,
+                                                                 message):
+    """Review I10: `--set training.zero_stage=7` was silently replaced by --stage. The flag
+    decides; a --set saying otherwise is refused, one saying the same runs. (--shard-group and
+    --nproc win over --set as test_offload_hybrid.py says: the measurement records both.)"""
+    done = dry_run("run", TINY, *flags, "--set", setting)
+    assert done.result is not None, f"launched with --set {setting} and {flags}"
+    assert_one_line_error(done.result, message)
+    agreeing = setting.split("=")[0] + "=" + message.rsplit(" = ", 1)[1]
+    done = dry_run("run", TINY, *flags, "--set", agreeing)
+    assert done.result is None and done.launched.stage == 3, done.result
+
+
+def test_an_out_that_is_a_named_pipe_is_refused_before_the_run(dry_run, tmp_path):
+    """Review H3: `--out FIFO` passed the check, and the measurement's write waited, after the
+    whole run, for a reader that never came. Refused before anything starts (run and
+    calibrate share the check)."""
+    fifo = tmp_path / "m.json"
+    os.mkfifo(fifo)
+    for argv in (["run", TINY, "--stage", "1"], ["calibrate", TINY, "--nproc", "1"]):
+        done = dry_run(*argv, "--out", fifo)
+        assert done.result is not None, f"{argv[0]} launched with --out a named pipe"
+        assert_one_line_error(done.result, f"--out {fifo}", "a named pipe")
 
 
 def test_kernels_zero_real_does_not_run_are_refused():

@@ -75,7 +75,7 @@ def _all_reduce_through(monkeypatch, mode: str, world_size: int, backend: str, d
 
     monkeypatch.setattr(collectives.dist, "all_reduce", all_reduce)
     recorder = Recorder(0, torch.device("cpu"), profile_memory=False)
-    comm = collectives.Collectives(mode, 0, world_size, recorder, backend)
+    comm = collectives.Collectives(mode, 0, world_size, recorder, backend, timeout_s=5)
     comm.all_reduce(torch.zeros(4, device=device), name="bucket 3")
     return calls, log, [(e["name"], e["op"], e["bytes"]) for e in recorder.events]
 
@@ -105,9 +105,9 @@ def test_only_native_gloo_on_cpu_between_processes_polls():
     from zero_real.parts.collectives import Collectives
 
     cpu = torch.zeros(1)
-    assert Collectives(NATIVE, 0, 2, None, "gloo").polls(cpu)
-    assert not Collectives(RING, 0, 2, None, "gloo").polls(cpu)
-    assert not Collectives(NATIVE, 0, 1, None, "gloo").polls(cpu)
-    assert not Collectives(NATIVE, 0, 2, None, "nccl").polls(cpu)
-    assert not Collectives(NATIVE, 0, 2, None, "fake").polls(cpu)
-    assert not Collectives(NATIVE, 0, 2, None, "gloo").polls(torch.zeros(1, device="meta"))
+    assert Collectives(NATIVE, 0, 2, None, "gloo", timeout_s=5).polls(cpu)
+    assert not Collectives(RING, 0, 2, None, "gloo", timeout_s=5).polls(cpu)
+    assert not Collectives(NATIVE, 0, 1, None, "gloo", timeout_s=5).polls(cpu)
+    assert not Collectives(NATIVE, 0, 2, None, "nccl", timeout_s=5).polls(cpu)
+    assert not Collectives(NATIVE, 0, 2, None, "fake", timeout_s=5).polls(cpu)
+    assert not Collectives(NATIVE, 0, 2, None, "gloo", timeout_s=5).polls(torch.zeros(1, device="meta"))

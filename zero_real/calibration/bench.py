@@ -129,7 +129,7 @@ def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Prog
                    len(cfg.collective_modes) * len(COLLECTIVE_OPS) * len(cfg.sizes))
     rows = []
     for impl in cfg.collective_modes:
-        comm = Collectives(impl, rank, n, recorder, cfg.backend)
+        comm = Collectives(impl, rank, n, recorder, cfg.backend, timeout_s=cfg.timeout_s)
         for op in COLLECTIVE_OPS:
             for size in cfg.sizes:
                 buf, run = _collective_call(comm, op, size, n, device)

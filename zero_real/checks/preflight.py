@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from zerosim.errors import InputError
-from zerosim.files import check_writable
+from zerosim.files import check_writable, refuse_special
+from zerosim.frameworks import FRAMEWORKS
 from zerosim.units import GiB, MiB
 
 TORCH_MISSING = ("torch is not installed; install the build you want (e.g. pip install torch), "
@@ -59,11 +60,31 @@ def box_info() -> dict[str, Any]:
 
 def check_out(out: str | None) -> None:
     """An output file that can be written: checked before the run, not after it (a typo must
-    not cost the whole run). The write itself is whole or nothing (zerosim.files)."""
+    not cost the whole run). The write itself is whole or nothing (zerosim.files). No named
+    pipe, socket or device: opening one for the measurement would wait, after the whole run,
+    for a reader that may never come."""
     if out == "":
         raise InputError("--out is empty; give a file name, e.g. --out m.json")
     if out is not None:
+        refuse_special(out, "--out")
         check_writable(Path(out), "--out")
+
+
+def check_overrides_agree(overrides, decided: dict[str, tuple[str, Any]]) -> None:
+    """A `--set` of a key that a flag decides (`decided`: table.key -> the flag and its value)
+    agrees with the flag, or is refused: the flag wins, and a run of something other than the
+    --set asked for would be measured without a word (`--set training.zero_stage=7` under
+    `--stage 3`). The scenario file's own value is the flag's to replace: a file serves every
+    stage and world."""
+    from zerosim.scenario.load import parse_override
+
+    for text in overrides:
+        table, key, value = parse_override(text)
+        name = f"{table}.{key}"
+        if name in decided and value != decided[name][1]:
+            flag, wanted = decided[name]
+            raise InputError(f"--set {text} disagrees with {flag}, which makes {name} = {wanted} "
+                             f"in zero-real: leave {name} out, or set it to {wanted}")
 
 
 def check_devices(backend: str, local_procs: int) -> None:
@@ -83,6 +104,12 @@ def check_scenario(scenario, path: str) -> None:
         raise InputError(f"{path}: zero_real needs a model shape (hidden, heads, vocab, "
                          f"...), not a bare parameter count")
     unsupported = [
+        # FRAMEWORKS[0], "zero", is the ZeRO paper's accounting, which the stages here implement;
+        # the others' extras (DeepSpeed's fp32 gradient partition, FSDP2's, DDP's buckets) are not.
+        ("training.framework", t.framework, t.framework == FRAMEWORKS[0],
+         f"the ZeRO paper's stages ({FRAMEWORKS[0]})"),
+        ("training.reduce_dtype", t.reduce_dtype, t.reduce_dtype == "param",
+         "gradients reduced in the parameters' dtype (param)"),
         ("training.optimizer", t.optimizer, t.optimizer in ("adam", "adamw"),
          "Adam only (adam, adamw)"),
         ("training.optimizer_offload", t.optimizer_offload, t.optimizer_offload != "nvme",

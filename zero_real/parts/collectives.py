@@ -20,7 +20,8 @@ FSDP2's HSDP, MiCS): model states are sharded over the g consecutive ranks of a 
 their shard groups (zerosim.scenario.family's layout). torch.distributed.new_group is
 collective over the whole world: every rank creates every group, in the same order, members or
 not; the groups of a (world, g) are made once per process and reused by every stage built on
-them.
+them. Each group times out as the world does (`timeout_s`, the run's --timeout-s): new_group's
+own default is torch's 30 minutes, in which a stopped rank's peers would wait unreported.
 
 Waiting, native gloo on CPU between processes: each collective is started asynchronously and its
 work polled, the core yielded between polls, instead of waited for asleep in work.wait() (see
@@ -29,6 +30,7 @@ wait_yielding). Errors and timeouts still raise from work.wait(), called once th
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -73,13 +75,15 @@ def wait_yielding(work) -> None:
 
 class Collectives:
     """Collectives among the ranks of the world, or of one process group (`subgroup`): `rank`
-    and `world_size` are then this rank's place in the group and the group's size."""
+    and `world_size` are then this rank's place in the group and the group's size. `timeout_s`:
+    the world's timeout on each collective, which the process groups made from it get too."""
 
-    def __init__(self, mode: str, rank: int, world_size: int, recorder, backend: str):
+    def __init__(self, mode: str, rank: int, world_size: int, recorder, backend: str, *,
+                 timeout_s: float):
         if mode not in COLLECTIVE_IMPLS:
             raise ValueError(f"collectives mode {mode!r} is not one of {COLLECTIVE_IMPLS}")
         self.mode, self.rank, self.world_size = mode, rank, world_size
-        self.recorder, self.backend = recorder, backend
+        self.recorder, self.backend, self.timeout_s = recorder, backend, timeout_s
         self.group, self.ranks = None, range(world_size)  # group rank -> global rank
         self._in_group: dict = {}  # torch.distributed's group= argument (none for the world)
 
@@ -87,7 +91,7 @@ class Collectives:
         """The same collectives among `ranks` (global ranks, this one among them), over the
         process group `group` that every rank created (collectives.shard_groups_of)."""
         sub = Collectives(self.mode, ranks.index(self.ranks[self.rank]), len(ranks),
-                          self.recorder, self.backend)
+                          self.recorder, self.backend, timeout_s=self.timeout_s)
         sub.group, sub.ranks, sub._in_group = group, list(ranks), {"group": group}
         return sub
 
@@ -237,7 +241,8 @@ def shard_groups_of(comm: Collectives, g: int) -> ShardGroups:
     shards, replicas = shard_groups(n, g)
     key = (dist.group.WORLD, g)
     if key not in _GROUPS:
-        _GROUPS[key] = [dist.new_group(ranks) for ranks in shards + replicas]
+        timeout = datetime.timedelta(seconds=comm.timeout_s)  # not new_group's 30 minutes
+        _GROUPS[key] = [dist.new_group(ranks, timeout=timeout) for ranks in shards + replicas]
     handles = _GROUPS[key]
     shard, replica = rank // g, rank % g
     return ShardGroups(shard=comm.subgroup(handles[shard], shards[shard]),

@@ -6,7 +6,13 @@ bounded at every level: `timeout_s` on init and on every collective (gloo applie
 group's timeout to each operation, send/recv included); and here, if any rank exits non-zero, the
 others are terminated, then killed, and the error names the rank (the one that died, or the one
 that stopped making progress: see watch.py). A run's `run_timeout_s`, when given, bounds the whole
-run. SIGINT and SIGTERM unwind the launch the same way (signals_stop_the_run).
+run. SIGINT, SIGTERM and SIGHUP unwind the launch the same way (signals_stop_the_run).
+
+The fork server that starts the ranks is watched too: its death is named (its ranks die with
+it), and no wait depends on it answering. Exit codes it does not report (stopped by SIGSTOP) are
+read from the ranks' files and /proc (watch.ended, watch.failed), and a fork server still stopped
+when the ranks are over is killed, so that neither this launch nor the interpreter's exit (which
+joins every child) waits on it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from zero_real.run.runconfig import PRELOAD
 from zerosim.errors import InputError
 
 KILL_GRACE_S = 5.0
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))  # no SIGHUP on Windows
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -40,8 +48,9 @@ class RankFailed(RuntimeError):
 
 
 class Stopped(BaseException):
-    """SIGINT or SIGTERM, raised in the launcher's main thread so that the launch unwinds: ranks
-    stopped and reaped, workdir removed (BaseException: no `except Exception` swallows it)."""
+    """SIGINT, SIGTERM or SIGHUP (a closed terminal), raised in the launcher's main thread so that
+    the launch unwinds: ranks stopped and reaped, workdir removed (BaseException: no `except
+    Exception` swallows it)."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -50,12 +59,12 @@ class Stopped(BaseException):
 
 @contextlib.contextmanager
 def signals_stop_the_run():
-    """Within: SIGINT and SIGTERM raise Stopped in the main thread."""
+    """Within: SIGINT, SIGTERM and SIGHUP raise Stopped in the main thread."""
     def handler(signum, frame):
         raise Stopped(signum)
 
     try:
-        saved = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        saved = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
         saved = {}
     try:
@@ -103,13 +112,20 @@ def _entry(fn, rank: int, world_size: int, cfg, workdir: str, launcher_pid: int)
         init_distributed(rank, world, cfg.backend, f"file://{workdir}/store", cfg.timeout_s)
         world = dist.get_world_size()
         result = fn(rank, world, cfg)
-        torch.save(result, f"{workdir}/rank{rank}.pt")
+        # Whole or absent: where the fork server reports no exit code, this file says success.
+        torch.save(result, f"{workdir}/rank{rank}.pt.tmp")
+        os.replace(f"{workdir}/rank{rank}.pt.tmp", f"{workdir}/rank{rank}.pt")
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, then exit non-zero
+        interrupted = isinstance(exc, KeyboardInterrupt)
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         if os.environ.get("ZERO_REAL_DEBUG"):
             traceback.print_exc()
-        Path(f"{workdir}/rank{rank}.err").write_text(last.splitlines()[0], encoding="utf-8")
+        Path(f"{workdir}/rank{rank}.err").write_text(
+            watch.INTERRUPTED if interrupted else last.splitlines()[0], encoding="utf-8")
+        if interrupted:  # die of the signal, so the launcher names this rank, not its peers
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         os._exit(1)
 
 
@@ -121,6 +137,7 @@ def spawn(fn, nproc: int, cfg, timeout_s: float | None = None) -> list:
     before the workdir goes."""
     context = mp.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
+    _kill_if_stopped(_fork_server_pid())  # a stopped one would never start a rank: a new one will
     watch.sweep_stale()
     with tempfile.TemporaryDirectory(prefix=watch.PREFIX) as workdir:
         watch.mark_owner(workdir)
@@ -129,7 +146,7 @@ def spawn(fn, nproc: int, cfg, timeout_s: float | None = None) -> list:
         try:
             for p in procs:
                 p.start()
-            failure = _supervise(procs, workdir, cfg.timeout_s, timeout_s)
+            failure = _supervise(procs, workdir, cfg.timeout_s, timeout_s, _fork_server_pid())
         finally:
             _stop(procs)
         if failure is not None:
@@ -137,39 +154,78 @@ def spawn(fn, nproc: int, cfg, timeout_s: float | None = None) -> list:
         return [torch.load(f"{workdir}/rank{r}.pt", weights_only=False) for r in range(nproc)]
 
 
-def _supervise(procs, workdir: str, collective_timeout_s: float,
-               timeout_s: float | None) -> str | None:
+def _supervise(procs, workdir: str, collective_timeout_s: float, timeout_s: float | None,
+               fork_server_pid: int | None) -> str | None:
     """Wait for the ranks; the failure message, or None when every rank finished cleanly."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while any(p.exitcode is None for p in procs):
-        if any(p.exitcode not in (None, 0) for p in procs):
+    while True:
+        ended = [r for r, p in enumerate(procs) if watch.ended(p)]
+        failed = any(watch.failed(workdir, r, procs[r]) for r in ended)
+        if not failed and len(ended) == len(procs):
+            return None
+        if failed or (fork_server_pid is not None and not watch.alive(fork_server_pid)):
             # Peers of a crashed rank fail too ("connection closed"); give the crash a moment
             # to be seen before deciding whom to blame.
             time.sleep(0.5)
-            _, why = watch.blame(workdir, procs, collective_timeout_s)
+            _, why = watch.blame(workdir, procs, collective_timeout_s, fork_server_pid)
             return f"{why}; all ranks stopped"
         if deadline is not None and time.monotonic() > deadline:
             return f"ranks did not finish within --run-timeout-s {timeout_s:g} s; all stopped"
         time.sleep(0.05)
-    if any(p.exitcode != 0 for p in procs):
-        _, why = watch.blame(workdir, procs, collective_timeout_s)
-        return f"{why}; all ranks stopped"
-    return None
 
 
 def _stop(procs) -> None:
-    """Terminate what is still running, kill what ignores that, reap everything."""
-    for p in procs:
-        if p.pid is not None and p.exitcode is None:
+    """Terminate what is still running, kill what ignores that, reap everything; every wait
+    bounded. A rank that is over but whose exit code never came (its parent, the fork server,
+    stopped) is released by killing the fork server, which the next launch starts anew."""
+    started = [p for p in procs if p.pid is not None]  # not those that never started
+    for p in started:
+        if not watch.ended(p):
             p.terminate()
+    _wait_ended(started, KILL_GRACE_S)
+    for p in started:
+        if not watch.ended(p):
+            p.kill()  # SIGKILL: a stopped (SIGSTOP) rank too
+    _wait_ended(started, KILL_GRACE_S)
+    if any(p.exitcode is None for p in started):
+        _kill_if_stopped(_fork_server_pid())
     end = time.monotonic() + KILL_GRACE_S
-    for p in procs:
-        if p.pid is None:
-            continue  # never started
+    for p in started:
         p.join(max(0.0, end - time.monotonic()))
-        if p.exitcode is None:
-            p.kill()
-            p.join()
+    # A stopped resource tracker hangs nothing here, but it would outlive this process holding
+    # its stderr, and whoever reads that pipe (`zero-real run ... | tee`) would wait forever.
+    _kill_if_stopped(_resource_tracker_pid())
+
+
+def _wait_ended(procs, within_s: float) -> None:
+    end = time.monotonic() + within_s
+    while not all(watch.ended(p) for p in procs) and time.monotonic() < end:
+        time.sleep(0.02)
+
+
+def _fork_server_pid() -> int | None:
+    """The pid of multiprocessing's fork server (CPython's own record of it), None before it
+    starts."""
+    from multiprocessing import forkserver
+
+    return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
+def _resource_tracker_pid() -> int | None:
+    """The pid of multiprocessing's resource tracker, which the fork server was started with."""
+    from multiprocessing import resource_tracker
+
+    return getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+
+
+def _kill_if_stopped(pid: int | None) -> None:
+    """SIGKILL a helper (the fork server, the resource tracker) if it is stopped (SIGSTOP, or a
+    job-control stop it was not continued from): a stopped fork server neither starts ranks nor
+    reports their exit codes. It stays this process's child, a zombie, until multiprocessing
+    starts the next one."""
+    if pid is not None and watch.state(pid) in ("T", "t"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def torchrun_env(environ=os.environ) -> tuple[int, int] | None:

@@ -58,7 +58,8 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     recorder = Recorder(rank, device, cfg.profile_memory)  # before any allocation
     heartbeat = watch.Heartbeat(cfg.progress_file)
     watch.instrument(recorder, heartbeat)
-    comm = Collectives(cfg.collectives, rank, world_size, recorder, cfg.backend)
+    comm = Collectives(cfg.collectives, rank, world_size, recorder, cfg.backend,
+                       timeout_s=cfg.timeout_s)
     model = build_model(scenario.model, flash=scenario.training.flash_attention)
     engine = STAGES[cfg.stage](model, scenario, rank=rank, world_size=world_size, comm=comm,
                                recorder=recorder, device=device, seed=cfg.seed, lr=cfg.lr)

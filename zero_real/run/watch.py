@@ -10,6 +10,11 @@ would outlive a killed launcher (reparented to init, spinning in gloo). Each ran
 for SIGKILL when its parent (the fork server, which exits with the launcher) dies, and a daemon
 thread also polls the launcher itself. A workdir that a SIGKILLed launcher could not remove is
 swept by the next launch (`sweep_stale`).
+
+Exit codes: the fork server, the ranks' parent, reports each rank's exit code to the launcher.
+A stopped (SIGSTOP) or dead fork server reports none, so a rank is over when its process is no
+longer running (`ended`: gone, or a zombie its stopped parent cannot reap), and whether it
+succeeded is read from its files (`failed`: an error file, or no result file) where no code came.
 """
 
 from __future__ import annotations
@@ -62,7 +67,16 @@ def instrument(recorder, heartbeat: Heartbeat) -> None:
     recorder.comm = beating
 
 
-def _alive(pid: int) -> bool:
+def state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, T stopped, Z zombie, ...); None once it is gone
+    or where there is no /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
     """Running, not a zombie (a SIGKILLed launcher is a zombie until its own parent reaps it)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -89,7 +103,7 @@ def die_with_launcher(launcher_pid: int) -> None:
         pass  # not Linux: the thread below still watches
 
     def watch() -> None:
-        while os.getppid() == parent and _alive(launcher_pid):
+        while os.getppid() == parent and alive(launcher_pid):
             time.sleep(POLL_S)
         os._exit(1)
 
@@ -109,33 +123,80 @@ def sweep_stale() -> None:
             pid = int((d / "launcher.pid").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # not ours, or a launch still setting up
-        if not _alive(pid):
+        if not alive(pid):
             shutil.rmtree(d, ignore_errors=True)
 
 
-def blame(workdir: str, procs, timeout_s: float) -> tuple[int, str]:
-    """The rank to name, and why. A rank that died without a word (killed, os._exit) first; then,
-    if peers timed out, the alive rank that made least progress (hung, not dead); else the first
-    rank that reported an error."""
-    dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+def ended(proc) -> bool:
+    """The rank's process is over: its exit code came, or it runs no more (a zombie whose parent,
+    the fork server, is stopped and reports nothing)."""
+    return proc.pid is not None and (proc.exitcode is not None or not alive(proc.pid))
+
+
+def failed(workdir: str, rank: int, proc) -> bool:
+    """An ended rank failed: a non-zero exit code, or where none came, an error file or no
+    result (a rank writes its result, whole, before it exits 0: launch._entry)."""
+    if proc.exitcode is not None:
+        return proc.exitcode != 0
+    return _error(workdir, rank) is not None or not Path(workdir, f"rank{rank}.pt").exists()
+
+
+INTERRUPTED = "interrupted by SIGINT"
+"""A rank's error message when Ctrl-C (SIGINT) reached it alone (launch._entry)."""
+
+
+# What a rank reports when a peer went away, not a fault of its own (gloo's tcp transport).
+PEER_GONE = ("connection reset by peer", "connection closed by peer", "broken pipe",
+             "socket closed")
+
+
+def blame(workdir: str, procs, timeout_s: float, fork_server_pid: int | None = None
+          ) -> tuple[int | None, str]:
+    """The rank to name (None: a helper), and why. The fork server first, if it died (its ranks
+    die with it); then a rank killed or interrupted by a signal; then one that died without a
+    word (os._exit, the OOM killer); if peers timed out, the alive rank that made least progress
+    (hung, not dead); else the first rank that reported an error of its own, before those that
+    only saw a peer go away."""
+    if fork_server_pid is not None and not alive(fork_server_pid):
+        return None, (f"the ranks' fork server (pid {fork_server_pid}) died, and its ranks with "
+                      f"it (each asks to be killed when its parent dies)")
+    dead = [r for r, p in enumerate(procs) if ended(p) and failed(workdir, r, p)]
     errors = {r: _error(workdir, r) for r in dead}
+    for r in dead:
+        code = procs[r].exitcode
+        if code is not None and code < 0:
+            how = "interrupted by" if code == -signal.SIGINT else "killed by"
+            return r, f"rank {r} was {how} {_signal_name(-code)}"
+        if errors[r] == INTERRUPTED:  # its code was not reported (a stopped fork server)
+            return r, f"rank {r} was interrupted by SIGINT"
     silent = [r for r in dead if errors[r] is None]
     if silent:
         r = silent[0]
-        return r, f"rank {r} died (exit code {procs[r].exitcode}): no error message"
+        code = procs[r].exitcode
+        return r, (f"rank {r} died (exit code {code}): no error message" if code is not None else
+                   f"rank {r} died without a result or an error message")
     timed_out = any("timed out" in (e or "").lower() or "timeout" in (e or "").lower()
                     for e in errors.values())
-    alive = [r for r, p in enumerate(procs) if p.exitcode is None]
-    if timed_out and alive:
-        progress = {r: read_progress(Path(workdir, f"rank{r}.progress")) for r in alive}
-        r = min(alive, key=lambda r: progress[r][:2])
+    running = [r for r, p in enumerate(procs) if not ended(p)]
+    if timed_out and running:
+        progress = {r: read_progress(Path(workdir, f"rank{r}.progress")) for r in running}
+        r = min(running, key=lambda r: progress[r][:2])
         step, seq, name = progress[r]
         where = (f"at step {step} after collective {seq} ({name})" if seq else
                  "before its first collective")
         return r, (f"rank {r} stopped making progress {where}; its peers timed out after "
                    f"{timeout_s:g} s waiting for it")
-    r = dead[0] if dead else 0
-    return r, f"rank {r} failed (exit code {procs[r].exitcode}): {errors.get(r)}"
+    own = [r for r in dead if not any(g in errors[r].lower() for g in PEER_GONE)]
+    r = (own or dead or [0])[0]
+    code = procs[r].exitcode
+    return r, f"rank {r} failed (exit code {'unknown' if code is None else code}): {errors.get(r)}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _error(workdir: str, rank: int) -> str | None:
