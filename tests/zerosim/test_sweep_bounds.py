@@ -172,3 +172,12 @@ def test_a_late_bad_point_leaves_the_previous_file_and_no_temporary(tmp_path, su
     assert_one_line_error(result, "point 3", "cluster.nodes=0")
     assert out.read_text() == "the previous results\n"
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_a_point_whose_device_bytes_pass_2_53_is_refused_as_simulate_refuses_it(tmp_path):
+    """Review I6: a CUDA context of 2**33 MiB is 2**53 bytes on its own; simulate refuses it
+    (check_device_scale), and a sweep point must not report it either."""
+    shown = run_zerosim("sweep", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--vary",
+                        "cluster.cuda_context_MiB=1,8589934592", "--out", tmp_path / "s.csv")
+    assert shown.code == 2 and "device bytes" in shown.stderr and "2**53" in shown.stderr
+    assert not (tmp_path / "s.csv").exists()

@@ -5,6 +5,9 @@ the reserved bytes it simulates (engine.StageResult.device_bytes)."""
 
 from __future__ import annotations
 
+from zerosim.analytic.memory import stage_memory
+from zerosim.contract import STAGES
+from zerosim.scenario.checks import within_cap
 from zerosim.sim.collectives import Collectives
 from zerosim.sim.groups import subgroups, world_group
 
@@ -24,3 +27,14 @@ def overhead_bytes(scenario, stage: int | None = None) -> int:
     return overhead(c, Collectives(scenario, world), *(
         Collectives(scenario, group, node_gpus=world.gpus_per_node)
         for group in subgroups(scenario, stage).values()))
+
+
+def check_device_scale(scenario):
+    """The scenario, if each stage's peak plus what no allocator counts (the CUDA context, NCCL's
+    buffers: overhead_bytes), the device bytes simulate and sweep report, stays within 2**53
+    (review I6: cuda_context_MiB = 2**33 passed its own cap and device_bytes did not)."""
+    for s in STAGES:
+        peak, extra = stage_memory(scenario, s).peak_bytes, overhead_bytes(scenario, s)
+        within_cap(f"stage {s} device bytes", peak + extra,
+                   f"peak {peak:,} + {extra:,} of CUDA context and NCCL buffers")
+    return scenario

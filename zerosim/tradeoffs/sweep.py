@@ -27,6 +27,7 @@ from typing import Any
 from zerosim.contract import COLLECTIVE_OPS, STAGE_NAMES, STAGES
 from zerosim.errors import InputError
 from zerosim.analytic.memory import check_scale, fits, stage_memory
+from zerosim.sim.device import check_device_scale
 from zerosim.analytic.model import total_params
 from zerosim.report import op_bytes
 from zerosim.scenario.load import load_scenario, parse_override
@@ -194,7 +195,8 @@ def _run_point(job: tuple) -> list[dict] | str:
     """Worker: a point's rows, or the one-line reason it cannot be simulated."""
     scenario_path, deepspeed, point, varies, mode = job
     try:
-        scenario = check_scale(load_scenario(scenario_path, point.overrides, deepspeed))
+        scenario = check_device_scale(check_scale(load_scenario(scenario_path, point.overrides,
+                                                                deepspeed)))
         first = {"point": point.index, **{v.key: x for v, x in zip(varies, point.values)}}
         return rows_of(scenario, point.stages or (scenario.training.zero_stage,), first, mode)
     except InputError as exc:
