@@ -45,7 +45,11 @@ def run_simulate(args: argparse.Namespace) -> int:
                          unit="collectives") as bar:
             results.append(simulate(scenario, s, mode=args.mode, keep_events=keep, progress=bar))
     if args.trace is not None:
-        write_text(Path(args.trace), json.dumps(chrome_trace(results)) + "\n", "--trace")
+        with after_delay("zerosim simulate: --trace", start_s, unit="ranks traced") as bar:
+            trace = chrome_trace(results, progress=bar)
+            bar(0, 1, unit="trace files written")  # the JSON text: as long again at scale
+            write_text(Path(args.trace), json.dumps(trace) + "\n", "--trace")
+            bar(1, 1)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:

@@ -22,13 +22,18 @@ def memory_samples(ctx) -> list[MemorySample]:
             for t_s, by_category in ctx.state.memory.samples]
 
 
-def chrome_trace(results) -> dict[str, Any]:
-    """Trace of StageResults (engine.simulate, run with keep_events=True)."""
+def chrome_trace(results, progress=None) -> dict[str, Any]:
+    """Trace of StageResults (engine.simulate, run with keep_events=True); `progress(done,
+    total)` after each rank (thousands of jittered ranks take seconds)."""
     trace: list[dict[str, Any]] = []
     step_events: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []  # the schema's memory part, so readers need not parse counters
+    total, done = sum(len(result.ranks) for result in results), 0
     for result in results:
         for ctx in result.ranks:
+            done += 1
+            if progress is not None:
+                progress(done, total)
             pid = result.stage * _PID_STRIDE + ctx.rank
             trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                           "args": {"name": f"{STAGE_NAMES[result.stage]} rank {ctx.rank}"}})
