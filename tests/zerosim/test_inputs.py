@@ -206,8 +206,8 @@ BYTES_BEYOND = {"plan": [ZERO_PAPER, "--set", "model.params=4e15", "--json"],
 
 def test_memory_refuses_bytes_beyond_2_53():
     assert_one_line_error(run_zerosim("memory", *BYTES_BEYOND["plan"]),
-                          "the bytes a rank sends per step = up to 3 x 4,000,000,000,000,000 "
-                          "gathered elements x 2 bytes = 2.4e+16 is beyond")
+                          "the bytes a rank sends per step = 4,000,000,000,000,000 gathered "
+                          "elements x (1 micro-steps x 10 bytes + 2 bytes) = 4.8e+16 is beyond")
     assert_one_line_error(run_zerosim("memory", *BYTES_BEYOND["simulate"]),
                           "stage 0 activations_bytes = 4.346e+17 is beyond")
     assert run_zerosim("memory", ZERO_PAPER, "--set", "model.params=1e14", "--json").code == 0
@@ -407,3 +407,23 @@ def test_a_collective_reports_no_bytes_past_2_53(op, largest):
     assert_one_line_error(run_zerosim(*argv, str(largest + 1)), "2**53")
     assert_one_line_error(run_zerosim("collective", ZERO_PAPER, "--op", op, "--sweep",
                                       f"{largest // 4}:{largest * 2}:2"), "2**53")
+
+
+def test_bytes_sent_per_step_count_every_micro_step(tmp_path):
+    """ZeRO-3 gathers every parameter twice and reduces its gradient in every micro-step, so a
+    step of 100 micro-steps sends 100 x (2 x 2 + 2) bytes per fp16 element: 6e16 for Ψ = 10^14,
+    past 2**53, though one micro-step's 6e14 is not. The cap counts 2 gathers and 3 reductions
+    per micro-step (a replica all-reduce included) and one gather after the step."""
+    path = tmp_path / "big.toml"
+    path.write_text("[model]\nparams = 100000000000000\nlayers = 4\n[cluster]\nnodes = 1\n"
+                    "gpus_per_node = 8\n[training]\nprecision = \"fp16\"\nseq_len = 1\n"
+                    "gradient_accumulation = 100\n")
+    assert_one_line_error(run_zerosim("simulate", path, "--stage", "3", "--json"),
+                          "the bytes a rank sends per step", "100 micro-steps x 10 bytes + 2 bytes")
+    # within the cap, what simulate reports stays under it: hybrid ZeRO-3, fp32 reduction, 4 steps
+    path.write_text(path.read_text().replace("100000000000000", "1000000000").replace(
+        "= 100\n", "= 4\nzero_stage = 3\nreduce_dtype = \"fp32\"\n[parallelism]\nshard_group = 4\n"))
+    shown = run_zerosim("simulate", path, "--stage", "3", "--json")
+    assert shown.code == 0, shown.stderr
+    sent = json.loads(shown.stdout)[0]["comm_bytes_per_rank_total"]
+    assert 0 < sent <= 10**9 * (4 * (2 * 2 + 3 * 4) + 2)

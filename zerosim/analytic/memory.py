@@ -43,10 +43,12 @@ MOMENTS = {"adam": 2, "adamw": 2, "sgd_momentum": 1, "sgd": 0}
 STAGE2_LIVE_BUCKETS = 2
 # Layer gradients alive at once in stage 3: one being produced, one being reduce-scattered.
 STAGE3_LIVE_LAYER_GRADS = 2
-# Times a step sends each gathered parameter element, at most, per rank: ZeRO-3 gathers it for
-# forward and again for backward and reduce-scatters its gradient; an all-reduce sends
-# 2 (N-1)/N of it, and stages 1-2 gather it once more after the step.
-MAX_SENDS_PER_ELEMENT = 3
+# What a rank sends of each gathered parameter element, at most, per micro-step: ZeRO-3 gathers
+# it for forward and again for backward (parameter bytes), and reduces its gradient (gradient
+# bytes): a reduce-scatter's (N-1)/N or an all-reduce's 2 (N-1)/N, plus hybrid sharding's replica
+# all-reduce, 2 (N-1)/N of a 1/g shard with g >= 2 (g = 1 gathers and scatters nothing). Once per
+# step, stages 1-2 gather it after the step. Gradient accumulation repeats the micro-step's.
+MAX_GATHERS_PER_MICRO_STEP, MAX_REDUCES_PER_MICRO_STEP, GATHERS_PER_STEP = 2, 3, 1
 
 
 def optimizer_bytes_per_param(t: TrainingConfig) -> int:
@@ -204,10 +206,12 @@ def check_scale(scenario: Scenario) -> Scenario:
     together. Searches over hypothetical models (plan) call stage_memory without it."""
     m, t = scenario.model, scenario.training
     gathered = gathered_elements(m)
-    bytes_per_element = BYTES_PER_ELEMENT[t.precision]
-    within_cap("the bytes a rank sends per step", MAX_SENDS_PER_ELEMENT * gathered *
-               bytes_per_element, f"up to {MAX_SENDS_PER_ELEMENT} x {gathered:,} gathered "
-               f"elements x {bytes_per_element} bytes")
+    param, grad = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, 3)
+    micro = MAX_GATHERS_PER_MICRO_STEP * param + MAX_REDUCES_PER_MICRO_STEP * grad
+    within_cap("the bytes a rank sends per step",
+               gathered * (t.gradient_accumulation * micro + GATHERS_PER_STEP * param),
+               f"{gathered:,} gathered elements x ({t.gradient_accumulation} micro-steps x "
+               f"{micro} bytes + {GATHERS_PER_STEP * param} bytes)")
     tokens = t.micro_batch * (t.seq_len or 0)
     for stage in STAGES:
         row = stage_memory(scenario, stage)
