@@ -182,6 +182,25 @@ def test_deepspeed_batch_keys_are_taken_as_deepspeed_derives_them(write):
     assert row["tokens_per_s_per_gpu"] * row["step_time_s"] == pytest.approx(2 * 4096 * 8, rel=1e-12)
 
 
+@pytest.mark.parametrize("config, micro, steps", [
+    ({"train_batch_size": 128}, 2, 1),                                   # only the batch: steps 1
+    ({"train_batch_size": 256, "gradient_accumulation_steps": 2}, 2, 2),  # the micro-batch derived
+    ({"train_batch_size": 1024, "train_micro_batch_size_per_gpu": 4}, 4, 4),  # the steps derived
+    ({"train_batch_size": 128, "gradient_accumulation_steps": "auto"}, 2, 1),  # the scenario's 1 kept
+])
+def test_deepspeed_derives_what_train_batch_size_leaves_open(write, config, micro, steps):
+    """DeepSpeed's _set_batch_related_parameters on 64 ranks (the Llama scenario's micro-batch
+    is 1, which the ds_config overrides when it fixes the batch without it): micro = batch /
+    (steps x 64), steps = batch / (micro x 64), or steps 1 when it gives neither."""
+    notes = []
+    t = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", deepspeed=ds(write, config),
+                      notes=notes).training
+    assert (t.micro_batch, t.gradient_accumulation) == (micro, steps)
+    assert t.micro_batch * t.gradient_accumulation * 64 == config["train_batch_size"]
+    assert f"micro_batch={micro}, gradient_accumulation={steps} from train_batch_size" in notes[0]
+    assert "kept the scenario's micro_batch" not in notes[0]
+
+
 @pytest.mark.parametrize("zero, expected", [({"stage": 3}, True), ({"stage": 2}, False),
                                             ({"stage": 1, "overlap_comm": True}, True),
                                             ({"stage": 3, "overlap_comm": False}, False)])

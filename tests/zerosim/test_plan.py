@@ -252,3 +252,32 @@ def test_plan_calls_fitting_only_what_simulate_calls_fitting():
     for config in result["configurations"]:  # every one that plan calls fitting, simulate does
         assert config["world_size"] != 32 or config["stage"] != 1
     assert any("simulate says no there" in note for note in result["notes"])
+
+
+def test_a_fewest_count_simulate_refused_is_not_kept_when_the_next_cannot_run(monkeypatch):
+    """The memory model's fewest count stands only when simulate cannot run it at all; once
+    simulate said no there, a next count it cannot run leaves no answer, with the reason."""
+    from zerosim.errors import InputError
+    from zerosim.tradeoffs import plan as planning
+
+    asked = []
+
+    def simulated(scenario, gpus, stage, mode, cache):
+        asked.append(gpus)
+        if len(asked) == 1:
+            return {"device_bytes": 2 * 2**30, "peak_bytes": 2**30}  # over the 1 GiB below
+        raise InputError("too many ranks to simulate one by one")
+
+    monkeypatch.setattr(planning, "_simulated", simulated)
+    s = load_scenario(ZERO_PAPER)
+    entry = {"stage": 3, "name": "ZeRO-3", "fewest": {"gpus": 64, "peak_bytes": 1}}
+    assert planning._confirm_fewest(s, [entry], 2**30, "auto", {}) == []
+    assert entry["fewest"]["gpus"] is None and len(asked) == 2
+    assert "simulate says no on the 1 count(s) it could run" in entry["fewest"]["why"]
+    assert "too many ranks to simulate one by one" in entry["fewest"]["why"]
+    # the first count itself cannot be simulated: the memory model's answer stands
+    asked.clear()
+    asked.append(0)  # every call raises now
+    entry = {"stage": 3, "name": "ZeRO-3", "fewest": {"gpus": 64, "peak_bytes": 1}}
+    planning._confirm_fewest(s, [entry], 2**30, "auto", {})
+    assert entry["fewest"]["gpus"] == 64

@@ -19,8 +19,8 @@ keeps the scenario's value. Every key kept that way is named in the note the CLI
 - The batch, as runtime/config.py's _set_batch_related_parameters derives it:
   gradient_accumulation_steps (default 1 when train_batch_size is absent), and
   train_batch_size = micro-batch x gradient_accumulation_steps x world size, checked against the
-  scenario's world (or the accumulation derived from it when the file gives no steps) once the
-  cluster is known: `check_train_batch`.
+  scenario's world once the cluster is known, or giving the micro-batch or the steps the file
+  (and --set) leave open: `derive_batch`.
 The rest of a ds_config (schedulers, logging, clipping, ...) changes neither memory nor time.
 """
 
@@ -38,7 +38,7 @@ DS_DEFAULT_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size and allgather_buc
 _OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam": "adam",
                "deepspeedcpuadam": "adam", "sgd": "sgd"}
 AUTO = "auto"
-TRAIN_BATCH = "train_batch_size"  # not a [training] key: checked against the world (check_train_batch)
+TRAIN_BATCH = "train_batch_size"  # not a [training] key: checked against the world (derive_batch)
 
 
 class _Reader:
@@ -90,7 +90,7 @@ def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
                           notes: list[str] | None = None) -> dict[str, Any]:
     """[training] overrides from a ds_config. `precision` is the scenario's, used only when the
     ds_config leaves it to "auto"; a summary of what was taken and kept is appended to `notes`.
-    A train_batch_size comes back under TRAIN_BATCH, for `check_train_batch` once the world size
+    A train_batch_size comes back under TRAIN_BATCH, for `derive_batch` once the world size
     is known; it is not a [training] key."""
     r = _Reader(read_json_object(Path(path), "DeepSpeed config"), str(path))
     out: dict[str, Any] = {}
@@ -99,14 +99,17 @@ def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
     _stage_and_offload(r, zero, out)
     _buckets(r, zero, out, BYTES_PER_ELEMENT[out.get("precision", precision)])
     micro = r.cfg.get("train_micro_batch_size_per_gpu")
-    if micro is None or micro == AUTO:
+    if micro is None and r.cfg.get(TRAIN_BATCH) not in (None, AUTO):
+        pass  # derived from train_batch_size once the world is known (derive_batch)
+    elif micro is None or micro == AUTO:
         r.kept.append("micro_batch (" + ("\"auto\"" if micro else "not given") + ")")
     else:
         out["micro_batch"] = r.integer(micro, "train_micro_batch_size_per_gpu", 1)
     _optimizer(r, out)
     _accumulation(r, zero, out)
     if notes is not None:
-        taken = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items())
+        taken = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items()
+                          if k != TRAIN_BATCH)
         defaulted = f"; DeepSpeed defaults for {', '.join(r.defaulted)}" if r.defaulted else ""
         kept = f"; kept the scenario's {', '.join(r.kept)}" if r.kept else ""
         notes.append(f"from {r.origin}: {taken}{defaulted}{kept}")
@@ -207,9 +210,12 @@ def _accumulation(r: _Reader, zero: dict[str, Any], out: dict[str, Any]) -> None
     default. Dropping the steps would price one micro-step as the whole step (tokens/s and the
     offloaded copies per step both depend on it)."""
     total = r.cfg.get(TRAIN_BATCH)
-    if total is not None and total != AUTO:
-        out[TRAIN_BATCH] = r.integer(total, TRAIN_BATCH, 1)
     steps = r.cfg.get("gradient_accumulation_steps")
+    if total is not None and total != AUTO:
+        # (total, the figures the file leaves open: "auto" keeps the scenario's, which then counts)
+        open_keys = {key for key, value in (("micro_batch", r.cfg.get("train_micro_batch_size_per_gpu")),
+                                            ("gradient_accumulation", steps)) if value is None}
+        out[TRAIN_BATCH] = (r.integer(total, TRAIN_BATCH, 1), open_keys)
     if steps == AUTO:
         r.kept.append("gradient_accumulation (\"auto\")")
     elif steps is not None:
@@ -229,19 +235,25 @@ def _accumulation(r: _Reader, zero: dict[str, Any], out: dict[str, Any]) -> None
         r.defaulted.append(f"overlap_comm ({'true at stage 3' if out['overlap_comm'] else 'false below stage 3'})")
 
 
-def check_train_batch(train_batch: int, micro_batch: int, accumulation: int | None,
-                      world_size: int, origin: str) -> int:
-    """The accumulation steps a ds_config's train_batch_size implies on this world, as DeepSpeed
-    derives or checks them (train_batch_size = micro x steps x world): `accumulation` None means
-    the file gave no steps, so they are derived; given steps must agree."""
-    per_step = micro_batch * world_size
+def derive_batch(train_batch: int, micro_batch: int | None, accumulation: int | None,
+                 world_size: int, origin: str) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) as DeepSpeed's _set_batch_related_parameters makes them
+    from train_batch_size = micro x steps x world: None is a figure the run does not fix (absent
+    from the ds_config and from --set), derived from the others; with neither, steps are 1.
+    A split that does not come out whole, or figures that disagree, are one line."""
+    if micro_batch is not None and accumulation is not None:
+        if train_batch != micro_batch * accumulation * world_size:
+            raise InputError(f"{origin}: train_batch_size {train_batch} != micro-batch {micro_batch} "
+                             f"x gradient_accumulation {accumulation} x world size {world_size} "
+                             f"= {micro_batch * accumulation * world_size}")
+        return micro_batch, accumulation
     if accumulation is None:
-        if train_batch % per_step:
-            raise InputError(f"{origin}: train_batch_size {train_batch} is not a multiple of "
-                             f"micro-batch {micro_batch} x world size {world_size} = {per_step}")
-        return train_batch // per_step
-    if train_batch != per_step * accumulation:
-        raise InputError(f"{origin}: train_batch_size {train_batch} != micro-batch {micro_batch} "
-                         f"x gradient_accumulation {accumulation} x world size {world_size} "
-                         f"= {per_step * accumulation}")
-    return accumulation
+        accumulation = 1 if micro_batch is None else None
+    known, name = ((micro_batch, "micro-batch") if accumulation is None
+                   else (accumulation, "gradient_accumulation"))
+    per = known * world_size
+    if train_batch % per:
+        raise InputError(f"{origin}: train_batch_size {train_batch} is not a multiple of "
+                         f"{name} {known} x world size {world_size} = {per}")
+    return (micro_batch, train_batch // per) if accumulation is None else (train_batch // per,
+                                                                            accumulation)

@@ -215,7 +215,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     path = Path(path)
     tables = split_tables(read_toml(path), str(path))
     if deepspeed is not None:
-        from zerosim.scenario.deepspeed import TRAIN_BATCH, check_train_batch, read_deepspeed_config
+        from zerosim.scenario.deepspeed import TRAIN_BATCH, derive_batch, read_deepspeed_config
 
         precision = tables["training"].get("precision", TrainingConfig.precision)
         if not isinstance(precision, str) or precision not in BYTES_PER_ELEMENT:
@@ -233,17 +233,21 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
                               cli_hf_config=("model", "hf_config") in from_cli,
                               cli_profile=("cluster", "profile") in from_cli)
     if deepspeed is not None and train_batch is not None:
-        # DeepSpeed checks train_batch_size against the world, or derives the steps from it:
-        # only now is the world (after --set) known.
+        # DeepSpeed derives the micro-batch or the steps the run leaves open from
+        # train_batch_size, or checks them: only now is the world (after --set) known.
+        total, open_keys = train_batch
+        open_keys = {key for key in open_keys if ("training", key) not in from_cli}
         t = scenario.training
-        given = ("gradient_accumulation" in keys or ("training", "gradient_accumulation") in from_cli)
-        steps = check_train_batch(train_batch, t.micro_batch, t.gradient_accumulation if given else None,
-                                  scenario.world_size, str(deepspeed))
-        if steps != t.gradient_accumulation:
-            tables["training"]["gradient_accumulation"] = steps
+        micro, steps = derive_batch(
+            total, None if "micro_batch" in open_keys else t.micro_batch,
+            None if "gradient_accumulation" in open_keys else t.gradient_accumulation,
+            scenario.world_size, str(deepspeed))
+        if (micro, steps) != (t.micro_batch, t.gradient_accumulation):
+            tables["training"].update(micro_batch=micro, gradient_accumulation=steps)
             scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
                                       cli_hf_config=("model", "hf_config") in from_cli,
                                       cli_profile=("cluster", "profile") in from_cli)
         if notes:
-            notes[-1] += f"; gradient_accumulation={steps} from train_batch_size={train_batch}"
+            notes[-1] += (f"; micro_batch={micro}, gradient_accumulation={steps} from "
+                          f"train_batch_size={total} on {scenario.world_size} ranks")
     return scenario

@@ -231,8 +231,9 @@ def _confirm_fewest(scenario: Scenario, stages: list[dict], budget_bytes: int, m
         if fewest["gpus"] is None:
             continue
         index, first = gpu_index(scenario, fewest["gpus"]), fewest["gpus"]
+        tried = 0
         try:
-            for _ in range(CONFIRM_STEPS):
+            for tried in range(CONFIRM_STEPS):
                 gpus = gpu_count(scenario, index)
                 row = _simulated(scenario, gpus, entry["stage"], mode, cache)
                 if row["device_bytes"] <= budget_bytes:
@@ -244,8 +245,13 @@ def _confirm_fewest(scenario: Scenario, stages: list[dict], budget_bytes: int, m
                     f"nor on the next {CONFIRM_STEPS - 1} counts (device memory over "
                     f"{gib(budget_bytes)})"))
                 continue
-        except InputError:  # no count past this one can be simulated: the model's answer stands
-            continue
+        except InputError as exc:
+            if tried:  # simulate said no on `tried` counts and cannot run the next one
+                fewest.update(gpus=None, peak_bytes=None, why=(
+                    f"the memory model fits it on {first:,} GPUs, but simulate says no on the "
+                    f"{tried} count(s) it could run (device memory over {gib(budget_bytes)}) and "
+                    f"cannot run the next: {exc}"))
+            continue  # the first count cannot be simulated: the model's answer stands
         if gpus != first:
             fewest.update(gpus=gpus, peak_bytes=row["peak_bytes"])
             notes.append(f"{entry['name']}: the memory model fits it on {gpus_text(first)}, but "
