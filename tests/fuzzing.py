@@ -27,3 +27,16 @@ def fuzz(max_examples: int) -> settings:
 def generated(name: str) -> None:
     """Count one generated input of the test `name`."""
     GENERATED[name] += 1
+
+
+def numbers_in(data):
+    """Every number (not a bool) in a JSON document, however deep."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            yield item

@@ -32,7 +32,7 @@ from functools import cache
 import pytest
 
 from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
-from tests.fuzzing import FUZZ_BUDGET, generated
+from tests.fuzzing import FUZZ_BUDGET, generated, numbers_in
 from zerosim.scenario.config import TABLES
 from zerosim.scenario.load import load_scenario
 from zerosim.scenario.parallelism_table import LEGACY_TRAINING_KEYS
@@ -249,18 +249,6 @@ def scenario_file(folder, base, table: str, key: str, text: str):
     path = folder / "s.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
     return path
-
-
-def numbers_in(data):
-    stack = [data]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            yield item
 
 
 def problem(result, command: str) -> str | None:

@@ -16,7 +16,7 @@ from zerosim.scenario import cluster
 from zerosim.hardware import DEVICES
 
 from tests.conftest import ROOT, SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
-from tests.fuzzing import fuzz, generated
+from tests.fuzzing import fuzz, generated, numbers_in
 
 LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
@@ -36,16 +36,7 @@ JSON_JUNK = st.recursive(
 
 def within_cap(data) -> bool:
     """Every integer in a JSON document at most 2**53 (exact as a float)."""
-    stack = [data]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif type(item) is int and abs(item) > 2**53:
-            return False
-    return True
+    return all(abs(x) <= 2**53 for x in numbers_in(data) if type(x) is int)
 
 
 
