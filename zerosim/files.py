@@ -27,8 +27,13 @@ fit: seven)."""
 MAX_TEXT_CHARS = 16 * 2**20
 """The longest input zerosim reads (the committed profile is 0.2 MB, a measurement ~0.4 MB, a
 scenario a few KB); reading stops there, so a stray disk image ends at once (a device such as
-/dev/urandom, or a named pipe, is refused before it is opened: refuse_special)."""
+/dev/urandom, or a named pipe, is refused before it is opened: refuse_special; os.devnull is
+taken, read as empty and written as nothing: neither can wait or run on)."""
 
+
+_PROC_FD = "/proc/self/fd"
+"""Where Linux shows this process's descriptors as links: the one way to name a nameless file
+(linkat(2), "O_TMPFILE" in open(2))."""
 
 _SPECIAL_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
                   (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -37,7 +42,8 @@ _SPECIAL_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
 def refuse_special(path: str | Path, role: str) -> None:
     """Refuse, before anything opens it, a `path` that names (through its links) no regular file
     or folder: open() on a named pipe waits for a writer or reader that may never come, and a
-    device has no end. A missing path passes (an output not yet written; a reader reports it).
+    device has no end. os.devnull passes (it ends at once both ways), and so does a missing path
+    (an output not yet written; a reader reports it).
     Any other way the path cannot be looked at (a name past the system's limit, no permission, a
     loop of links) is one InputError line too: "{role} {path}: {why}", `role` as "cannot read
     hf_config", "cannot write --trace" or "--out"."""
@@ -47,10 +53,25 @@ def refuse_special(path: str | Path, role: str) -> None:
         return
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InputError(f"{role} {path}: {_reason(exc)}") from None
+    if _is_null(path):
+        return
     for is_kind, kind in _SPECIAL_KINDS:
         if is_kind(mode):
+            # /dev/stdin names a pipe in `cat s.toml | zerosim memory /dev/stdin`
+            stdin = ("; standard input is not read: write it to a file"
+                     if is_kind is stat.S_ISFIFO else "")
             raise InputError(f"{role} {path}: {kind}, not a regular file (zerosim reads and "
-                             f"writes files only)")
+                             f"writes files only{stdin})")
+
+
+def _is_null(path: str | Path | int) -> bool:
+    """Whether `path` (a descriptor too) names, through its links, os.devnull: the one device
+    zerosim takes."""
+    try:
+        info = os.fstat(path) if isinstance(path, int) else os.stat(path)
+        return os.path.samestat(info, os.stat(os.devnull))
+    except (OSError, ValueError):
+        return False
 
 
 def _reason(exc: BaseException) -> str:
@@ -71,7 +92,7 @@ def read_text(path: Path, what: str) -> str:
             mode = os.fstat(fd).st_mode
             if stat.S_ISDIR(mode):
                 raise IsADirectoryError
-            if not stat.S_ISREG(mode):
+            if not stat.S_ISREG(mode) and not _is_null(fd):  # os.devnull: empty
                 raise InputError(f"{what} {path}: not a regular file (zerosim reads files only)")
             os.set_blocking(fd, True)
             text = file.read(MAX_TEXT_CHARS + 1)
@@ -129,7 +150,7 @@ def check_writable(path: Path, what: str) -> None:
     """Fail before the work, not after it: `path` is a regular file or none (refuse_special), its
     folder exists and takes a new file (tried with a nameless temporary where Linux offers one).
     write_bytes still reports what can only fail at the end (a full disk)."""
-    if _stream(path) is not None:  # the command's own stdout or stderr, written as it is
+    if _stream(path) is not None or _is_null(path):  # own stdout or stderr, or os.devnull
         return
     refuse_special(path, f"cannot write {what}")
     try:
@@ -172,18 +193,21 @@ class AtomicFile:
     it names is replaced, the link stays); a loop of links, a named pipe, a socket or a device
     is refused (refuse_special): opening them would wait forever or never end. This process's
     own stdout or stderr (/dev/stdout, /dev/fd/1, even when it is a file or a pipe) is written
-    through its stream, in order with what the command prints."""
+    through its stream, in order with what the command prints; os.devnull takes nothing."""
 
     def __init__(self, path: str | Path, what: str) -> None:
         self.path, self.what = path, what
         self._file = None
         self._stream = _stream(Path(path))
+        self._null = self._stream is None and _is_null(path)
         self._tmp: Path | None = None
         self._named = False
 
     def __enter__(self) -> "AtomicFile":
         if self._stream is not None:
             self._guard(self._stream.flush)
+            return self
+        if self._null:  # its folder, /dev, takes no temporary, and its content is thrown away
             return self
         refuse_special(self.path, f"cannot write {self.what}")
         self._target = Path(os.path.realpath(self.path))
@@ -198,6 +222,8 @@ class AtomicFile:
         return self
 
     def write(self, data: bytes) -> None:
+        if self._null:
+            return
         self._guard(lambda: (self._stream.buffer if self._stream is not None
                              else self._file).write(data))
 
@@ -205,6 +231,8 @@ class AtomicFile:
         if self._stream is not None:
             if kind is None:
                 self._guard(self._stream.buffer.flush)
+            return
+        if self._null:
             return
         try:
             if kind is None:
@@ -242,9 +270,11 @@ class AtomicFile:
 
 def _temporary(target: Path, tmp: Path | None = None) -> tuple[int, bool]:
     """A new file for writing in target's folder, with the mode open() would give it: nameless
-    (O_TMPFILE; False) where the system and file system offer it, else created as `tmp` (True)."""
+    (O_TMPFILE; False) where the system and file system offer it, else created as `tmp` (True).
+    A nameless file that is to get the name `tmp` needs /proc (_link): without it, as in a
+    container or chroot with no /proc mounted, `tmp` is created at once instead."""
     folder = target.parent
-    if hasattr(os, "O_TMPFILE"):
+    if hasattr(os, "O_TMPFILE") and (tmp is None or os.path.isdir(_PROC_FD)):
         try:
             return os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o666), False
         except OSError as exc:  # EISDIR, EOPNOTSUPP, EINVAL: a kernel or file system without it
@@ -263,14 +293,17 @@ def _link(fd: int, tmp: Path) -> None:
     calls link(2), which links the /proc link itself (EXDEV)."""
     folder = os.open(tmp.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.link(f"/proc/self/fd/{fd}", tmp.name, dst_dir_fd=folder, follow_symlinks=True)
+        os.link(f"{_PROC_FD}/{fd}", tmp.name, dst_dir_fd=folder, follow_symlinks=True)
     finally:
         os.close(folder)
 
 
 def _remove_stale(target: Path) -> None:
     """Remove the `.NAME.PID.tmp` temporaries of target that a writer killed before its rename
-    left; one whose writer still runs (the PID is alive) is its, and stays."""
+    left; one whose writer still runs (the PID is alive) is its, and stays. One with this
+    process's PID is stale too: this write names its temporary only at its end, and a PID comes
+    again (a container's first processes have the same few), so a dead writer's would make that
+    linkat fail (EEXIST) after all the work."""
     prefix = f".{target.name}."
     try:
         names = [n for n in os.listdir(target.parent)
@@ -279,7 +312,9 @@ def _remove_stale(target: Path) -> None:
         return
     for name in names:
         pid = name[len(prefix):-len(".tmp")]
-        if not (pid.isascii() and pid.isdigit()) or _alive(int(pid)):
+        if not (pid.isascii() and pid.isdigit()):
+            continue
+        if int(pid) != os.getpid() and _alive(int(pid)):
             continue
         with contextlib.suppress(OSError):
             os.unlink(target.parent / name)

@@ -2,8 +2,10 @@
 issue's bar: SIGKILL at random instants during 50 writes of a large output leaves no file but the
 complete previous one (the temporary is nameless until the instant before its rename). A signal
 that unwinds (SIGTERM, Ctrl-C) at any bytecode of files.py leaves nothing either; a temporary a
-killed writer left is removed by the next write."""
+killed writer left is removed by the next write, also when it bears this process's PID; without
+/proc a write names its temporary from the start."""
 
+import errno
 import os
 import random
 import select
@@ -203,3 +205,41 @@ def test_sigterm_and_sighup_unwind_a_command_mid_write(tmp_path, signum, code):
         assert (writer.returncode, err) == (code, b"writer: terminated\n"), trial
         assert entries(tmp_path) == ["out.json"], (trial, entries(tmp_path))
         assert_complete(out)
+
+
+def test_a_dead_writers_temporary_with_this_processs_pid_does_not_fail_the_write(tmp_path):
+    """PIDs come again (a container's first processes have the same few): a killed writer's
+    `.NAME.PID.tmp` with this process's PID stayed, as a live writer's, and linkat failed at the
+    end of the write with "File exists". This process names its temporary only at the end, so
+    one with its PID now is a dead writer's."""
+    out = tmp_path / "r.csv"
+    out.write_text("old")
+    (tmp_path / f".r.csv.{os.getpid()}.tmp").write_text("partial")
+    write_bytes(out, b"a,b\n", "sweep results")
+    assert entries(tmp_path) == ["r.csv"] and out.read_bytes() == b"a,b\n"
+
+
+@pytest.fixture
+def no_proc(monkeypatch):
+    """A system with no /proc mounted (a chroot, some containers): nothing under it exists, and
+    linkat through /proc/self/fd fails with ENOENT, as the kernel answers there."""
+    real_link, real_isdir, real_exists = os.link, os.path.isdir, os.path.exists
+
+    def link(src, dst, *args, **kwargs):
+        if str(src).startswith("/proc/"):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(src))
+        return real_link(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+    for name, real in (("isdir", real_isdir), ("exists", real_exists)):
+        monkeypatch.setattr(os.path, name,
+                            lambda p, real=real: not str(p).startswith("/proc") and real(p))
+
+
+def test_without_proc_a_write_takes_a_named_temporary_and_succeeds(tmp_path, no_proc):
+    """O_TMPFILE's file is named through /proc/self/fd at the end: without /proc that failed
+    after all the work ("No such file or directory"); now the temporary is named from the start."""
+    out = tmp_path / "trace.json"
+    out.write_text("old")
+    write_bytes(out, b"new", "--trace")
+    assert entries(tmp_path) == ["trace.json"] and out.read_bytes() == b"new"

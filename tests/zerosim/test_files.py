@@ -1,6 +1,7 @@
 """zerosim.files: write_text and write_bytes write a whole file or none, through a link to what it
-names, never into a pipe or a device (refused: test_special_files.py); check_writable refuses,
-before any work, a place no file can be written. (A full disk: test_full_disk.py.)"""
+names, never into a pipe or a device other than /dev/null (refused: test_special_files.py);
+check_writable refuses, before any work, a place no file can be written. (A full disk:
+test_full_disk.py.)"""
 
 import json
 import os
@@ -45,12 +46,27 @@ def test_a_link_is_followed_and_stays_a_link(tmp_path):
 def test_a_device_is_refused_not_written(tmp_path):
     """Review H3: what is no regular file is refused before it is opened (a named pipe's open
     waits for a reader forever); the link to it stays. test_special_files.py: every command."""
-    link = tmp_path / "null"
-    link.symlink_to(os.devnull)
-    with pytest.raises(InputError, match="cannot write --trace .*null: a character device, not a "
+    link = tmp_path / "zero"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(InputError, match="cannot write --trace .*zero: a character device, not a "
                                          "regular file"):
         write_text(link, "discarded", "--trace")
-    assert stat.S_ISCHR(os.stat(os.devnull).st_mode) and link.is_symlink()
+    assert stat.S_ISCHR(os.stat("/dev/zero").st_mode) and link.is_symlink()
+
+
+def test_dev_null_is_written_as_nothing_and_read_as_empty(tmp_path):
+    """os.devnull ends at once both ways, so it is taken (it was refused as "a character
+    device"), by its name or through a link; nothing is made beside it or the link."""
+    from zerosim.files import read_text
+
+    link = tmp_path / "null"
+    link.symlink_to(os.devnull)
+    for path in (Path(os.devnull), link):
+        check_writable(path, "--trace")
+        write_text(path, "discarded", "--trace")
+        write_bytes(path, b"discarded", "--out")
+        assert read_text(path, "scenario file") == ""
+    assert link.is_symlink() and [p.name for p in tmp_path.iterdir()] == ["null"]
 
 
 def test_an_unwritable_place_is_one_input_error(tmp_path):

@@ -9,11 +9,13 @@ import errno
 import os
 import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCENARIOS, assert_one_line_error, run_zerosim
+from tests.conftest import ROOT, SCENARIOS, assert_one_line_error, run_zerosim
 from tests.zerosim.results import write_sweep
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
@@ -42,7 +44,8 @@ def run_bounded(*argv):
 
 
 def make_special(folder: Path, name: str, kind: str) -> Path:
-    """A named pipe, a listening socket's file or a link to /dev/null, named `name` in `folder`."""
+    """A named pipe, a listening socket's file or a link to /dev/zero (a device with no end;
+    /dev/null, which ends at once, is taken), named `name` in `folder`."""
     path = folder / name
     if kind == "named pipe":
         os.mkfifo(path)
@@ -56,7 +59,7 @@ def make_special(folder: Path, name: str, kind: str) -> Path:
             os.chdir(cwd)
         make_special.sockets.append(server)
     else:
-        path.symlink_to(os.devnull)
+        path.symlink_to("/dev/zero")
     return path
 
 
@@ -107,6 +110,38 @@ def test_sockets_and_devices_are_refused_too(tmp_path, rows, case, kind):
     special = make_special(tmp_path, "s" + SUFFIX.get(case, ".json"), kind)
     result = run_bounded(*argv_with(case, special, tmp_path, rows))
     assert_one_line_error(result, str(special), f"a {kind}, not a regular file")
+
+
+@pytest.mark.parametrize("case", ["--trace", "sweep --out", "plot -o"])
+def test_dev_null_as_an_output_takes_nothing_and_succeeds(tmp_path, rows, case):
+    """It was refused as "a character device" unless stdout pointed there too. sweep --out and
+    plot -o want a name with their suffix: a link so named to /dev/null."""
+    null = Path(os.devnull)
+    if case != "--trace":
+        null = tmp_path / ("null" + SUFFIX[case])
+        null.symlink_to(os.devnull)
+    result = run_bounded(*argv_with(case, null, tmp_path, rows))
+    assert result.code == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"s.csv", null.name} - {"null"})
+
+
+def test_dev_null_as_a_scenario_is_read_as_empty(tmp_path):
+    """Empty: the scenario's own complaint (no [model]), not a refusal of the device."""
+    result = run_bounded("memory", os.devnull)
+    assert result.code == 2 and "character device" not in result.stderr, result
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_standard_input_as_a_scenario_says_to_write_a_file():
+    """`cat s.toml | zerosim memory /dev/stdin`: a pipe, refused (reading it could wait forever);
+    the line says standard input is not read, so the user writes the file."""
+    done = subprocess.run([sys.executable, "-m", "zerosim", "memory", "/dev/stdin"],
+                          input=TINY.read_text(), capture_output=True, text=True, timeout=ALARM_S,
+                          cwd=ROOT)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.splitlines() == [
+        "zerosim: error: cannot read scenario file /dev/stdin: a named pipe, not a regular file "
+        "(zerosim reads and writes files only; standard input is not read: write it to a file)"]
 
 
 def test_a_named_pipe_in_the_references_folder_is_refused(tmp_path):

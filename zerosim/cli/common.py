@@ -11,8 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zerosim.commandline import whole_number
-from zerosim.contract import ALL_GATHER, REDUCE_SCATTER, SIM_MODES, STAGES
-from zerosim.errors import InputError
+from zerosim.contract import SIM_MODES, STAGES
 
 
 @dataclass(frozen=True)
@@ -55,28 +54,12 @@ def load(args: argparse.Namespace):
     scenario = check_device_scale(check_scale(load_scenario(
         args.scenario, args.overrides, args.deepspeed, notes=notes)))
     if getattr(args, "op", None) is not None:  # `collective`: before it simulates
+        from zerosim.sim.collective_bench import check_sends
+
         check_sends(args.op, args.sweep or [args.size_bytes])
     for note in notes:
         print(f"zerosim: note: {note}", file=sys.stderr)
     return scenario
-
-
-SENDS_PER_BYTE = {ALL_GATHER: 1, REDUCE_SCATTER: 1}
-"""The most bytes a rank sends per byte of a collective, rounded up to a whole number: (n-1)/n
-for a ring's all-gather and reduce-scatter; 2(n-1)/n, so 2, for every other op (all-reduce: a
-reduce-scatter, then an all-gather; broadcast and reduce as sim/collectives prices them). So
-what `collective` reports (bytes_sent_per_rank) stays within 2**53 (review I6)."""
-
-
-def check_sends(op: str, sizes: list[int]) -> None:
-    """Refuse, before simulating, sizes whose bytes sent per rank could pass 2**53."""
-    from zerosim.scenario.checks import MAX_VALUE
-
-    factor = SENDS_PER_BYTE.get(op, 2)
-    if max(sizes) * factor > MAX_VALUE:
-        raise InputError(f"{op} of {max(sizes):,} bytes: a rank sends up to {factor} x that, "
-                         f"beyond what zerosim models (at most 2**53 = {MAX_VALUE}); at most "
-                         f"{MAX_VALUE // factor:,} bytes")
 
 
 def stage(text: str) -> int:

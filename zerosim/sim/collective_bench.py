@@ -14,8 +14,9 @@ from typing import Callable
 
 import simpy
 
-from zerosim.contract import OPS, busbw_factor
+from zerosim.contract import ALL_GATHER, OPS, REDUCE_SCATTER, busbw_factor
 from zerosim.errors import InputError
+from zerosim.scenario.checks import MAX_VALUE
 from zerosim.sim.collectives import Collectives
 from zerosim.sim.collectives.ring import FLAT, Group, bytes_sent_per_rank, representatives, run_phases
 from zerosim.sim.costs import price_phases
@@ -28,6 +29,22 @@ MAX_RANKS_CHUNK_BY_CHUNK = 512
 # transfer per link (ring.py's "phase" granularity, the engine's): the same time on links no other
 # transfer shares, in O(1) events, so a ring of 2**40 nodes answers as fast as simulate does.
 MAX_STEPS_ONE_BY_ONE = 10_000
+
+
+SENDS_PER_BYTE = {ALL_GATHER: 1, REDUCE_SCATTER: 1}
+"""The most bytes a rank sends per byte of a collective, rounded up to a whole number: (n-1)/n
+for a ring's all-gather and reduce-scatter; 2(n-1)/n, so 2, for every other op (all-reduce: a
+reduce-scatter, then an all-gather; broadcast and reduce as sim/collectives prices them). So
+what `collective` reports (bytes_sent_per_rank) stays within 2**53 (review I6)."""
+
+
+def check_sends(op: str, sizes: list[int]) -> None:
+    """Refuse, before simulating, sizes whose bytes sent per rank could pass 2**53."""
+    factor = SENDS_PER_BYTE.get(op, 2)
+    if max(sizes) * factor > MAX_VALUE:
+        raise InputError(f"{op} of {max(sizes):,} bytes: a rank sends up to {factor} x that, "
+                         f"beyond what zerosim models (at most 2**53 = {MAX_VALUE}); at most "
+                         f"{MAX_VALUE // factor:,} bytes")
 
 
 def _group_size(scenario, ranks: int | None) -> int:
