@@ -150,6 +150,23 @@ def test_settings_zero_real_does_not_implement_are_refused_before_launch(dry_run
     assert_one_line_error(done.result, fragment, f"zero_real; it supports {supported}")
 
 
+def test_which_framework_zero_real_trains_is_asked_of_the_framework_class(dry_run,
+                                                                          monkeypatch):
+    """The refusal asks the framework's class (runs_in_zero_real), not a registry index: a
+    framework that says it runs is launched, and the one that did stops saying so is refused."""
+    from zerosim.frameworks.deepspeed import DeepSpeed
+    from zerosim.frameworks.zero import Zero
+
+    monkeypatch.setattr(DeepSpeed, "runs_in_zero_real", True)
+    monkeypatch.setattr(Zero, "runs_in_zero_real", False)
+    done = dry_run("run", TINY, "--stage", "3", "--nproc", "2",
+                   "--set", "training.framework=deepspeed")
+    assert done.result is None, done.result
+    assert_one_line_error(dry_run("run", TINY, "--stage", "3", "--nproc", "2").result,
+                          "training.framework = zero", "it supports the ZeRO paper's stages "
+                          "(deepspeed)")
+
+
 @pytest.mark.parametrize("setting, flags, message", [
     ("training.zero_stage=7", ["--stage", "3"],
      "--set training.zero_stage=7 disagrees with --stage, which makes training.zero_stage = 3"),

@@ -34,14 +34,15 @@ def _wait_for(predicate, timeout_s: float) -> bool:
     return predicate()
 
 
-def _launch_long_run(tmp_path, *flags, nproc: int = 2):
+def _launch_long_run(tmp_path, *flags, nproc: int = 2, nohup: bool = False):
     """An `nproc`-rank run far longer than the test (unless `flags` say otherwise), started with
-    its workdir under tmp_path; returns once every rank is past step 0, with the launcher and
-    every process below it."""
+    its workdir under tmp_path (and SIGHUP ignored, as nohup starts it, if `nohup`); returns once
+    every rank is past step 0, with the launcher and every process below it."""
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONUNBUFFERED="1")
     flags = flags or ("--stage", "1", "--steps", "10000", "--timeout-s", "10")
+    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
     proc = subprocess.Popen([sys.executable, "-m", "zero_real.cli", "run", str(TINY), "--nproc",
-                             str(nproc), *flags],
+                             str(nproc), *flags], preexec_fn=ignore_hup,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def running() -> bool:
@@ -72,6 +73,23 @@ def test_sigterm_stops_every_rank_and_removes_the_workdir(tmp_path, signum):
     assert all(line.startswith("run: steps ") for line in progress[1:]), err
     assert _wait_for(lambda: all(gone(pid) for pid in children), GONE_GUARD_S)
     assert not list(tmp_path.glob("zero_real*"))  # the workdir, and the progress file
+
+
+def test_a_run_started_by_nohup_survives_a_hangup(tmp_path):
+    """`nohup zero-real run ...` ignores SIGHUP, and so do its fork server and ranks: a hangup to
+    all of them stops nothing (it stopped the launcher: its handler replaced nohup's SIG_IGN);
+    SIGTERM still stops the run."""
+    proc, children = _launch_long_run(tmp_path, nohup=True)
+    assert len(children) >= 3  # fork server and two ranks
+    for pid in (proc.pid, *children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGHUP)
+    time.sleep(2)  # a process the hangup stops would be gone by then (the SIGHUP test above)
+    alive, died = proc.poll() is None, [pid for pid in children if gone(pid)]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=15)
+    assert alive and not died, err
+    assert proc.returncode == 128 + signal.SIGTERM, err
 
 
 def test_ranks_die_with_a_sigkilled_launcher(tmp_path):

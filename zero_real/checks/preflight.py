@@ -12,7 +12,7 @@ from typing import Any
 
 from zerosim.errors import InputError
 from zerosim.files import check_writable, refuse_special
-from zerosim.frameworks import FRAMEWORKS
+from zerosim.frameworks import REGISTRY, framework_of
 from zerosim.units import GiB, MiB
 
 TORCH_MISSING = ("torch is not installed; install the build you want (e.g. pip install torch), "
@@ -103,11 +103,10 @@ def check_scenario(scenario, path: str) -> None:
     if m.is_bare:
         raise InputError(f"{path}: zero_real needs a model shape (hidden, heads, vocab, "
                          f"...), not a bare parameter count")
+    trainable = ", ".join(name for name, f in REGISTRY.items() if f.runs_in_zero_real)
     unsupported = [
-        # FRAMEWORKS[0], "zero", is the ZeRO paper's accounting, which the stages here implement;
-        # the others' extras (DeepSpeed's fp32 gradient partition, FSDP2's, DDP's buckets) are not.
-        ("training.framework", t.framework, t.framework == FRAMEWORKS[0],
-         f"the ZeRO paper's stages ({FRAMEWORKS[0]})"),
+        ("training.framework", t.framework, framework_of(t).runs_in_zero_real,
+         f"the ZeRO paper's stages ({trainable})"),
         ("training.reduce_dtype", t.reduce_dtype, t.reduce_dtype == "param",
          "gradients reduced in the parameters' dtype (param)"),
         ("training.optimizer", t.optimizer, t.optimizer in ("adam", "adamw"),

@@ -6,7 +6,8 @@ bounded at every level: `timeout_s` on init and on every collective (gloo applie
 group's timeout to each operation, send/recv included); and here, if any rank exits non-zero, the
 others are terminated, then killed, and the error names the rank (the one that died, or the one
 that stopped making progress: see watch.py). A run's `run_timeout_s`, when given, bounds the whole
-run. SIGINT, SIGTERM and SIGHUP unwind the launch the same way (signals_stop_the_run).
+run. SIGINT, SIGTERM and SIGHUP unwind the launch the same way (signals_stop_the_run), but
+one the caller ignores (nohup) stays ignored.
 
 The fork server that starts the ranks is watched too: its death is named (its ranks die with
 it), and no wait depends on it answering. Exit codes it does not report (stopped by SIGSTOP) are
@@ -59,12 +60,15 @@ class Stopped(BaseException):
 
 @contextlib.contextmanager
 def signals_stop_the_run():
-    """Within: SIGINT, SIGTERM and SIGHUP raise Stopped in the main thread."""
+    """Within: SIGINT, SIGTERM and SIGHUP raise Stopped in the main thread; one the caller
+    ignores (`nohup zero-real run ...`) stays ignored, so that a fork server started within
+    (spawn restarts a stopped one) and its ranks inherit SIG_IGN (exec resets a handler)."""
     def handler(signum, frame):
         raise Stopped(signum)
 
     try:
-        saved = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+        saved = {s: signal.signal(s, handler) for s in STOP_SIGNALS
+                 if signal.getsignal(s) is not signal.SIG_IGN}
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
         saved = {}
     try:
@@ -221,11 +225,15 @@ def _resource_tracker_pid() -> int | None:
 def _kill_if_stopped(pid: int | None) -> None:
     """SIGKILL a helper (the fork server, the resource tracker) if it is stopped (SIGSTOP, or a
     job-control stop it was not continued from): a stopped fork server neither starts ranks nor
-    reports their exit codes. It stays this process's child, a zombie, until multiprocessing
-    starts the next one."""
+    reports their exit codes. Returns once it is a zombie (or gone, or KILL_GRACE_S passed): a
+    dying fork server is still "running" to forkserver.ensure_running (waitpid WNOHANG), which
+    would hand it the next rank. Not reaped here: ensure_running reaps it and starts the next."""
     if pid is not None and watch.state(pid) in ("T", "t"):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        end = time.monotonic() + KILL_GRACE_S
+        while watch.state(pid) not in (None, "Z", "X") and time.monotonic() < end:
+            time.sleep(0.01)
 
 
 def torchrun_env(environ=os.environ) -> tuple[int, int] | None:

@@ -76,21 +76,26 @@ def state(pid: int) -> str | None:
         return None
 
 
+HAS_PROC = Path("/proc/self/stat").exists()
+"""Decided once: without /proc (macOS), a missing /proc/N/stat says nothing about process N."""
+
+
 def alive(pid: int) -> bool:
-    """Running, not a zombie (a SIGKILLed launcher is a zombie until its own parent reaps it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: signal 0 says whether the pid exists
+    """Running, not a zombie (a SIGKILLed launcher is a zombie until its own parent reaps it).
+    Without /proc, signal 0 says whether the pid exists (a zombie counts as alive there)."""
+    if not HAS_PROC:
         try:
             os.kill(pid, 0)
             return True
         except ProcessLookupError:
             return False
-        except PermissionError:
+        except PermissionError:  # exists, someone else's
             return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def die_with_launcher(launcher_pid: int) -> None:

@@ -22,6 +22,9 @@ class Framework:
     """Whether offload is expressible under it (offload is modelled as DeepSpeed runs it)."""
     runs_zeropp: bool = True
     """Whether ZeRO++ (DeepSpeed's hpZ, qwZ, qgZ) is expressible under it."""
+    runs_in_zero_real: bool = False
+    """Whether zero_real's stages train it: they implement the ZeRO paper's accounting, not a
+    framework's extras (DeepSpeed's fp32 gradient partition, FSDP2's fp32 shards, DDP's buckets)."""
     step_transient_whole: str | None = None
     """The memory category of the optimizer step's transient when it is one buffer (DeepSpeed's
     fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""
