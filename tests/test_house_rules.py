@@ -70,7 +70,14 @@ def framework_comparisons(tree: ast.AST) -> list[str]:
     keys beside one is not a table by framework (a sweep file's "deepspeed" config path)."""
     names = set(FRAMEWORKS)
     return [f"line {getattr(node, 'lineno', 0)}" for node in ast.walk(tree)
-            if any(strings_in(side) & names for side in _framework_sides(node, names))]
+            if any(strings_in(side) & names or _registry_entry(side) and isinstance(node, ast.Compare)
+                   for side in _framework_sides(node, names))]
+
+
+def _registry_entry(node: ast.AST) -> bool:
+    """FRAMEWORKS[i]: a name by its place in the registry, which decides as the name would."""
+    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and node.value.id == "FRAMEWORKS")
 
 
 @pytest.mark.parametrize("code", [
@@ -78,7 +85,7 @@ def framework_comparisons(tree: ast.AST) -> list[str]:
     'stages = {"fsdp2": (2, 3), "ddp": (0,)}[t.framework]', 'FSDP = "fsdp2"',
     'OFFLOADERS = ("zero", "deepspeed")', 'match t.framework:\n    case "fsdp2": pass',
     'f = REGISTRY["fsdp2"]', 'x = {"fsdp2": 3}.get(t.framework)', 'x = dict(fsdp2=3)',
-    'def f(framework="fsdp2"): pass'])
+    'def f(framework="fsdp2"): pass', 'x = t.framework == FRAMEWORKS[0]'])
 def test_the_framework_rule_sees_a_name_deciding(code):
     assert len(framework_comparisons(ast.parse(code))) == 1
 
