@@ -227,24 +227,25 @@ def test_phase_points_are_memory_model_states(seed):
             row["model_states_bytes"] + row["buffers_bytes"]), stage
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_after_forward_is_memory_states_and_activations(seed):
+def test_after_forward_is_memory_states_and_activations():
     """After forward, under the paper's accounting: the model states and the activations,
     memory's two columns (docs/memory-model.md). Stages 0-2: ZeRO-3 also keeps the last gathered
     unit; the other frameworks add terms (gradients made in backward, gathered units kept) that
-    memory's columns do not show apart. With recomputation, memory's activations may be the
-    larger set of one layer recomputed in backward (the head's logits freed first), so after
-    forward holds at most that; without, exactly that."""
-    if framework(seed) != "zero":
-        pytest.skip(f"framework {framework(seed)}: its terms are not memory's columns")
-    recomputes = "activation_checkpointing = \"none\"" not in scenario(seed).read_text()
-    for stage in (0, 1, 2):
-        at, row = simulate(seed)[stage]["memory_at"], memory(seed)[stage]
-        column = row["model_states_bytes"] + row["activations_bytes"]
-        if recomputes:
-            assert at["after_forward"] <= column, stage
-        else:
-            assert at["after_forward"] == column, stage
+    memory's columns do not show apart, so only the seeds drawing framework "zero" are asked
+    (one test over the seeds: the others are not skipped tests). With recomputation, memory's
+    activations may be the larger set of one layer recomputed in backward (the head's logits
+    freed first), so after forward holds at most that; without, exactly that."""
+    asked = [seed for seed in SEEDS if framework(seed) == "zero"]
+    assert len(asked) >= 4, asked  # the draw gives each of the four frameworks a fair share
+    for seed in asked:
+        recomputes = "activation_checkpointing = \"none\"" not in scenario(seed).read_text()
+        for stage in (0, 1, 2):
+            at, row = simulate(seed)[stage]["memory_at"], memory(seed)[stage]
+            column = row["model_states_bytes"] + row["activations_bytes"]
+            if recomputes:
+                assert at["after_forward"] <= column, (seed, stage)
+            else:
+                assert at["after_forward"] == column, (seed, stage)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

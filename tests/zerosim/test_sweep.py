@@ -246,7 +246,12 @@ def test_simulate_shows_its_progress_per_stage_and_per_collective_under_jitter(t
         assert counts[0] == (1, collectives) and counts[-1] == (collectives, collectives)
         assert [done for done, _ in counts] == sorted({done for done, _ in counts})
         assert len(counts) <= 11  # the first, then one per tenth: a log stays short
-    assert all(line.endswith(" s") and " collectives, " in line for line in lines)
+    traced = [line for line in lines if line.startswith("zerosim simulate: --trace [")]
+    ranks = len({(e["stage"], e["rank"]) for e in events})  # every rank of every stage
+    assert [done_and_total(line) for line in traced if " ranks traced, " in line][-1] == (ranks, ranks)
+    assert done_and_total(traced[-1]) == (1, 1) and " trace files written, " in traced[-1]
+    assert all(line.endswith(" s") and (" collectives, " in line or line in traced)
+               for line in lines)
 
 
 def test_simulate_without_jitter_says_each_stage_once(monkeypatch):
