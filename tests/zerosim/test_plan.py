@@ -281,3 +281,32 @@ def test_a_fewest_count_simulate_refused_is_not_kept_when_the_next_cannot_run(mo
     entry = {"stage": 3, "name": "ZeRO-3", "fewest": {"gpus": 64, "peak_bytes": 1}}
     planning._confirm_fewest(s, [entry], 2**30, "auto", {})
     assert entry["fewest"]["gpus"] == 64
+
+
+@pytest.mark.parametrize("per_node", [1, 2, 4, 8])
+@pytest.mark.parametrize("layout", [[], ["parallelism.shard_group=2"], ["parallelism.shard_group=8"],
+                                    ["parallelism.shard_group=4"], ["parallelism.shard_group=32"],
+                                    ["parallelism.shard_group=16"],
+                                    ["training.framework='deepspeed'", "parallelism.hpz_partition=2"]])
+def test_the_solved_world_sizes_are_the_ones_the_scenario_checker_accepts(per_node, layout):
+    """allowed_index solves which world sizes the scenario's keys allow (review U1); the oracle is
+    the scenario checker itself, asked size by size as plan used to: the first candidate from
+    each index on that with_world accepts."""
+    from zerosim.errors import InputError
+    from zerosim.tradeoffs.plan import allowed_index, gpu_count
+
+    if per_node == 1 and "parallelism.hpz_partition=2" in layout:
+        layout = layout[:1]  # hpZ's partition must divide a node's GPUs: none with one per node
+    base = load_scenario(ZERO_PAPER, ["training.zero_stage=3", f"cluster.gpus_per_node={per_node}",
+                                      "cluster.nodes=96", *layout])  # 96: every layout is valid
+
+    def accepted(index: int) -> bool:
+        try:
+            with_world(base, gpu_count(base, index))
+        except InputError:
+            return False
+        return True
+
+    for index in range(3 * per_node + 12):
+        expected = next(j for j in range(index, index + 200) if accepted(j))
+        assert allowed_index(base, index) == expected, (index, gpu_count(base, expected))
