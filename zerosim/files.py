@@ -169,9 +169,9 @@ def check_writable(path: Path, what: str) -> None:
 
 
 def write_text(path: Path, text: str, what: str) -> None:
-    """write_bytes of the text in UTF-8. A character UTF-8 cannot hold (a lone surrogate from a
-    JSON string) is written as its escape, as zerosim's stdout does, not lost to a traceback."""
-    write_bytes(path, text.encode("utf-8", errors="backslashreplace"), what)
+    """write_bytes of the text in UTF-8 (AtomicFile.write_text)."""
+    with AtomicFile(path, what) as out:
+        out.write_text(text)
 
 
 def write_bytes(path: Path, data: bytes, what: str) -> None:
@@ -226,6 +226,11 @@ class AtomicFile:
             return
         self._guard(lambda: (self._stream.buffer if self._stream is not None
                              else self._file).write(data))
+
+    def write_text(self, text: str) -> None:
+        """The text in UTF-8. A character UTF-8 cannot hold (a lone surrogate from a JSON
+        string) is written as its escape, as zerosim's stdout does, not lost to a traceback."""
+        self.write(text.encode("utf-8", errors="backslashreplace"))
 
     def __exit__(self, kind, exc, tb) -> None:
         if self._stream is not None:

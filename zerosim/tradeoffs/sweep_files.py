@@ -25,10 +25,6 @@ model's name); it is written after a single quote, as OWASP's CSV-injection page
 are written as numbers, a negative one too: only text (names, paths, JSON lists) is escaped."""
 
 
-def columns_of(rows: Sequence[dict]) -> list[str]:
-    return list(rows[0]) if rows else []
-
-
 def _csv_cell(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -106,5 +102,5 @@ def write_results(path: str, rows: Iterable[dict], scenario_path: str, varies: S
               else json_pieces(counted(), scenario_path, varies, overrides, deepspeed))
     with files.AtomicFile(path, "sweep results") as out:
         for piece in pieces:
-            out.write(piece.encode("utf-8", errors="backslashreplace"))  # as write_text
+            out.write_text(piece)
     return count[0]
