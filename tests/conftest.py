@@ -30,6 +30,19 @@ def run_zerosim(*argv: str) -> CliResult:
     return run_main(cli.main, *argv)
 
 
+def typed_flags(parser, path=()):
+    """(subcommand path, flag) of every option that converts its text (type=), found by walking
+    the parser, so a flag added later is covered without a line in a test."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from typed_flags(sub, (*path, name))
+        elif action.option_strings and action.type is not None:
+            yield path, action.option_strings[0]
+
+
 def run_main(main, *argv) -> CliResult:
     """A command's main(argv) in-process, its output captured."""
     out, err = io.StringIO(), io.StringIO()

@@ -138,20 +138,10 @@ def test_every_typed_flag_of_zero_real_takes_ascii_digits_only(value):
     """Review I14: `zero-real run --stage ٣` ran stage 3 and `--nproc ٢` two ranks (int() reads
     Unicode digits) where zerosim refused them. Every flag found by walking the parser (so one
     added later is covered) now refuses them in zerosim's words (tests/zerosim/test_inputs.py)."""
-    import argparse
-
-    from tests.conftest import run_main
+    from tests.conftest import run_main, typed_flags
     from zero_real.cli import build_parser, main
 
-    def typed(parser, path=()):
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    yield from typed(sub, (*path, name))
-            elif action.option_strings and action.type is not None:
-                yield path, action.option_strings[0]
-
-    found = list(typed(build_parser()))
+    found = list(typed_flags(build_parser()))
     assert {(("run",), "--stage"), (("run",), "--nproc"), (("calibrate",), "--nproc"),
             (("run",), "--lr"), (("calibrate",), "--micro-batches")} <= set(found)
     for path, flag in found:

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim
+from tests.conftest import SCENARIOS, ZERO_PAPER, assert_one_line_error, run_zerosim, typed_flags
 
 LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"
 
@@ -343,19 +343,6 @@ def test_zero_size_gather_units_cost_their_latency_alone():
 
 # ---- review I14: one rule for digits in every flag ----------------------------------------------
 FOREIGN_DIGITS = ["٣", "３", "²", "1٠"]  # Arabic-Indic 3, fullwidth 3, superscript 2, "10" mixed
-
-
-def typed_flags(parser, path=()):
-    """(subcommand path, flag) of every option that converts its text (type=), found by walking
-    the parser, so a flag added later is covered without a line here."""
-    import argparse
-
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from typed_flags(sub, (*path, name))
-        elif action.option_strings and action.type is not None:
-            yield path, action.option_strings[0]
 
 
 @pytest.mark.parametrize("value", FOREIGN_DIGITS)
