@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from zerosim.analytic.model import max_gather_window, total_params
 from zerosim.frameworks import framework_of
+from zerosim.parallel.tensor import rank_model
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 # DeepSpeed's host buffers for NVMe offload (runtime/zero/offload_config.py defaults): the
@@ -111,9 +112,10 @@ def estimator_lines(scenario, host_bytes_per_rank: int) -> list[str]:
         return []
     if "nvme" in (t.optimizer_offload, t.param_offload):
         return ["DeepSpeed's estimators cover offload to the CPU only: none is quoted for nvme"]
-    psi, n, k = total_params(scenario.model), min(c.gpus_per_node, c.world_size), c.nodes
+    m = rank_model(scenario)  # DeepSpeed sees a tensor-parallel rank's slice
+    psi, n, k = total_params(m), min(c.gpus_per_node, c.world_size), c.nodes
     if t.zero_stage == 3:
-        gpu, cpu = deepspeed_zero3_estimate(psi, largest_module_params(scenario.model), n, k, True,
+        gpu, cpu = deepspeed_zero3_estimate(psi, largest_module_params(m), n, k, True,
                                             t.param_offload != "none")
         where = "stage3.py estimate_zero3_model_states_mem_needs"
     else:

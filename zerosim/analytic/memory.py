@@ -34,6 +34,7 @@ from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.analytic.host_memory import offload_bytes
 from zerosim.parallel.mesh import Mesh, mesh_of
+from zerosim.parallel.tensor import rank_model
 from zerosim.scenario.profile_schema import MEMORY_TERMS
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
@@ -144,7 +145,7 @@ def _stage_buffers(m, t: TrainingConfig, mesh: Mesh, psi: int, bp: int,
 
 def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     """Per-rank memory of `stage` for the scenario's model, cluster size and training settings."""
-    m, t = scenario.model, scenario.training
+    m, t = rank_model(scenario), scenario.training  # a tensor-parallel rank's slice
     mesh = mesh_of(scenario, stage)  # what the stage splits, over the shard group
     psi = total_params(m)
     bp = BYTES_PER_ELEMENT[t.precision]
@@ -204,7 +205,7 @@ def check_scale(scenario: Scenario) -> Scenario:
     as a float): Ψ, every stage's bytes with what its calibration profile adds, and the bytes a
     rank sends per step. Inputs are capped one by one (scenario.checks); this caps what they make
     together. Searches over hypothetical models (plan) call stage_memory without it."""
-    m, t = scenario.model, scenario.training
+    m, t = rank_model(scenario), scenario.training
     gathered = gathered_elements(m)
     param, grad = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, 3)
     micro = MAX_GATHERS_PER_MICRO_STEP * param + MAX_REDUCES_PER_MICRO_STEP * grad
@@ -230,13 +231,13 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     after forward (model states + every layer's stored activations; no gradient where backward
     makes them), after backward and after the optimizer step (model states alone). The engine's
     memory timeline must pass through these."""
-    row = stage_memory(scenario, stage)
-    acts = activations(scenario.model, scenario.training)
+    row, m = stage_memory(scenario, stage), rank_model(scenario)
+    acts = activations(m, scenario.training)
     stored = acts.after_forward_bytes
     states = row.model_states_bytes + framework_of(scenario.training).persistent_buffer_bytes(
-        scenario.training, stage, total_params(scenario.model))
+        scenario.training, stage, total_params(m))
     made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
-    kept = kept_parameter_bytes(scenario.model, scenario.training, mesh_of(scenario, stage))
+    kept = kept_parameter_bytes(m, scenario.training, mesh_of(scenario, stage))
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]
     return {after_forward: states - made + stored + kept, after_backward: states,
             after_step: states}

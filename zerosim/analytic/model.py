@@ -5,6 +5,11 @@ match their reference implementations exactly: GPT-2 small 124,439,808; Llama-2-
 Activation bytes follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models" (arXiv:2205.05198), Eq. 1 and §4.3, generalised beyond their assumptions
 (16-bit activations, GeLU MLP of width 4h, one KV head per query head, dropout everywhere).
+
+Every function takes the model as one rank holds it: a ModelConfig, or under tensor parallelism
+the rank's slice (parallel/tensor.py), whose `q_width` (the rank's query columns) and
+`sequence_shards` (sequence parallelism's split of the tensors kept whole) are the hidden width
+and 1 for a whole model. Korthikanti's Table 2 then holds term by term.
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ def param_counts(m: ModelConfig) -> ParamCounts:
     """Exact parameter counts of a shaped model (not defined for a bare Ψ)."""
     if m.is_bare:
         raise ValueError("a bare-Ψ model has no shape to count")
-    h, f, v = m.hidden, m.ffn_width, m.vocab
+    h, f, v, q = m.hidden, m.ffn_width, m.vocab, m.q_width
     kv = m.n_kv_heads * m.head_dim  # width of K and V under grouped-query attention
     bias = 1 if m.bias else 0
     norm = h * (2 if m.norm == "layernorm" and m.bias else 1)  # weight (+ bias)
-    attention = h * h + 2 * h * kv + h * h + bias * (h + 2 * kv + h)  # Q, K, V, output
+    # Q, K, V, output (a row-parallel output keeps its whole bias: added after the reduction)
+    attention = h * q + 2 * h * kv + q * h + bias * (q + 2 * kv + h)
     if m.mlp == "gelu":
         mlp = 2 * h * f + bias * (f + h)  # up and down projections
     else:
@@ -129,16 +135,18 @@ ZERO_ACTIVATIONS = Activations(per_layer_bytes=0, stored_per_layer_bytes=0, reco
 
 def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
     """Korthikanti Eq. 1 term by term; with w = 2, GeLU, f = 4h, dropout and standard attention
-    the layer total is exactly s*b*h*(34 + 5*a*s/h)."""
+    the layer total is exactly s*b*h*(34 + 5*a*s/h). On a tensor-parallel rank (a, f, kv and
+    q its slice's; sbh the tensors every rank keeps, over sequence_shards) it is Korthikanti's
+    Table 2: sbh(10 + 24/t + 5as/(ht)), or sbh(34/t + 5as/(ht)) with sequence parallelism."""
     if m.is_bare:
         return ZERO_ACTIVATIONS
     w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
-    s, b, h, a, f = t.seq_len, t.micro_batch, m.hidden, m.heads, m.ffn_width
-    sbh, sbf = s * b * h, s * b * f
+    s, b, a, f = t.seq_len, t.micro_batch, m.heads, m.ffn_width
+    sbh, sbf, sbq = s * b * m.hidden // m.sequence_shards, s * b * f, s * b * m.q_width
     sbkv = s * b * m.n_kv_heads * m.head_dim
     mask = MASK_BYTES if m.dropout else 0
     # Attention: QKV input, Q and K (for QK^T), V, output-projection input (11sbh with masks).
-    attention = w * (sbh + sbh + sbkv + sbkv + sbh) + mask * sbh
+    attention = w * (sbh + sbq + sbkv + sbkv + sbq) + mask * sbh
     if t.flash_attention:
         scores = FP32_BYTES * a * s * b  # the kernel keeps only the softmax log-sum-exp
     else:
@@ -172,17 +180,18 @@ def selective_op_bytes(m: ModelConfig, t: TrainingConfig, w: int) -> int:
     matmul's, counting wq, wk, wv, wo, then the MLP's in call order): the layer input, wq's
     output, wv's, the attention output (with its fp32 log-sum-exp), and the MLP's first matmul
     (w1, or the GeLU MLP's up projection) plus, for SwiGLU, w2's output (its 7th)."""
-    s, b, h, f = t.seq_len, t.micro_batch, m.hidden, m.ffn_width
-    sbh, sbkv = s * b * h, s * b * m.n_kv_heads * m.head_dim
+    s, b, f = t.seq_len, t.micro_batch, m.ffn_width
+    sbh, sbq = s * b * m.hidden // m.sequence_shards, s * b * m.q_width
+    sbkv = s * b * m.n_kv_heads * m.head_dim
     mlp = s * b * f + (sbh if m.mlp == "swiglu" else 0)
-    return w * (sbh + sbh + sbkv + sbh + mlp) + FP32_BYTES * m.heads * s * b
+    return w * (sbh + sbq + sbkv + sbq + mlp) + FP32_BYTES * m.heads * s * b
 
 
 def recomputed_matmul_elements(m: ModelConfig) -> int:
     """Weight elements of the matmuls selective_op recomputes in backward: wk, wo, and w3 (SwiGLU)
     or the GeLU MLP's down projection, the ones whose outputs it does not keep."""
     kv = m.n_kv_heads * m.head_dim
-    return m.hidden * kv + m.hidden * m.hidden + m.hidden * m.ffn_width
+    return m.hidden * kv + m.q_width * m.hidden + m.hidden * m.ffn_width
 
 
 def gather_units(m: ModelConfig) -> list[int]:
@@ -245,7 +254,8 @@ def unit_tensor_shapes(m: ModelConfig) -> list[list[tuple[int, int]]]:
     def linear(out: int, inp: int) -> list[tuple[int, int]]:
         return [(out, inp)] + ([(out, 1)] if bias else [])
 
-    attention = linear(h, h) + linear(kv, h) + linear(kv, h) + linear(h, h)
+    q = m.q_width
+    attention = linear(q, h) + linear(kv, h) + linear(kv, h) + linear(h, q)
     mlp = (linear(f, h) + linear(h, f) if m.mlp == "gelu"
            else linear(f, h) + linear(h, f) + linear(f, h))
     embedding = [(v, h)] + ([(m.max_seq_len, h)] if m.position == "learned" else [])
@@ -282,10 +292,10 @@ def unit_flops(m: ModelConfig, t: TrainingConfig) -> list[UnitFlops]:
     tokens = t.micro_batch * t.seq_len
     if m.is_bare:
         return [UnitFlops(forward=2.0 * n * tokens, backward=4.0 * n * tokens) for n in gather_units(m)]
-    h, f, v = m.hidden, m.ffn_width, m.vocab
+    h, f, v, q = m.hidden, m.ffn_width, m.vocab, m.q_width
     kv = m.n_kv_heads * m.head_dim
-    matmul = 2 * h * h + 2 * h * kv + (2 if m.mlp == "gelu" else 3) * h * f
-    scores = 2.0 * 2 * t.micro_batch * t.seq_len ** 2 * h
+    matmul = 2 * h * q + 2 * h * kv + (2 if m.mlp == "gelu" else 3) * h * f
+    scores = 2.0 * 2 * t.micro_batch * t.seq_len ** 2 * q
     layer_forward = 2.0 * matmul * tokens + scores
     recompute = {"full": layer_forward, "selective": scores, "none": 0.0,
                  "selective_op": 2.0 * recomputed_matmul_elements(m) * tokens,

@@ -4,9 +4,11 @@ tp, pp).
 
     world = dp_replicate x dp_shard x tp x pp
 
-`dp_shard` ranks share each model-state shard (hybrid sharding's shard group, else the whole
-world; 1 at stage 0, which shards nothing); `dp_replicate` copies of each shard exist (HSDP's
-and MiCS's replica groups); `tp` and `pp` are 1 until tensor and pipeline parallelism land.
+`tp` consecutive ranks split every layer's matrices (tensor parallelism, parallel/tensor.py:
+each holds its slice); `dp_shard` ranks share each model-state shard of a slice (hybrid
+sharding's shard group, else every data-parallel rank: world / tp; 1 at stage 0, which shards
+nothing); `dp_replicate` copies of each shard exist (HSDP's and MiCS's replica groups, and the
+data-parallel ranks of stage 0); `pp` is 1 until pipeline parallelism lands.
 ZeRO++ adds two layouts of its own at stage 3: hpZ's secondary partition over `hpz` ranks of a
 node, and qgZ's all-to-alls inside a node and then across nodes. What each stage splits
 (`param_ways`, `grad_ways`, `optimizer_ways`) is a property of the mesh, so memory, the stage
@@ -38,6 +40,7 @@ class Mesh:
     qgz: bool = False
     """ZeRO++ qgZ's all-to-alls (within a node, then across nodes) at stage 3."""
     tp: int = 1
+    """Ranks of a tensor-parallel group: consecutive, each holding 1/tp of every layer."""
     pp: int = 1
 
     def __post_init__(self) -> None:
@@ -67,6 +70,11 @@ class Mesh:
         return self.stage >= 1 and self.dp_replicate > 1
 
     @property
+    def data_parallel(self) -> int:
+        """Ranks that hold the same slice of the model (N_d = world / (tp x pp))."""
+        return self.world // (self.tp * self.pp)
+
+    @property
     def nodes(self) -> int:
         return self.world // self.node
 
@@ -79,11 +87,14 @@ def mesh_of(scenario, stage: int) -> Mesh:
                  scenario.training.quantized_gradients)
 
 
+
 @lru_cache(maxsize=256)
 def _mesh(stage: int, world: int, gpus_per_node: int, p, quantized_gradients: bool) -> Mesh:
     """Keyed on what the mesh reads alone (never the whole Scenario, which may hold a large
     calibration profile, or a list given through the Python API)."""
-    shard = 1 if stage == 0 else (p.shard_group or world)
+    tp = p.tensor_parallel
+    data = world // tp
+    shard = 1 if stage == 0 else (p.shard_group or data)
     return Mesh(stage=stage, world=world, node=min(gpus_per_node, world),
-                dp_shard=shard, dp_replicate=world // shard,
-                hpz=hpz(p) if stage == 3 else 0, qgz=quantized_gradients and stage == 3)
+                dp_shard=shard, dp_replicate=data // shard,
+                hpz=hpz(p) if stage == 3 else 0, qgz=quantized_gradients and stage == 3, tp=tp)

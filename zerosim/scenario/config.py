@@ -15,6 +15,7 @@ from zerosim.errors import InputError
 from zerosim.frameworks import FRAMEWORKS, REGISTRY
 from zerosim.scenario.checks import one_of as _one_of, positive as _positive, within_cap
 from zerosim.scenario.cluster import ALGORITHMS, PROTOCOLS, ClusterConfig
+from zerosim.scenario.axes import check_axes
 from zerosim.scenario.family import check_scenario, check_training
 from zerosim.scenario.parallelism_table import ParallelismConfig
 from zerosim.scenario.model_table import MLPS, NORMS, POSITIONS, SHAPE_KEYS, ModelConfig
@@ -187,6 +188,7 @@ class Scenario:
                              f"eager ops, but " + ("a bare-Ψ model has no norms" if m.is_bare
                                                    else f"model.norm = {m.norm!r}"))
         check_scenario(self)
+        check_axes(self)
         if m.is_bare:
             return  # no shape: the sequence does not enter the memory of model states
         if t.seq_len is None:

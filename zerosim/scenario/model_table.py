@@ -107,3 +107,12 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """Columns of Q (heads x head_dim = hidden); a tensor-parallel rank's slice has fewer
+        (parallel/tensor.py)."""
+        return self.hidden
+
+    sequence_shards = 1
+    """Ways the tensors every tensor-parallel rank keeps whole are split (parallel/tensor.py)."""

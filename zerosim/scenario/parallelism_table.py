@@ -3,7 +3,9 @@ writes it (the mesh a step runs on is derived from it: zerosim/parallel/mesh.py)
 
 `shard_group`, `replica_allreduce` and `hpz_partition` were [training] keys; that spelling stays
 accepted everywhere a key is read (a scenario file, --set, --vary, a reference), moved here by
-the loader (LEGACY_TRAINING_KEYS). Tensor and pipeline parallelism will be keys of this table.
+the loader (LEGACY_TRAINING_KEYS). Tensor parallelism (Megatron-LM's layout, with its sequence
+parallelism) is `tensor_parallel`; what it needs of the model and the cluster is checked in
+scenario/axes.py. Pipeline parallelism will be a key of this table.
 """
 
 from __future__ import annotations
@@ -17,7 +19,23 @@ REPLICA_ALLREDUCES = ("every_micro_step", "once_per_step")
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelismConfig:
-    """[parallelism]: hybrid sharding's groups and ZeRO++'s secondary partition."""
+    """[parallelism]: tensor parallelism, hybrid sharding's groups and ZeRO++'s secondary
+    partition."""
+
+    tensor_parallel: int = 1
+    """t: ranks that split every layer's matrices among them, Megatron-LM's way (QKV and the
+    MLP's first projections by columns, the attention output and the MLP's last projection by
+    rows, the embedding and the output layer by vocabulary). Consecutive ranks, inside a node
+    when t <= gpus_per_node. The ZeRO stage then shards each rank's slice over the N / t
+    data-parallel ranks. Must divide the world size, model.heads and model.ffn. 1: off."""
+    sequence_parallel: bool = False
+    """With tensor_parallel > 1: Megatron's sequence parallelism (Korthikanti et al. 2022): the
+    norms, dropouts and residuals work on 1/t of the sequence, and each all-reduce of tensor
+    parallelism becomes a reduce-scatter and an all-gather."""
+    tp_comm_overlap: bool = False
+    """With tensor_parallel > 1: tensor parallelism's collectives overlap the GEMMs around them
+    (Megatron's userbuffers, PyTorch's async TP) instead of blocking the compute stream
+    (Megatron's default)."""
 
     shard_group: int = 0
     """Stages 1-3: ranks that shard the model states among them; the N / shard_group groups
@@ -36,6 +54,7 @@ class ParallelismConfig:
         one_of("parallelism.replica_allreduce", self.replica_allreduce, REPLICA_ALLREDUCES)
         for key in ("shard_group", "hpz_partition"):
             positive(f"parallelism.{key}", getattr(self, key), allow_zero=True)
+        positive("parallelism.tensor_parallel", self.tensor_parallel)
 
 
 PARALLELISM_KEYS = tuple(f.name for f in fields(ParallelismConfig))

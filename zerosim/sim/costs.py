@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from zerosim.contract import COLLECTIVE_OPS, PASSES
 from zerosim.frameworks import framework_of
 from zerosim.analytic.model import UnitFlops, gather_units, gradient_units, unit_kinds
+from zerosim.parallel.tensor import rank_model
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
 from zerosim.sim.op_costs import OpCosts, fsdp2_copies, op_costs, unit_seconds
@@ -41,9 +42,9 @@ def compute_seconds(scenario, flops: list[UnitFlops],
     t, profile = scenario.training, scenario.profile
     per_op = op_model(scenario)
     if per_op is not None:
-        forward, backward = unit_seconds(per_op, scenario.model, t)
+        m = rank_model(scenario)  # a tensor-parallel rank's GEMMs are its slice's shapes
+        forward, backward = unit_seconds(per_op, m, t)
         if framework_of(t).copies_through_flat_buffers(t, stage):
-            m = scenario.model
             reduce_bytes = FP32_BYTES if t.reduce_dtype == "fp32" else BYTES_PER_ELEMENT[t.precision]
             copies = fsdp2_copies(per_op, gather_units(m), gradient_units(m), reduce_bytes,
                                   regather=stage == 3)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from zerosim.analytic.memory import MOMENTS, grad_bytes_per_element, shard_elements
 from zerosim.analytic.model import total_params
 from zerosim.parallel.mesh import Mesh
+from zerosim.parallel.tensor import rank_model
 from zerosim.scenario.family import offloads, zeropp
 from zerosim.sim.groups import HPZ, SHARD, WORLD
 from zerosim.sim.network import CPU_ADAM, H2D, NVME_READ, NVME_WRITE
@@ -46,7 +47,7 @@ def family_shape(scenario, mesh: Mesh) -> FamilyShape:
     ways, grouped = mesh.dp_shard, mesh.hybrid
     bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
     offload = t.optimizer_offload != "none" and stage >= 1
-    shard = shard_elements(total_params(scenario.model), ways)
+    shard = shard_elements(total_params(rank_model(scenario)), ways)
     states = FP32_BYTES * (1 + MOMENTS[t.optimizer])
     params_off = stage == 3 and t.param_offload != "none"
     step_ops: list[tuple[str, float]] = []

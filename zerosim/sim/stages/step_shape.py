@@ -14,6 +14,7 @@ from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_elemen
 from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.parallel.mesh import Mesh, mesh_of
+from zerosim.parallel.tensor import rank_model
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
                                other_s)
@@ -125,7 +126,7 @@ def _tensor_shards(scenario, n: int) -> list[list[int]]:
     """Each unit's parameter tensors as a rank holds them, sharded along their rows over n ranks
     (ceil(rows / n) x columns elements; n = 1: whole)."""
     return [[-(-rows // n) * cols for rows, cols in unit]
-            for unit in unit_tensor_shapes(scenario.model)]
+            for unit in unit_tensor_shapes(rank_model(scenario))]
 
 
 def _per_tensor(scenario, mesh: Mesh, memory: StageMemory) -> tuple[list[list[int]], list[tuple[str, int]]]:
@@ -166,7 +167,7 @@ def _fsdp2_states(scenario, mesh: Mesh, memory: StageMemory) -> dict:
 
 
 def step_shape(scenario, stage: int) -> StepShape:
-    m, t, mesh = scenario.model, scenario.training, mesh_of(scenario, stage)
+    m, t, mesh = rank_model(scenario), scenario.training, mesh_of(scenario, stage)
     bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
     moments = MOMENTS[t.optimizer]
     # Bytes the optimizer moves over HBM per element of its partition: read the gradient, read and
