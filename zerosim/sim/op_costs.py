@@ -20,6 +20,12 @@ tiles) and each elementwise op reads its input and the incoming gradient and wri
 one. Activation checkpointing recomputes the layer's forward ("full"), the attention core
 ("selective"), or the matmuls and elementwise ops it did not keep ("selective_op"). Tensors are
 16-bit (2 bytes).
+
+A tensor-parallel rank (parallel/tensor.py) runs its slice's shapes: every GEMM over the whole
+micro-batch's tokens (sequence parallelism gathers them first) with its a/t heads' query width,
+kv/t heads, f/t of the MLP and v/t of the vocabulary, so wave quantization of the smaller GEMMs
+shows; the norms, residuals and dropouts on every token without sequence parallelism and on 1/t
+of them with it (Korthikanti et al. 2022, §4.2.2).
 """
 
 from __future__ import annotations
@@ -132,9 +138,9 @@ def op_costs(cluster) -> OpCosts | None:
 def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """QK^T, softmax and AV of one layer: flash where it runs, else two batched GEMMs per head
     and the s x s scores through HBM (fp16 scores, a softmax reading and writing them)."""
-    b, s, h = t.micro_batch, t.seq_len, m.hidden
+    b, s = t.micro_batch, t.seq_len
     if t.flash_attention:
-        flash = costs.flash(b, s, h, backward, t.flash_kernel)
+        flash = costs.flash(b, s, m.q_width, backward, t.flash_kernel)
         if flash is not None:
             return flash
     d, heads = m.head_dim, m.heads
@@ -185,19 +191,20 @@ def elementwise_bytes(m, t, backward: bool) -> tuple[float, int]:
     tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
     kv = m.n_kv_heads * m.head_dim
     pass_ = 1 if backward else 0
-    norm_bytes, norm_kernels = norm_traffic(t, tokens * h, backward)
-    residuals = 2 * 3 * tokens * h * EAGER_FACTORS["single"][pass_]
+    split = tokens // m.sequence_shards  # the tokens a rank's norms, residuals and dropouts see
+    norm_bytes, norm_kernels = norm_traffic(t, split * h, backward)
+    residuals = 2 * 3 * split * h * EAGER_FACTORS["single"][pass_]
     if m.mlp == "swiglu":
         act = (5 if backward else 3) * tokens * f * EAGER_FACTORS["swiglu"][pass_]
     else:
         act = (3 if backward else 2) * tokens * f * EAGER_FACTORS["single"][pass_]
     rope = 0.0
     if m.position == "rope":  # queries and keys in and out, each reading cos and sin
-        rope = (2 * (tokens * h + tokens * kv) + 2 * 2 * tokens * m.head_dim
+        rope = (2 * (tokens * m.q_width + tokens * kv) + 2 * 2 * tokens * m.head_dim
                 ) * EAGER_FACTORS["rotary"][pass_]
     dropout = 0.0
     if m.dropout:
-        dropout = 2 * (3 if backward else 2) * tokens * h * EAGER_FACTORS["single"][pass_]
+        dropout = 2 * (3 if backward else 2) * split * h * EAGER_FACTORS["single"][pass_]
     kernels = 3 + 2 * norm_kernels + (1 if rope else 0) + (2 if dropout else 0)
     return 2 * norm_bytes + BYTES * (residuals + act + rope + dropout), kernels
 
@@ -215,11 +222,11 @@ def norm_traffic(t, elements: int, backward: bool) -> tuple[float, int]:
 
 def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """One transformer layer, forward or backward (the gradient only, no recompute)."""
-    tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
+    tokens, h, f, q = t.micro_batch * t.seq_len, m.hidden, m.ffn_width, m.q_width
     kv = m.n_kv_heads * m.head_dim
-    out = costs.linear(tokens, h, h + 2 * kv, backward)           # QKV
+    out = costs.linear(tokens, h, q + 2 * kv, backward)           # QKV
     out += attention_core(costs, m, t, backward)
-    out += costs.linear(tokens, h, h, backward)                    # attention output
+    out += costs.linear(tokens, q, h, backward)                    # attention output
     ups = 2 if m.mlp == "swiglu" else 1                            # gate and up, or up
     for _ in range(ups):
         out += costs.linear(tokens, h, f, backward)
@@ -232,7 +239,7 @@ def head(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """The final norm, the logits GEMM and cross-entropy over the vocabulary, each memory-bound
     op at its eager cost (EAGER_FACTORS, CROSS_ENTROPY_BYTES)."""
     tokens, h, v = t.micro_batch * t.seq_len, m.hidden, m.vocab
-    norm = costs.traffic(*norm_traffic(t, tokens * h, backward))
+    norm = costs.traffic(*norm_traffic(t, tokens // m.sequence_shards * h, backward))
     loss = costs.traffic(tokens * v * CROSS_ENTROPY_BYTES[1 if backward else 0], 1)
     return costs.linear(tokens, h, v, backward) + norm + loss
 
@@ -248,7 +255,7 @@ def selective_op_recompute(costs: OpCosts, m, t) -> Kernels:
     not keep (wk, wo, and w3 or the GeLU down projection) and every elementwise op."""
     tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
     kv = m.n_kv_heads * m.head_dim
-    out = costs.linear(tokens, h, kv, False) + costs.linear(tokens, h, h, False)
+    out = costs.linear(tokens, h, kv, False) + costs.linear(tokens, m.q_width, h, False)
     out += costs.linear(tokens, h, f, False) if m.mlp == "swiglu" else costs.linear(
         tokens, f, h, False)
     nbytes, kernels = elementwise_bytes(m, t, False)
