@@ -46,7 +46,7 @@ def param_counts(m: ModelConfig) -> ParamCounts:
     if m.is_bare:
         raise ValueError("a bare-Ψ model has no shape to count")
     h, f, v, q = m.hidden, m.ffn_width, m.vocab, m.q_width
-    kv = m.n_kv_heads * m.head_dim  # width of K and V under grouped-query attention
+    kv = m.kv_width  # columns of K and of V held (grouped-query attention; 1/t on a TP rank)
     bias = 1 if m.bias else 0
     norm = h * (2 if m.norm == "layernorm" and m.bias else 1)  # weight (+ bias)
     # Q, K, V, output (a row-parallel output keeps its whole bias: added after the reduction)
@@ -190,8 +190,7 @@ def selective_op_bytes(m: ModelConfig, t: TrainingConfig, w: int) -> int:
 def recomputed_matmul_elements(m: ModelConfig) -> int:
     """Weight elements of the matmuls selective_op recomputes in backward: wk, wo, and w3 (SwiGLU)
     or the GeLU MLP's down projection, the ones whose outputs it does not keep."""
-    kv = m.n_kv_heads * m.head_dim
-    return m.hidden * kv + m.q_width * m.hidden + m.hidden * m.ffn_width
+    return m.hidden * m.kv_width + m.q_width * m.hidden + m.hidden * m.ffn_width
 
 
 def gather_units(m: ModelConfig) -> list[int]:
@@ -247,7 +246,7 @@ def unit_tensor_shapes(m: ModelConfig) -> list[list[tuple[int, int]]]:
     """Each gather unit's parameter tensors as (rows, columns), in module order, torchtitan's
     Llama layout (separate Q, K, V; nn.Linear weights are (out, in)): what FSDP2 shards
     tensor by tensor along rows. A tied head owns no tensor. Not for a bare Psi."""
-    h, f, v, kv = m.hidden, m.ffn_width, m.vocab, m.n_kv_heads * m.head_dim
+    h, f, v, kv = m.hidden, m.ffn_width, m.vocab, m.kv_width
     bias = m.bias
     norm = [(h, 1)] * (2 if m.norm == "layernorm" and bias else 1)
 
@@ -293,8 +292,7 @@ def unit_flops(m: ModelConfig, t: TrainingConfig) -> list[UnitFlops]:
     if m.is_bare:
         return [UnitFlops(forward=2.0 * n * tokens, backward=4.0 * n * tokens) for n in gather_units(m)]
     h, f, v, q = m.hidden, m.ffn_width, m.vocab, m.q_width
-    kv = m.n_kv_heads * m.head_dim
-    matmul = 2 * h * q + 2 * h * kv + (2 if m.mlp == "gelu" else 3) * h * f
+    matmul = 2 * h * q + 2 * h * m.kv_width + (2 if m.mlp == "gelu" else 3) * h * f
     scores = 2.0 * 2 * t.micro_batch * t.seq_len ** 2 * q
     layer_forward = 2.0 * matmul * tokens + scores
     recompute = {"full": layer_forward, "selective": scores, "none": 0.0,

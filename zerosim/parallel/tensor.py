@@ -3,8 +3,14 @@ and computes, in Megatron-LM's layout (Shoeybi et al. 2019, §3; megatron/core/t
 layers.py and megatron/core/transformer/attention.py):
 
     Q, K, V and the MLP's first projection(s)   column-parallel: a/t query heads, kv/t key/value
-                                                heads (one, replicated t/kv ways, when kv < t),
-                                                f/t of the MLP's width, their biases split alike
+                                                heads, f/t of the MLP's width, their biases split
+                                                alike. When kv < t the fused QKV weight is still
+                                                split t ways, kv x head_dim / t columns of K and
+                                                of V each (a part of one head); the rank gathers
+                                                the QKV output and attends with one whole
+                                                key/value head (attention.py, SelfAttention.
+                                                get_query_key_value_tensors, since Megatron-LM
+                                                f7dfb99, "Support TP greater than num_kv_heads")
     attention output, the MLP's last projection row-parallel: (h x q/t), (h x f/t); their
                                                 biases whole (added after the reduction)
     token embedding, output layer               vocabulary-parallel: ceil(v/t) rows each (the
@@ -42,7 +48,11 @@ class ModelSlice:
     heads: int
     """Query heads on this rank: a / t."""
     n_kv_heads: int
-    """Key/value heads on this rank: kv / t, or 1 when kv < t (replicated)."""
+    """Key/value heads this rank attends with: kv / t, or 1 when kv < t (the gathered QKV
+    output's one head of its group)."""
+    kv_width: int
+    """Columns of K's (and of V's) weight this rank holds: kv x head_dim / t, also when kv < t
+    (Megatron splits the fused QKV weight evenly, never replicates it)."""
     head_dim: int
     ffn_width: int
     """f / t."""
@@ -74,10 +84,10 @@ class ModelSlice:
 
 def tp_slice(m: ModelConfig, tp: int, sequence_parallel: bool = False) -> ModelSlice:
     """Rank's slice of `m` under t = tp (scenario/axes.py has checked that t divides heads and
-    the MLP's width, and that kv and t divide one another)."""
+    the MLP's width, that kv and t divide one another, and that t divides kv x head_dim)."""
     return ModelSlice(
         name=m.name, layers=m.layers, hidden=m.hidden, heads=m.heads // tp,
-        n_kv_heads=max(1, m.n_kv_heads // tp), head_dim=m.head_dim,
+        n_kv_heads=max(1, m.n_kv_heads // tp), kv_width=m.kv_width // tp, head_dim=m.head_dim,
         ffn_width=m.ffn_width // tp, vocab=-(-m.vocab // tp), max_seq_len=m.max_seq_len,
         mlp=m.mlp, norm=m.norm, bias=m.bias, tied_embeddings=m.tied_embeddings,
         position=m.position, dropout=m.dropout, tp=tp,

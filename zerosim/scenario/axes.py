@@ -22,10 +22,12 @@ def check_axes(scenario) -> None:
                          f"parameter count: give the model's shape (hidden, heads, layers, ...)")
     world, n = c.world_size, c.gpus_per_node
     if world % tp:
-        raise InputError(f"{key} must divide the world size {world} ({c.nodes} nodes x {n} GPUs)")
+        raise InputError(f"{key} must divide the world size {world} ({c.nodes} nodes x {n} GPUs; "
+                         f"{world} / {tp} = {world / tp:.4g})")
     if tp % n and n % tp:
-        raise InputError(f"{key} must divide gpus_per_node = {n} or be a multiple of it, so that "
-                         f"tensor-parallel groups follow node boundaries")
+        raise InputError(f"{key} must divide cluster.gpus_per_node = {n} or be a multiple of "
+                         f"it ({n} / {tp} = {n / tp:.4g}), so that tensor-parallel groups "
+                         f"follow node boundaries")
     for name, value in (("model.heads", m.heads), ("model.ffn", m.ffn_width)):
         if value % tp:
             raise InputError(f"{key} must divide {name} = {value} ({value} / {tp} = "
@@ -33,7 +35,17 @@ def check_axes(scenario) -> None:
     kv = m.n_kv_heads
     if kv % tp and tp % kv:
         raise InputError(f"{key} and model.kv_heads = {kv} must divide one another: each rank "
-                         f"holds kv / t key/value heads, or one of kv replicated t / kv ways")
+                         f"holds kv / t key/value heads, or when kv < t a t / kv-th part of one")
+    if m.kv_width % tp:  # only when kv < t: kv / t whole heads have head_dim columns each
+        # Megatron splits the fused QKV weight's columns evenly (ColumnParallelLinear's divide)
+        raise InputError(f"{key} must divide model.kv_heads x head_dim = {kv} x {m.head_dim} = "
+                         f"{m.kv_width} ({m.kv_width} / {tp} = {m.kv_width / tp:.4g}): each "
+                         f"rank holds an equal part of K's and V's columns")
+    if p.tp_comm_overlap and not p.sequence_parallel:
+        # Megatron-LM's arguments.py asserts it; PyTorch's async TP overlaps SP's all-gathers
+        raise InputError(f"parallelism.tp_comm_overlap with {key} needs "
+                         f"parallelism.sequence_parallel = true: the overlap splits sequence "
+                         f"parallelism's all-gathers and reduce-scatters around the GEMMs")
     seq = t.seq_len or 0
     if p.sequence_parallel and seq % tp:
         raise InputError(f"parallelism.sequence_parallel splits the sequence {tp} ways, but "

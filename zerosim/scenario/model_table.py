@@ -114,5 +114,11 @@ class ModelConfig:
         (parallel/tensor.py)."""
         return self.hidden
 
+    @property
+    def kv_width(self) -> int:
+        """Columns of K's (and V's) weight: kv_heads x head_dim; a tensor-parallel rank holds
+        1/t of them (parallel/tensor.py)."""
+        return self.n_kv_heads * self.head_dim
+
     sequence_shards = 1
     """Ways the tensors every tensor-parallel rank keeps whole are split (parallel/tensor.py)."""

@@ -223,8 +223,9 @@ def norm_traffic(t, elements: int, backward: bool) -> tuple[float, int]:
 def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """One transformer layer, forward or backward (the gradient only, no recompute)."""
     tokens, h, f, q = t.micro_batch * t.seq_len, m.hidden, m.ffn_width, m.q_width
-    kv = m.n_kv_heads * m.head_dim
-    out = costs.linear(tokens, h, q + 2 * kv, backward)           # QKV
+    # Q, K, V: the columns the rank holds (kv_width: kv/t heads, or 1/t of the whole K and V
+    # when kv < t, whose output Megatron gathers to attend with one whole head)
+    out = costs.linear(tokens, h, q + 2 * m.kv_width, backward)
     out += attention_core(costs, m, t, backward)
     out += costs.linear(tokens, q, h, backward)                    # attention output
     ups = 2 if m.mlp == "swiglu" else 1                            # gate and up, or up
@@ -254,7 +255,7 @@ def selective_op_recompute(costs: OpCosts, m, t) -> Kernels:
     """What torchtitan's per-op policy re-runs in backward: the matmuls whose outputs it did
     not keep (wk, wo, and w3 or the GeLU down projection) and every elementwise op."""
     tokens, h, f = t.micro_batch * t.seq_len, m.hidden, m.ffn_width
-    kv = m.n_kv_heads * m.head_dim
+    kv = m.kv_width
     out = costs.linear(tokens, h, kv, False) + costs.linear(tokens, m.q_width, h, False)
     out += costs.linear(tokens, h, f, False) if m.mlp == "swiglu" else costs.linear(
         tokens, f, h, False)
