@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from zerosim.analytic.model import max_gather_window, total_params
 from zerosim.frameworks import framework_of
-from zerosim.parallel.tensor import rank_model
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 # DeepSpeed's host buffers for NVMe offload (runtime/zero/offload_config.py defaults): the
@@ -114,7 +113,11 @@ def estimator_lines(scenario, host_bytes_per_rank: int) -> list[str]:
         return []
     if "nvme" in (t.optimizer_offload, t.param_offload):
         return ["DeepSpeed's estimators cover offload to the CPU only: none is quoted for nvme"]
-    m = rank_model(scenario)  # DeepSpeed sees a tensor-parallel rank's slice
+    tp = scenario.parallelism.tensor_parallel
+    if tp > 1:  # their shards are Ψ / (nodes x GPUs per node): every GPU data-parallel
+        return [f"DeepSpeed's estimators assume every GPU is data-parallel: none is quoted "
+                f"beside parallelism.tensor_parallel = {tp}"]
+    m = scenario.model
     psi, n, k = total_params(m), min(c.gpus_per_node, c.world_size), c.nodes
     if t.zero_stage == 3:
         gpu, cpu = deepspeed_zero3_estimate(psi, largest_module_params(m), n, k, True,
