@@ -52,7 +52,8 @@ def _unit(max_bytes: int) -> tuple[str, int, str, str, int, str]:
 def _family(t, p) -> str:
     """The family's schemes the [training] (t) and [parallelism] (p) tables turn on
     (scenario/family.py), for the header."""
-    parts = [f"parameter offload: {t.param_offload}"] if t.param_offload != "none" else []
+    parts = [_tensor(p)] if p.tensor_parallel > 1 else []
+    parts += [f"parameter offload: {t.param_offload}"] if t.param_offload != "none" else []
     parts += ["delayed update"] if t.delayed_update else []
     if p.shard_group:
         parts.append(f"shard group {p.shard_group} (replicas all-reduced "
@@ -61,6 +62,13 @@ def _family(t, p) -> str:
     parts += [name for name, on in (("qwZ", t.quantized_weights), ("qgZ", t.quantized_gradients))
               if on]
     return "".join(" | " + part for part in parts)
+
+
+def _tensor(p) -> str:
+    """Tensor parallelism's settings, for the header."""
+    extras = [name for name, on in (("sequence parallel", p.sequence_parallel),
+                                    ("TP comm overlapped", p.tp_comm_overlap)) if on]
+    return f"tensor parallel {p.tensor_parallel}" + "".join(f", {x}" for x in extras)
 
 
 def _describe(scenario: Scenario) -> list[str]:
@@ -177,10 +185,15 @@ def op_bytes(per_op: dict[str, int], op: str) -> int:
 
 
 def _groups(results) -> list[str]:
-    """Where hybrid sharding or ZeRO++ ran collectives on subgroups, their bytes by group."""
+    """Where tensor parallelism, hybrid sharding or ZeRO++ ran collectives on subgroups, their
+    bytes by group (under TP: "tp" and the data-parallel ranks, "dp")."""
     lines = []
     for r in results:
-        if any("(" in key for key in r.comm_bytes_per_rank):
+        if r.comm_bytes_per_group:
+            lines.append(f"  {r.stage} {STAGE_NAMES[r.stage]}: " + " | ".join(
+                f"{group} " + ", ".join(f"{op} {b / 1e9:.3f}" for op, b in per_op.items())
+                for group, per_op in r.comm_bytes_per_group.items()) + " GB")
+        elif any("(" in key for key in r.comm_bytes_per_rank):
             lines.append(f"  {r.stage} {STAGE_NAMES[r.stage]}: "
                          + ", ".join(f"{key} {b / 1e9:.3f}" for key, b
                                      in r.comm_bytes_per_rank.items()) + " GB")

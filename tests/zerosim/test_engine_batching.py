@@ -41,6 +41,15 @@ CASES = {
     "tiny, gloo's flat ring over 2 nodes": (
         TINY, ["cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.collective_algorithm='ring'",
                "cluster.inter_node_latency_us=50"], "auto"),
+    "tiny, TP 2 x DP 2, sequence parallel": (
+        TINY, ["parallelism.tensor_parallel=2", "parallelism.sequence_parallel=true"], "auto"),
+    "tiny, TP 4 across nodes of 2, gloo's flat ring": (
+        TINY, ["parallelism.tensor_parallel=4", "cluster.nodes=4", "cluster.gpus_per_node=2",
+               "cluster.collective_algorithm='ring'", "cluster.inter_node_latency_us=50"], "auto"),
+    "llama, TP 4 overlapped, gradient accumulation": (
+        LLAMA, ["parallelism.tensor_parallel=4", "parallelism.sequence_parallel=true",
+                "parallelism.tp_comm_overlap=true", "training.gradient_accumulation=2", *L16],
+        "auto"),
 }
 
 

@@ -76,6 +76,18 @@ FEATURES = {
                 "model.vocab=1000", "training.seq_len=128", "cluster.gpu='H100-80GB'",
                 "cluster.nodes=4", DS, "training.precision='bf16'", "training.reduce_dtype='fp32'",
                 "training.optimizer_offload='cpu'", "training.prefetch_layers=1"], [3]),
+    # tensor parallelism: its own stream among the TP group beside the family's streams
+    "tensor parallel 2, sequence parallel, cpu offload": (
+        LLAMA, [*SMALL_LLAMA, DS, *J5, "parallelism.tensor_parallel=2",
+                "parallelism.sequence_parallel=true", "training.optimizer_offload='cpu'",
+                "training.gradient_accumulation=2"], [1, 2, 3]),
+    "tensor parallel 4 overlapped, delayed update": (
+        LLAMA, [*SMALL_LLAMA, DS, *J5, *NVME, "parallelism.tensor_parallel=4",
+                "parallelism.sequence_parallel=true", "parallelism.tp_comm_overlap=true",
+                "training.optimizer_offload='nvme'", "training.delayed_update=true"], [2]),
+    "tensor parallel 2, every rank alike, full recomputation": (
+        LLAMA, [*SMALL_LLAMA, "parallelism.tensor_parallel=2",
+                "training.activation_checkpointing='full'"], [0, 3]),
 }
 
 T1_MODEL = {"model.layers": 25, "model.heads": 16, "model.hidden": 512, "model.vocab": 256,

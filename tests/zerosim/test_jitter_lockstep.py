@@ -54,6 +54,12 @@ CASES = {
         TINY, ["variation.jitter_pct=20", "cluster.nodes=2", "cluster.gpus_per_node=2",
                "cluster.collective_algorithm='ring'", "cluster.inter_node_latency_us=50",
                "variation.degraded_links=[1]"], "auto"),
+    "tiny, TP 2 x DP 4, a straggler": (
+        TINY, [*J5, "cluster.nodes=2", "parallelism.tensor_parallel=2",
+               "variation.slow_ranks=[3]"], "auto"),
+    "llama, TP 2 with sequence parallelism, SMs shared with NCCL (op)": (
+        LLAMA, [*J5, "cluster.nodes=1", "parallelism.tensor_parallel=2",
+                "parallelism.sequence_parallel=true", "training.reduce_bucket_MiB=100"], "auto"),
 }
 
 

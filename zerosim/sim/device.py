@@ -9,7 +9,7 @@ from zerosim.analytic.memory import stage_memory
 from zerosim.contract import STAGES
 from zerosim.scenario.checks import within_cap
 from zerosim.sim.collectives import Collectives
-from zerosim.sim.groups import subgroups, world_group
+from zerosim.sim.groups import node_gpus, subgroups, world_group
 
 
 def overhead(cluster, collectives: Collectives, *others: Collectives) -> int:
@@ -19,13 +19,15 @@ def overhead(cluster, collectives: Collectives, *others: Collectives) -> int:
 
 
 def overhead_bytes(scenario, stage: int | None = None) -> int:
-    """overhead() for collectives over the whole world and every subgroup the scenario's
-    schemes use at `stage` (default: the scenario's; sim/groups.py: hybrid sharding, ZeRO++)."""
+    """overhead() for collectives over the data-parallel ranks (the whole world without tensor
+    parallelism) and every subgroup the scenario's schemes use at `stage` (default: the
+    scenario's; sim/groups.py: tensor parallelism's group, hybrid sharding, ZeRO++): a rank
+    holds one communicator of each."""
     c = scenario.cluster
     stage = scenario.training.zero_stage if stage is None else stage
-    world = world_group(scenario, stage)
-    return overhead(c, Collectives(scenario, world), *(
-        Collectives(scenario, group, node_gpus=world.gpus_per_node)
+    n = node_gpus(scenario, stage)
+    return overhead(c, Collectives(scenario, world_group(scenario, stage), node_gpus=n), *(
+        Collectives(scenario, group, node_gpus=n)
         for group in subgroups(scenario, stage).values()))
 
 

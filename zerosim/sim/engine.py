@@ -22,8 +22,12 @@ by event (lockstep/replay.py). On the same input the modes give identical number
 processes and links (the reference: tests/zerosim/test_jitter_lockstep.py). What a step of many
 ranks simulated one by one may take in memory is capped (lockstep/budget.py).
 
-Stages 0-2 queue every collective on one stream, so each has the links to itself and takes its
-closed form's time (collectives.ring.idle_plan) in one event, or in none when nothing else is due
+Groups (groups.py): a collective runs among the data-parallel ranks (WORLD: every rank, or N / t
+of them under tensor parallelism) or a named subgroup (the TP group, hybrid sharding's, ZeRO++'s),
+each priced by NCCL's tuner on that group; the representative links stand for every group's.
+
+Stages 0-2 without tensor parallelism queue every collective on one stream, so each has the
+links to itself and takes its closed form's time (collectives.ring.idle_plan) in one event, or in none when nothing else is due
 before it ends: a run of queued buckets or all-gathers costs no event each (clock.py). That is
 the batched executor, granularity "collective"; "phase" simulates every phase and wait as
 events, with the same numbers (tests/zerosim/test_engine_batching.py).
@@ -47,7 +51,7 @@ from zerosim.sim.collectives.ring import (FLAT, Group, idle_plan, plan_end_s, re
                                           run_phases)
 from zerosim.sim.costs import price_phases
 from zerosim.sim.executor import Executor, choose
-from zerosim.sim.groups import WORLD, subgroups, world_group
+from zerosim.sim.groups import WORLD, all_ranks, node_gpus, subgroups, world_group
 from zerosim.sim.network import Cluster
 from zerosim.sim.offload import HOST, host_phases
 from zerosim.sim.rank import RankContext, refuse_overflow, sm_share
@@ -71,8 +75,11 @@ class Engine:
         self.scenario, self.stage = scenario, stage
         self.program = stage_program(scenario, stage)
         self.group = world_group(scenario, stage)
-        self.library = Collectives(scenario, self.group)
-        self.groups = subgroups(scenario, stage)  # name -> ranks (hybrid sharding, ZeRO++)
+        """The data-parallel ranks (groups.WORLD): the world, or N / t of them under TP."""
+        self.node_gpus = node_gpus(scenario, stage)
+        """A node's GPUs, whose NICs a group with fewer ranks in a node shares (Comm.of)."""
+        self.library = Collectives(scenario, self.group, node_gpus=self.node_gpus)
+        self.groups = subgroups(scenario, stage)  # name -> ranks (TP, hybrid sharding, ZeRO++)
         self.libraries = {WORLD: self.library}  # and each subgroup's the step used
         self.used: dict[str, dict[str, float]] = {}
         """op -> the algorithm (and protocol) that ran it -> bytes of the calls it ran."""
@@ -122,7 +129,8 @@ class Engine:
             compute_ranks = sorted(v.slow | ({uniform} if uniform is not None else set()))
         if self.mode == "per_rank" and every_link:
             return compute_ranks, list(range(c.world_size))
-        return compute_ranks, sorted(v.degraded.union(representatives(self.group, scopes)))
+        return compute_ranks, sorted(v.degraded.union(
+            representatives(all_ranks(self.scenario, self.stage), scopes)))
 
     def join(self, key: tuple[str, int], op: str, size_bytes: float,
              group: str = WORLD) -> Iterator:
@@ -190,7 +198,7 @@ class Engine:
     def _library(self, name: str) -> Collectives:
         if name not in self.libraries:
             self.libraries[name] = Collectives(self.scenario, self.groups[name],
-                                                node_gpus=self.group.gpus_per_node)
+                                                node_gpus=self.node_gpus)
         return self.libraries[name]
 
     def finish(self) -> None:

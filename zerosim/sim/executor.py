@@ -5,7 +5,8 @@
   (rank.RankContext), every phase of every collective and every wait an event, and per rank
   every rank has its own links. Read it first: the others are tested equal to it, to the bit.
 - BATCHED: the same processes less the events that change nothing. A stage program whose
-  collectives never share links (one stream: DDP, ZeRO-1, ZeRO-2) has each priced in closed
+  collectives never share links (one stream: DDP, ZeRO-1, ZeRO-2 without tensor parallelism,
+  whose stream of its own shares them: stages/tensor.py) has each priced in closed
   form (collectives.ring.idle_plan); the clock moves without an event where one would only
   resume the process waiting for it (clock.py), and queues and slots schedule nothing needless
   (sync.py). tests/zerosim/test_engine_batching.py.

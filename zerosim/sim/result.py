@@ -45,7 +45,7 @@ class StageResult:
     judged on it."""
     tokens_per_s_per_gpu: float
     """Tokens each GPU trains on per second: micro_batch x seq_len x gradient_accumulation per
-    step."""
+    step, over the t ranks of a tensor-parallel group (they train on the same tokens)."""
     mfu: float
     """Model FLOPs utilisation: the model's FLOPs per token (no recomputation) x tokens/s per GPU
     over the GPU's dense 16-bit peak."""
@@ -55,6 +55,9 @@ class StageResult:
     slowest_rank: int
     notes: list[str] = field(default_factory=list)
     """What the simulation leaves out for this scenario."""
+    comm_bytes_per_group: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Under tensor parallelism, comm_bytes_per_rank by group ("tp", "dp" for groups.WORLD's
+    data-parallel ranks, any other subgroup by its name), each by op; empty without it."""
     ranks: list[RankContext] = field(repr=False, default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -72,7 +75,9 @@ class StageResult:
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "algorithm": self.algorithm, "mode": self.mode,
                 "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
-                "notes": self.notes}
+                "notes": self.notes,
+                **({"comm_bytes_per_group": self.comm_bytes_per_group}
+                   if self.comm_bytes_per_group else {})}
 
 
 def stage_result(engine, contexts: list) -> StageResult:
@@ -82,7 +87,8 @@ def stage_result(engine, contexts: list) -> StageResult:
     last = max(contexts, key=lambda ctx: (ctx.state.end_s, ctx.state.compute_s, -ctx.rank))
     rank0 = contexts[0].state
     t = scenario.training
-    tokens_per_s = t.tokens_per_rank / last.state.end_s
+    # the t ranks of a tensor-parallel group train on the same micro-batches
+    tokens_per_s = t.tokens_per_rank / scenario.parallelism.tensor_parallel / last.state.end_s
     reserved = max(ctx.state.memory.allocator.peak_reserved_bytes for ctx in contexts)
     peak = scenario.cluster.peak_tflops * 1e12
     return StageResult(
@@ -102,7 +108,19 @@ def stage_result(engine, contexts: list) -> StageResult:
         algorithm=algorithms_used(engine),
         mode=engine.mode,
         ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
-        notes=_notes(scenario))
+        notes=_notes(scenario), comm_bytes_per_group=_by_group(scenario, rank0.comm_bytes))
+
+
+def _by_group(scenario, per_op: dict[str, float]) -> dict[str, dict[str, int]]:
+    """RankState.comm_bytes ("op" on groups.WORLD, "op (group)" on a subgroup) by group, under
+    tensor parallelism (WORLD is then the data-parallel group, "dp")."""
+    if scenario.parallelism.tensor_parallel == 1:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for key, size in sorted(per_op.items()):
+        op, _, group = key.partition(" (")
+        out.setdefault(group.rstrip(")") or "dp", {})[op] = round(size)
+    return dict(sorted(out.items()))
 
 
 def algorithms_used(engine) -> str:

@@ -2,7 +2,7 @@
 chrome://tracing and ui.perfetto.dev open), derived from the step-event schema (zerosim.contract).
 
 Each simulated rank of each stage is a process; its compute stream and each communication queue
-are threads; its memory is a counter track stacked by category. Times are microseconds.
+(tensor parallelism's collectives among them, on the "tp" lane) are threads; its memory is a counter track stacked by category. Times are microseconds.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from zerosim.contract import FAMILY_QUEUES, QUEUES, STAGE_NAMES, MemorySample
+from zerosim.sim.groups import TP
 
-_LANES = {queue: tid for tid, queue in enumerate(QUEUES + FAMILY_QUEUES)}
-"""A lane per stream: QUEUES named in every trace, FAMILY_QUEUES where a rank uses them."""
+_LANES = {queue: tid for tid, queue in enumerate(QUEUES + FAMILY_QUEUES + (TP,))}
+"""A lane per stream: QUEUES named in every trace, FAMILY_QUEUES and tensor parallelism's
+collectives (groups.TP) where a rank uses them."""
 _PID_STRIDE = 1_000_000  # pid = stage * stride + rank: ranks of one stage stay together
 
 

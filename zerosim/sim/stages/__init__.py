@@ -11,7 +11,7 @@ Read them in the paper's order, each the difference it makes to the one before:
 | 2 under FSDP2 | `KeepGathered` | fsdp2.py | ZeRO-3 that keeps forward's gathered units until backward |
 
 The ZeRO family (offload, hybrid sharding, ZeRO++) is mixed into any of them by family.py from
-the numbers of family_shape.py; step_shape.py derives everything a program works from, once per
+the numbers of family_shape.py, tensor parallelism's collectives by tensor.py; step_shape.py derives everything a program works from, once per
 stage. `stage_program` is the one place a scenario picks its program.
 """
 
@@ -22,6 +22,7 @@ from zerosim.frameworks import framework_of
 from zerosim.sim.stages.family import with_family
 from zerosim.sim.stages.fsdp2 import KeepGathered
 from zerosim.sim.stages.replicated import DDP, ZeRO1, ZeRO2
+from zerosim.sim.stages.tensor import with_tensor_parallel
 from zerosim.sim.stages.zero3 import ZeRO3
 
 STAGE_PROGRAMS = dict(zip(STAGES, (DDP, ZeRO1, ZeRO2, ZeRO3)))
@@ -32,4 +33,4 @@ def stage_program(scenario, stage: int) -> type:
     t = scenario.training
     keeps = framework_of(t).keeps_gathered_parameters(t, stage)
     program = KeepGathered if keeps else STAGE_PROGRAMS[stage]
-    return with_family(program, scenario)
+    return with_tensor_parallel(with_family(program, scenario), scenario)

@@ -95,7 +95,9 @@ class DDP:
         for unit in range(self.layers):
             yield from self.gathered(unit, "forward")
             self.loss(unit, "forward")
+            self.tensor_begin(unit, "forward")
             yield from self.ctx.compute(self.shape.forward_s[unit], "forward", "forward", unit)
+            yield from self.tensor_end(unit, "forward")
             self.ctx.alloc(("activations", unit), "activations", self.shape.activation_bytes[unit])
             self.loss(unit, "forward", done=True)
             self.release(unit, "forward")
@@ -114,7 +116,9 @@ class DDP:
             yield from self.gathered(unit, "backward")
             self.ctx.alloc(("recompute", unit), "activations", self.shape.recompute_bytes[unit])
             self.loss(unit, "backward")
+            self.tensor_begin(unit, "backward")
             yield from self.produce_gradients(unit)
+            yield from self.tensor_end(unit, "backward")
             self.loss(unit, "backward", done=True)
             self.ctx.free(("recompute", unit))
             self.ctx.free(("activations", unit))
@@ -187,6 +191,13 @@ class DDP:
         """The optimizer's arithmetic on the GPU (offload moves it: stages/family.py)."""
         yield from self.ctx.compute(self.shape.optimizer.seconds(elements), "optimizer", "step",
                                     None)
+
+    # Tensor parallelism's hooks around a unit's compute (stages/tensor.py): none without it.
+    def tensor_begin(self, unit: int, phase: str) -> None:
+        pass
+
+    def tensor_end(self, unit: int, phase: str) -> Iterator:
+        return iter(())
 
     # ZeRO-3 hooks: nothing to gather while parameters are replicated.
     def start_gathers(self, phase: str, units) -> None:

@@ -11,6 +11,7 @@ from zerosim.errors import InputError
 from zerosim.frameworks import framework_of
 from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element, shard_elements,
                                      stage_memory)
+from zerosim.analytic.tensor_comm import TensorCollectives, tensor_collectives
 from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.parallel.mesh import Mesh, mesh_of
@@ -70,6 +71,9 @@ class StepShape:
     tensors' parts of the rank's gradient shard."""
     family: FamilyShape = field(default_factory=FamilyShape)
     """Hybrid sharding, offload and ZeRO++ (family_shape.py; stages/family.py runs them)."""
+    tensor: TensorCollectives = field(default_factory=TensorCollectives)
+    """Tensor parallelism's collectives per unit and pass (analytic/tensor_comm.py; stages/
+    tensor.py runs them); none when t = 1."""
     state_blocks: list[tuple[str, int]] = field(default_factory=list)
     """Where model states are one tensor per parameter (FSDP2: each sharded parameter, then
     each of its optimizer moments), (category, bytes) in allocation order; else one block per
@@ -210,4 +214,5 @@ def step_shape(scenario, stage: int) -> StepShape:
         step_blocks=_step_blocks(scenario, mesh, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage),
-        family=family_shape(scenario, mesh))
+        family=family_shape(scenario, mesh),
+        tensor=tensor_collectives(scenario.model, t, scenario.parallelism, bg))

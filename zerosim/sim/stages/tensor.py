@@ -1,0 +1,71 @@
+"""Tensor parallelism on top of any stage program (replicated.py, zero3.py, fsdp2.py, with the
+family of family.py): each unit's TP collectives (analytic/tensor_comm.py) around its compute,
+on a stream of their own among the TP group (sim/groups.TP), while the stage's own collectives
+run among the data-parallel ranks (groups.WORLD) as before.
+
+- Megatron-LM's default: the compute stream waits for each collective of the forward, and for
+  the backward's synchronous ones; those LinearWithGradAccumulationAndAsyncCommunication
+  launches async_op=True (the input-gradient all-reduce or reduce-scatter, the re-gather of a
+  saved input: tensor_comm `overlaps`) run beside the unit's compute, which ends when both have.
+- `tp_comm_overlap` (Megatron's userbuffers, PyTorch's async TP): every collective of a unit
+  runs beside its compute, the unit ending when both are done.
+- under sequence parallelism the replicated parameters' gradients are all-reduced among the TP
+  group before the optimizer step (finalize_model_grads), the compute stream waiting.
+
+The TP stream's collectives run while the stage's gathers and reductions are in flight, and a
+data-parallel group with several ranks in a node moves bytes over the same NVLink as the TP
+group: collectives share links (collectives_share_links), so none takes its closed form alone.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from zerosim.analytic.tensor_comm import TpCollective
+from zerosim.sim.groups import TP
+
+
+class TensorParallel:
+    """Mixed in before a stage program when tensor_parallel > 1: its tensor_begin/tensor_end
+    hooks and the optimizer step's TP all-reduce."""
+
+    collectives_share_links = True
+
+    def __init__(self, ctx, shape) -> None:
+        super().__init__(ctx, shape)
+        self.tensor = shape.tensor
+        self.beside: list = []
+        """This unit's TP collectives running beside its compute."""
+
+    def _collectives(self, unit: int, phase: str) -> tuple[TpCollective, ...]:
+        return (self.tensor.forward if phase == "forward" else self.tensor.backward)[unit]
+
+    def _beside(self, c: TpCollective) -> bool:
+        return c.overlaps or self.tensor.overlap
+
+    def _launch(self, c: TpCollective, phase: str, unit: int | None):
+        return self.ctx.comm(TP, c.op, c.size_bytes, c.name, phase, unit, group=TP)
+
+    def tensor_begin(self, unit: int, phase: str) -> None:
+        self.beside = [self._launch(c, phase, unit) for c in self._collectives(unit, phase)
+                       if self._beside(c)]
+
+    def tensor_end(self, unit: int, phase: str) -> Iterator:
+        for c in self._collectives(unit, phase):
+            if not self._beside(c):
+                yield self._launch(c, phase, unit)  # the compute stream waits for it
+        if self.beside:
+            yield self.env.all_of(self.beside)
+            self.beside = []
+
+    def optimizer_step(self) -> Iterator:
+        for c in self.tensor.step:
+            yield self._launch(c, "step", None)
+        yield from super().optimizer_step()
+
+
+def with_tensor_parallel(program: type, scenario) -> type:
+    """`program`, with tensor parallelism's collectives mixed in when t > 1."""
+    if scenario.parallelism.tensor_parallel == 1:
+        return program
+    return type(f"{program.__name__}TP", (TensorParallel, program), {})
