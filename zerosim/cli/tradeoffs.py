@@ -107,7 +107,15 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also consider, on the scenario's GPUs: offload (optimizer offload "
                              "to the CPU at stages 1-3, with parameter offload at stage 3), "
                              "hybrid (hybrid sharding over shard groups of about a node), zeropp "
-                             "(ZeRO-3 with ZeRO++'s hpZ, qwZ and qgZ); each with its step time, "
+                             "(ZeRO-3 with ZeRO++'s hpZ, qwZ and qgZ), tp (tensor parallelism "
+                             "at every stage, t each divisor of gpus_per_node: 1, 2, 4, 8 on "
+                             "8-GPU nodes, less the scenario's own t; the scenario's global "
+                             "batch, the N / t data-parallel ranks taking t times the "
+                             "micro-steps; with the scenario's "
+                             "parallelism.sequence_parallel and tp_comm_overlap, which plan "
+                             "does not search: --set parallelism.sequence_parallel=true plans "
+                             "with Megatron's sequence parallelism; a t the model or the world "
+                             "refuses is a note saying why); each with its step time, "
                              "its time cost against the fastest plain stage and host memory per "
                              "node (default: none)")
     add_mode(parser, "as for zerosim simulate")

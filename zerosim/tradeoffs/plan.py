@@ -6,8 +6,9 @@ that fit, and judges them as `zerosim simulate` does: one whose simulated device
 caching allocator rounds buffers up) passes the GPU's is not called fitting, nor is a fewest GPU
 count (review I5b). Per-rank memory depends on the world size alone and never grows with it, and
 model memory never shrinks as the model grows, so each search is a bisection. What
-`--allow` adds, offload, hybrid sharding and ZeRO++ on the scenario's GPUs with the time each
-costs, is plan_family.py.
+`--allow` adds, offload, hybrid sharding, ZeRO++ and tensor parallelism on the scenario's GPUs
+with the time each costs, is plan_family.py. A scenario with its own tensor_parallel = t is
+planned on the world sizes t divides.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import math
 from dataclasses import replace
 from typing import Any, Callable
 
-from zerosim.contract import STAGE_NAMES, STAGES
+from zerosim.contract import STAGE_NAMES
 from zerosim.errors import InputError
 from zerosim.analytic.memory import stage_memory
 from zerosim.analytic.model import param_counts, total_params
+from zerosim.frameworks import framework_of
 from zerosim.scenario.checks import MAX_VALUE
 from zerosim.parallel.mesh import mesh_of
 from zerosim.sim.device import overhead_bytes
@@ -78,10 +80,14 @@ def _bare(scenario: Scenario, psi: int) -> Scenario:
 def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
     """(a) The largest Ψ whose model states fit, and the largest model that fits whole (states,
     activations at the scenario's micro-batch, buffers). Model states depend on Ψ alone; a shaped
-    model grows by whole layers of its own width (embeddings and head stay), a bare Ψ as it is."""
+    model grows by whole layers of its own width (embeddings and head stay), a bare Ψ as it is.
+    Under tensor parallelism a rank's states depend on the shape (its Megatron slice), so the
+    model states' largest model grows by layers too."""
+    m = scenario.model
+    if scenario.parallelism.tensor_parallel > 1:
+        return _largest_layers(scenario, stage, budget_bytes)
     states = largest(lambda psi: stage_memory(_bare(scenario, psi), stage).model_states_bytes
                      <= budget_bytes, MAX_VALUE)
-    m = scenario.model
     if m.is_bare:
         whole = largest(lambda psi: stage_memory(_bare(scenario, psi), stage).peak_bytes
                         <= budget_bytes, MAX_VALUE)
@@ -97,6 +103,24 @@ def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str
     return {"max_params_model_states": states, "max_params_whole": whole, "max_layers": layers}
 
 
+def _largest_layers(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
+    """largest_model of a tensor-parallel scenario: whole layers of its own shape, for the model
+    states alone and for the whole."""
+    m = scenario.model
+    counts = param_counts(m)
+
+    def deep(layers: int) -> Scenario:
+        return replace(scenario, model=replace(m, layers=layers))
+
+    top = max(1, (MAX_VALUE - counts.total) // counts.per_layer)
+    states, layers = (largest(lambda n: getattr(stage_memory(deep(n), stage), term)
+                              <= budget_bytes, top)
+                      for term in ("model_states_bytes", "peak_bytes"))
+    return {"max_params_model_states": total_params(deep(states).model) if states else 0,
+            "max_params_whole": total_params(deep(layers).model) if layers else 0,
+            "max_layers": layers}
+
+
 def valid_world(scenario: Scenario, index: int) -> tuple[int, Scenario]:
     """The first world size from the index-th on that the scenario's own keys allow: its index,
     the scenario on it (or the refusal of a key no world size satisfies). Solved, not tried:
@@ -107,20 +131,22 @@ def valid_world(scenario: Scenario, index: int) -> tuple[int, Scenario]:
 
 
 def allowed_index(scenario: Scenario, index: int) -> int:
-    """The first candidate from the index-th on whose size the shard group g divides and, below a
-    node, the hpZ partition h divides too (scenario/family.check_scenario: hpZ's partition
-    divides the GPUs of a node, which is the world below one node). Below a node the sizes are
-    1, 2, ..., n: the next multiple of lcm(g, h). From a node on they are k n: k n is a multiple
-    of g every g / gcd(g, n) nodes."""
+    """The first candidate from the index-th on whose size the shard group g and the tensor-
+    parallel degree t divide and, below a node, the hpZ partition h divides too
+    (scenario/family.check_scenario: hpZ's partition divides the GPUs of a node, which is the
+    world below one node; scenario/axes.py: t divides the world). Below a node the sizes are
+    1, 2, ..., n: the next multiple of lcm(g, h, t). From a node on they are k n: k n is a
+    multiple of g every g / gcd(g, n) nodes, of t every t / gcd(t, n)."""
     per_node = scenario.cluster.gpus_per_node
     group = scenario.parallelism.shard_group or 1
+    tp = scenario.parallelism.tensor_parallel
     if index < per_node - 1:
-        step = math.lcm(group, max(1, scenario.parallelism.hpz_partition))
+        step = math.lcm(group, max(1, scenario.parallelism.hpz_partition), tp)
         size = -(-(index + 1) // step) * step
         if size < per_node:
             return size - 1
         index = per_node - 1
-    nodes_step = group // math.gcd(group, per_node)
+    nodes_step = math.lcm(group // math.gcd(group, per_node), tp // math.gcd(tp, per_node))
     nodes = -(-(index - per_node + 2) // nodes_step) * nodes_step
     return nodes + per_node - 2
 
@@ -156,20 +182,21 @@ def fewest_gpus(scenario: Scenario, stage: int, gpu_bytes: int) -> dict[str, Any
 
 def candidate_gpus(scenario: Scenario, fewest: list[int | None]) -> list[int]:
     """World sizes worth ranking: whole-node doublings up to the scenario's size, the scenario's
-    own, and each stage's fewest."""
+    own, and each stage's fewest; those the tensor-parallel degree divides (scenario/axes.py)."""
     per_node, nodes = scenario.cluster.gpus_per_node, scenario.cluster.nodes
     sizes = {scenario.world_size, *(n for n in fewest if n is not None)}
     doubling = 1
     while doubling <= nodes:
         sizes.add(doubling * per_node)
         doubling *= 2
-    return sorted(sizes)
+    return sorted(n for n in sizes if n % scenario.parallelism.tensor_parallel == 0)
 
 
 def _stage_rows(scenario: Scenario, budget_bytes: int, budget: int) -> list[dict[str, Any]]:
-    """Per stage: the largest model, the fewest GPUs, and whether it fits the scenario's GPUs."""
+    """Per stage the framework runs: the largest model, the fewest GPUs, and whether it fits the
+    scenario's GPUs."""
     stages = []
-    for stage in STAGES:
+    for stage in framework_of(scenario.training).stages:
         row = stage_memory(scenario, stage)
         stages.append({"stage": stage, "name": STAGE_NAMES[stage],
                        **largest_model(scenario, stage, budget),
@@ -202,7 +229,8 @@ def _rank(scenario: Scenario, sizes: list[int], budget_bytes: int, mode: str,
         try:
             world = with_world(scenario, gpus)
             room = budget_bytes - overhead_bytes(world)
-            rows = [_simulated(scenario, gpus, stage, mode, cache) for stage in STAGES
+            rows = [_simulated(scenario, gpus, stage, mode, cache)
+                    for stage in framework_of(scenario.training).stages
                     if stage_memory(world, stage).peak_bytes <= room]
             configs.extend(r for r in rows if r["device_bytes"] <= budget_bytes)
             over.extend(r for r in rows if r["device_bytes"] > budget_bytes)
@@ -301,7 +329,7 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
     overhead = overhead_bytes(scenario)
     budget = budget_bytes - overhead  # what the buffers may take on the scenario's GPUs
     stages = _stage_rows(scenario, budget_bytes, budget)
-    entries, fitting, family_notes = plan_family.consider(scenario, allow, budget)
+    entries, fitting, family_notes = plan_family.consider(scenario, allow, budget, budget_bytes)
     timed = scenario.training.seq_len is not None  # a bare Ψ without a sequence has no step time
     cache: dict[tuple[int, int], dict] = {}
     confirmed = (_confirm_fewest(scenario, stages, budget_bytes, mode, cache, progress)
@@ -336,6 +364,8 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
             "gpu_memory_bytes": budget_bytes, "overhead_bytes": overhead,
             "micro_batch": scenario.training.micro_batch,
             "seq_len": scenario.training.seq_len, "stages": stages,
+            **({"tensor_parallel": tp} if (tp := scenario.parallelism.tensor_parallel) > 1
+               else {}),
             "configurations": [_config(r) for r in configs], "notes": notes + family_notes,
             **{k: _config(r) if r else None for k, r in pick.items()}, **family}
 
@@ -356,6 +386,8 @@ def params_text(psi: int) -> str:
 def format_plan(p: dict[str, Any]) -> str:
     budget, n = p["gpu_memory_bytes"], p["world_size"]
     seq = f" x {p['seq_len']} tokens" if p["seq_len"] else ""
+    tp = p.get("tensor_parallel", 1)
+    seq += f", tensor parallel t = {tp}" if tp > 1 else ""
     lines = [f"zerosim plan: {p['model'] or p['scenario']} (Ψ = {params_text(p['params'])}) on "
              f"{n} GPUs, {gib(budget)} per GPU, micro-batch {p['micro_batch']}{seq}",
              f"({gib(p['overhead_bytes'])} of each GPU is the CUDA context and NCCL's buffers: "

@@ -1,5 +1,6 @@
-"""`zerosim plan --allow offload,hybrid,zeropp`: the ZeRO family beyond the four stages, as
-candidates on the scenario's own GPUs, and what each costs in time.
+"""`zerosim plan --allow offload,hybrid,zeropp,tp`: the ZeRO family beyond the four stages, and
+tensor parallelism beside each stage, as candidates on the scenario's own GPUs, and what each
+costs in time.
 
 Each candidate is the scenario with [training] set to one stage and one scheme, built as any
 scenario is (dataclasses.replace runs TrainingConfig's and Scenario's checks, scenario/family.py),
@@ -14,6 +15,15 @@ the same GPUs.
               properly divide the world size and divide gpus_per_node or are a multiple of it
               (gpus_per_node first, then the nearest by ratio, the larger first on a tie)
     zeropp    stage 3 with hpz_partition = gpus_per_node, quantized_weights, quantized_gradients
+    tp        tensor_parallel = t at each stage the framework runs, for every t that divides
+              gpus_per_node (1, 2, 4, 8 on 8-GPU nodes) but the scenario's own: Megatron-LM's
+              layout inside a node (parallel/tensor.py), the stage sharding each rank's slice
+              over the N / t data-parallel ranks, with the scenario's global batch. Sequence
+              parallelism and tp_comm_overlap stay the scenario's keys, not searched: each is
+              an implementation's switch (Megatron's --sequence-parallel and
+              --tp-comm-overlap are opt-in), and sequence parallelism moves the bytes of the
+              all-reduces it replaces (Korthikanti et al. 2022, §4.2.2: a reduce-scatter and
+              an all-gather), so set it to plan with it
 
 Candidates start from the scenario's [training] with every key of these schemes at its default
 (PLAIN), so each candidate is exactly its scheme. How plan words a size and a misfit (gib,
@@ -29,17 +39,19 @@ from typing import Any, Callable
 from zerosim.contract import STAGE_NAMES
 from zerosim.errors import InputError, brief
 from zerosim.analytic.memory import stage_memory
+from zerosim.frameworks import framework_of
 from zerosim.scenario.config import Scenario
 from zerosim.scenario.parallelism_table import PARALLELISM_KEYS
+from zerosim.sim.device import overhead_bytes
 from zerosim.tradeoffs.sweep import rows_of
 from zerosim.units import GiB, KiB, MiB
 
-ALLOWS = ("offload", "hybrid", "zeropp")
+ALLOWS = ("offload", "hybrid", "zeropp", "tp")
 MAX_SHARD_GROUPS = 4
 MAX_RATIO = 1 << 12  # shard groups from a 4096th of a node to 4096 nodes
 PLAIN = {"optimizer_offload": "none", "param_offload": "none", "delayed_update": False,
          "shard_group": 0, "hpz_partition": 0, "quantized_weights": False,
-         "quantized_gradients": False}
+         "quantized_gradients": False, "tensor_parallel": 1}
 TERMS = (("params", "params_bytes"), ("grads", "grads_bytes"),
          ("optimizer states", "optimizer_bytes"), ("activations", "activations_bytes"),
          ("buffers", "buffers_bytes"))
@@ -92,6 +104,18 @@ class Candidate:
     settings: tuple[tuple[str, Any], ...]
     """The keys it sets beyond PLAIN, in order ([training]'s, or [parallelism]'s: table_of)."""
     label: str
+    group: str = ""
+    """What a refusal names in plan's notes, when it refuses more than this candidate (a t
+    that the model or the world refuses refuses every stage): "t = 16"; "" names the label."""
+
+
+def tp_degrees(scenario: Scenario) -> list[int]:
+    """The t --allow tp tries: every divisor of gpus_per_node, less the scenario's own t (the
+    plain stages run at that one). Ranks of one tensor-parallel group stay inside a node, where
+    NVLink carries their per-layer collectives (Narayanan et al. 2021, §3.3, Takeaway #1: tensor
+    model parallelism up to degree g on g-GPU servers)."""
+    n, own = scenario.cluster.gpus_per_node, scenario.parallelism.tensor_parallel
+    return [t for t in range(1, n + 1) if n % t == 0 and t != own]
 
 
 def shard_groups(world: int, per_node: int) -> list[int]:
@@ -126,6 +150,29 @@ def candidates(scenario: Scenario, allow: tuple[str, ...]) -> list[Candidate]:
         out.append(Candidate("zeropp", 3, (("hpz_partition", h), ("quantized_weights", True),
                                            ("quantized_gradients", True)),
                              f"{STAGE_NAMES[3]} ZeRO++ ({', '.join(parts)})"))
+    if "tp" in allow:
+        out.extend(_tp_candidates(scenario))
+    return out
+
+
+def _tp_candidates(scenario: Scenario) -> list[Candidate]:
+    """tensor_parallel = t at each of the framework's stages, with the scenario's global batch:
+    N / t data-parallel ranks take t / t0 times the micro-steps of the scenario's N / t0, each
+    of its micro-batch (Megatron's num_microbatches = global_batch_size / (micro_batch_size x
+    data_parallel_size): megatron/core/num_microbatches_calculator.py), so that a candidate's
+    step trains the tokens a plain stage's does and the two step times compare. A t whose
+    micro-steps would not be whole is left out (consider's note)."""
+    own, accumulation = _batch_of(scenario)
+    sp = ", SP" if scenario.parallelism.sequence_parallel else ""
+    out = []
+    for t in tp_degrees(scenario):
+        steps, odd = divmod(accumulation * t, own)
+        if odd:
+            continue
+        label = f"t = {t}{sp if t > 1 else ''}, {steps} micro-step{'s' * (steps > 1)}"
+        settings = (("tensor_parallel", t), ("gradient_accumulation", steps))
+        out.extend(Candidate("tp", stage, settings, f"{STAGE_NAMES[stage]}, {label}", f"t = {t}")
+                   for stage in framework_of(scenario.training).stages)
     return out
 
 
@@ -157,10 +204,12 @@ def _entry(scenario: Scenario, candidate: Candidate, room: int) -> dict[str, Any
             **{key: None for key in RANKED}, "cost_s": None, "cost_pct": None, "cost_vs": None}
 
 
-def consider(scenario: Scenario, allow: tuple[str, ...],
-             room: int) -> tuple[list[dict], list[Scenario], list[str]]:
+def consider(scenario: Scenario, allow: tuple[str, ...], room: int,
+             gpu_bytes: int | None = None) -> tuple[list[dict], list[Scenario], list[str]]:
     """Every candidate's entry (memory judged against `room`), the scenarios of those that fit
-    (in the entries' order), and notes on what was skipped and why."""
+    (in the entries' order), and notes on what was skipped and why. A tensor-parallel candidate
+    is judged against what its own communicators leave of `gpu_bytes` (the TP group's NCCL
+    buffers come beside the data-parallel group's: sim/device.overhead_bytes)."""
     entries, fitting, skipped = [], [], {}
     if not allow:
         return entries, fitting, []
@@ -168,14 +217,19 @@ def consider(scenario: Scenario, allow: tuple[str, ...],
         try:
             built = build(scenario, candidate)
         except InputError as exc:
-            skipped.setdefault((candidate.allow, " ".join(str(exc).split())), []).append(
-                candidate.label)
+            labels = skipped.setdefault((candidate.allow, " ".join(str(exc).split())), [])
+            if (candidate.group or candidate.label) not in labels:
+                labels.append(candidate.group or candidate.label)
             continue
-        entries.append(_entry(built, candidate, room))
+        own = (gpu_bytes - overhead_bytes(built, candidate.stage)
+               if candidate.allow == "tp" and gpu_bytes is not None else room)
+        entries.append(_entry(built, candidate, own))
         if entries[-1]["fits"]:
             fitting.append(built)
     notes = [f"--allow {kind}: skipped {', '.join(labels)}: {why}"
              for (kind, why), labels in skipped.items()]
+    if "tp" in allow:
+        notes += _tp_notes(scenario)
     if "hybrid" in allow and not shard_groups(scenario.world_size, scenario.cluster.gpus_per_node):
         notes.append(f"--allow hybrid: no shard group on {scenario.world_size} GPUs (one >= 2 "
                      f"that properly divides the world size and divides gpus_per_node = "
@@ -186,6 +240,25 @@ def consider(scenario: Scenario, allow: tuple[str, ...],
         notes.append(f"the scenario sets {', '.join(own)}: the plain stages keep it, the "
                      f"--allow candidates set their own scheme alone")
     return entries, fitting, notes
+
+
+def _batch_of(scenario: Scenario) -> tuple[int, int]:
+    """The scenario's own t and micro-steps, which fix its global batch."""
+    return scenario.parallelism.tensor_parallel, scenario.training.gradient_accumulation
+
+
+def _tp_notes(scenario: Scenario) -> list[str]:
+    """What --allow tp says beside its candidates: the t it left out, and how it compares."""
+    own, accumulation = _batch_of(scenario)
+    odd = [t for t in tp_degrees(scenario) if accumulation * t % own]
+    notes = [f"--allow tp: skipped t = {t}: the scenario's global batch at t = {own} "
+             f"(gradient_accumulation {accumulation}) takes {accumulation} x {t} / {own} "
+             f"micro-steps at t = {t}, not a whole number" for t in odd]
+    times = "t" if own == 1 else f"t / {own}"
+    return notes + [f"--allow tp: each tensor-parallel candidate trains the scenario's global "
+                    f"batch: its N / t data-parallel ranks take {times} times the micro-steps, "
+                    f"so its step time compares with the plain stages' on "
+                    f"{scenario.world_size:,} GPUs"]
 
 
 def rank(entries: list[dict], fitting: list[Scenario], mode: str,

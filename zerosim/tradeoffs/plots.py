@@ -38,8 +38,13 @@ _DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 # ---- memory against GPU count ------------------------------------------------------------------
 
+SHORT_NAMES = {"parallelism.tensor_parallel": "t", "parallelism.sequence_parallel": "SP"}
+"""The inputs a legend names as papers write them: "ZeRO-3, t=8" (Narayanan et al. 2021's t)."""
+
+
 def _label(row: dict[str, Any], series: list[str]) -> str:
-    return ", ".join([row["stage_name"], *(f"{c}={_shown(row.get(c))}" for c in series)])
+    return ", ".join([row["stage_name"], *(f"{SHORT_NAMES.get(c, c)}={_shown(row.get(c))}"
+                                           for c in series)])
 
 
 def _shown(value: Any) -> str:

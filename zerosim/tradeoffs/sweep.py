@@ -29,6 +29,7 @@ from zerosim.errors import InputError
 from zerosim.analytic.memory import check_scale, fits, stage_memory
 from zerosim.sim.device import check_device_scale
 from zerosim.analytic.model import total_params
+from zerosim.parallel.mesh import mesh_of
 from zerosim.report import op_bytes
 from zerosim.scenario.load import load_scenario, parse_override
 from zerosim.sim.costs import op_model
@@ -174,7 +175,8 @@ def rows_of(scenario, stages: Sequence[int], first: dict[str, Any],
         row = {**first, "stage": stage, "stage_name": STAGE_NAMES[stage],
                "world_size": scenario.world_size,
                "params": total_params(scenario.model),
-               "tokens_per_step": t.tokens_per_rank * scenario.world_size,
+               # a tensor-parallel group's t ranks share their tokens: N / t take their own
+               "tokens_per_step": t.tokens_per_rank * mesh_of(scenario, stage).data_parallel,
                **{key: memory[key] for key in MEMORY_COLUMNS},
                "gpu_memory_bytes": gpu_memory_bytes,
                "fits_gpu_memory": fits(scenario, result.device_bytes),
