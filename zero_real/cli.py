@@ -45,6 +45,7 @@ def _check_run_args(args: argparse.Namespace, torchrun: bool) -> None:
                              "leave --nproc at 1 and --collectives at native")
 
 
+
 def _world(args: argparse.Namespace) -> tuple[tuple[int, int] | None, int, int]:
     """(torchrun's world and processes per node or None, ranks, local processes). Under torchrun
     the world is torchrun's (WORLD_SIZE ranks, LOCAL_WORLD_SIZE per node); locally it is --nproc
@@ -60,6 +61,19 @@ def _world(args: argparse.Namespace) -> tuple[tuple[int, int] | None, int, int]:
         raise InputError(f"--nproc {args.nproc} disagrees with torchrun's WORLD_SIZE={world}; "
                          f"leave --nproc out under torchrun")
     return torchrun, world, local
+
+
+def _tensor_parallel(args: argparse.Namespace, world: int) -> list[str]:
+    """The --set lines --tensor-parallel and --sequence-parallel stand for (none without them);
+    what the model needs of t is zerosim.scenario.axes's check, made as the scenario loads."""
+    sp = ["parallelism.sequence_parallel=true"] if args.sequence_parallel else []
+    if args.tensor_parallel is None:
+        return sp
+    t = args.tensor_parallel
+    if world % t:
+        raise InputError(f"--tensor-parallel {t} does not divide the {world} ranks of this run "
+                         f"({world} / {t} = {world / t:.4g}): give a divisor")
+    return [f"parallelism.tensor_parallel={t}", *sp]
 
 
 def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
@@ -81,16 +95,27 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
                              f"ranks of this run ({world} / {args.shard_group} = "
                              f"{world / args.shard_group:.4g}); give a divisor, or 0 for all")
         shard_group = [f"parallelism.shard_group={args.shard_group}"]
+    tensor = _tensor_parallel(args, world)
     flagged = [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}",
-               f"training.zero_stage={args.stage}", *shard_group]
+               f"training.zero_stage={args.stage}", *shard_group, *tensor]
     # The stage is not recorded among the overrides (the measurement has its own): a --set of
     # another one would be measured as --stage's without a word.
-    preflight.check_overrides_agree(args.overrides,
-                                    {"training.zero_stage": ("--stage", args.stage)})
+    decided = {"training.zero_stage": ("--stage", args.stage)}
+    if args.tensor_parallel is not None:
+        decided["parallelism.tensor_parallel"] = ("--tensor-parallel", args.tensor_parallel)
+    if args.sequence_parallel:
+        decided["parallelism.sequence_parallel"] = ("--sequence-parallel", True)
+    preflight.check_overrides_agree(args.overrides, decided)
     scenario = load_scenario(args.scenario, [*args.overrides, *flagged])
+    if args.sequence_parallel and scenario.parallelism.tensor_parallel == 1:
+        raise InputError("--sequence-parallel splits the sequence over a tensor-parallel group: "
+                         "give --tensor-parallel T with T > 1")
+    if args.fake_world_size and scenario.parallelism.tensor_parallel > 1:
+        raise InputError(f"--fake-world-size runs one rank, not a tensor-parallel group of "
+                         f"{scenario.parallelism.tensor_parallel}: leave tensor parallelism out")
     # The measurement records what validate cannot know: it sets the cluster and the stage
     # itself, but rebuilds the rest from the overrides, the shard group's flag among them.
-    recorded = [*args.overrides, *shard_group]
+    recorded = [*args.overrides, *shard_group, *tensor]
     preflight.check_scenario(scenario, args.scenario)
     if args.backend == "gloo" and not (args.fake_world_size and torch.cuda.is_available()):
         preflight.check_memory(scenario, args.stage, 1 if args.fake_world_size else local, world)
@@ -172,6 +197,13 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
                      help="hybrid sharding (stages 1-3): model states sharded over groups of G "
                           "consecutive ranks and replicated across the groups; G divides the "
                           "ranks; 0 = all ranks (default: the scenario's parallelism.shard_group)")
+    run.add_argument("--tensor-parallel", type=flags.tensor_parallel, metavar="T",
+                     help="tensor parallelism (Megatron-LM's layout) over groups of T consecutive "
+                          "ranks; the stage runs over the N / T ranks T apart (default: the "
+                          "scenario's parallelism.tensor_parallel)")
+    run.add_argument("--sequence-parallel", action="store_true",
+                     help="with --tensor-parallel: Megatron's sequence parallelism (norms and "
+                          "residuals on 1/T of the sequence)")
     run.add_argument("--fake-world-size", type=flags.nproc, metavar="W",
                      help="one rank against a fake process group of W ranks: memory at W-way "
                           "sharding without W processes (losses are not meaningful)")

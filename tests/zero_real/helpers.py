@@ -214,3 +214,40 @@ def train_hanging(rank: int, world_size: int, cfg: RunConfig, *, hang_rank: int,
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """||a - b|| / ||b||, the size of a difference relative to the tensor."""
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+# ---- tensor parallelism: a rank's slices put back together, by hand ---------------------------
+
+VOCAB_PARALLEL = ("tok", "lm_head")
+COLUMN_PARALLEL = ("qkv", "gate", "up")
+ROW_PARALLEL = ("proj", "down")
+
+
+def assemble_tensor_parallel(name: str, parts: list[torch.Tensor], m) -> torch.Tensor:
+    """The single-process parameter `name` from its t tensor-parallel slices (rank order), in
+    Megatron's layout as written out here, independently of zero_real.parts.tensor_model: the
+    vocabulary's rows concatenated and the padding cut; column-parallel outputs concatenated
+    (the QKV's in Megatron's order, per key/value group its query heads, key and value, put back
+    as [all Q | all K | all V]); row-parallel weights' input columns concatenated; everything
+    else replicated, so every rank's copy must be equal."""
+    module, leaf = name.split(".")[-2:]
+    if module in VOCAB_PARALLEL:
+        return torch.cat(parts)[:m.vocab]
+    if module in ROW_PARALLEL and leaf == "weight":
+        return torch.cat(parts, dim=1)
+    if module not in COLUMN_PARALLEL:
+        for p in parts[1:]:
+            assert torch.equal(p, parts[0]), f"{name}: replicas differ"
+        return parts[0]
+    whole = torch.cat(parts)
+    if module != "qkv":
+        return whole
+    d = m.head_dim
+    per_group = m.heads // m.n_kv_heads * d  # query rows of one key/value group
+    qs, ks, vs = [], [], []
+    for g in range(m.n_kv_heads):
+        rows = whole[g * (per_group + 2 * d):(g + 1) * (per_group + 2 * d)]
+        qs.append(rows[:per_group])
+        ks.append(rows[per_group:per_group + d])
+        vs.append(rows[per_group + d:])
+    return torch.cat(qs + ks + vs)

@@ -23,6 +23,9 @@ preflight's memory check long before this bound."""
 MAX_SHARD_GROUP = MAX_WORLD
 """--shard-group: ranks per shard group (0: all of them), at most as many as there can be ranks;
 that it divides the run's ranks is checked once they are known (cli.prepare_run)."""
+MAX_TENSOR_PARALLEL = MAX_WORLD
+"""--tensor-parallel: ranks per tensor-parallel group, at most as many as there can be ranks;
+that it divides the run's ranks and the model's heads is checked once they are known."""
 MAX_STEPS = 10_000
 """--steps and --timed-steps: every step's events are held in memory (the profiler keeps every
 allocation of a profiled step besides) and written to the measurement: 13 KB per step for 2
@@ -97,6 +100,7 @@ def micro_batches(text: str) -> tuple[int, ...]:
 
 nproc = whole(1, MAX_WORLD)
 shard_group = whole(0, MAX_SHARD_GROUP)
+tensor_parallel = whole(1, MAX_TENSOR_PARALLEL)
 steps = whole(1, MAX_STEPS)
 timed_steps = whole(0, MAX_STEPS)
 seed = whole(0, MAX_SEED)

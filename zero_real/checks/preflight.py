@@ -132,6 +132,9 @@ def check_scenario(scenario, path: str) -> None:
          "PyTorch SDPA's fused kernels, timed in zerosim as fa2"),
         ("training.norm_kernel", t.norm_kernel, t.norm_kernel == "fused",
          "nn.RMSNorm and nn.LayerNorm (fused)"),
+        ("parallelism.tp_comm_overlap", str(scenario.parallelism.tp_comm_overlap).lower(),
+         not scenario.parallelism.tp_comm_overlap,
+         "tensor parallelism's collectives blocking the compute, Megatron's default (false)"),
     ]
     for key, value, ok, supported in unsupported:
         if not ok:

@@ -22,6 +22,8 @@ collective over the whole world: every rank creates every group, in the same ord
 not; the groups of a (world, g) are made once per process and reused by every stage built on
 them. Each group times out as the world does (`timeout_s`, the run's --timeout-s): new_group's
 own default is torch's 30 minutes, in which a stopped rank's peers would wait unreported.
+Tensor parallelism's groups (`tensor_groups_of`, t consecutive ranks, and the data-parallel N/t
+ranks t apart) are the same layout with g = t.
 
 Waiting, native gloo on CPU between processes: each collective is started asynchronously and its
 work polled, the core yielded between polls, instead of waited for asleep in work.wait() (see
@@ -42,6 +44,10 @@ from zerosim.contract import COLLECTIVE_IMPLS
 # torch 2.13 renamed the tensor forms; older releases only have the *_tensor names.
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+"""all_reduce's reductions: the stages sum; the vocabulary-parallel loss also takes a max."""
 
 
 def _offsets(sizes: list[int]) -> list[int]:
@@ -114,17 +120,19 @@ class Collectives:
 
     # -- the interface the stages use ----------------------------------------------------------
 
-    def all_reduce(self, t: torch.Tensor, name: str = "all_reduce") -> None:
-        """Sum `t` over ranks, in place."""
+    def all_reduce(self, t: torch.Tensor, name: str = "all_reduce", op: str = "sum") -> None:
+        """Sum `t` over ranks, in place; or its elementwise maximum with op="max" (the
+        vocabulary-parallel loss's max, zero_real.parts.tensor)."""
         with self.recorder.comm(name, "all_reduce", self._nbytes(t)):
             if self.world_size == 1:
                 return
             if self.mode == "native":
-                self._native(dist.all_reduce, t)
+                # torch's default op is the sum: passed only for another one
+                self._native(dist.all_reduce, t, **({} if op == "sum" else {"op": REDUCE_OPS[op]}))
             else:
                 base, extra = divmod(t.numel(), self.world_size)
                 sizes = [base + (1 if r < extra else 0) for r in range(self.world_size)]
-                self._ring_reduce_scatter(t, sizes)
+                self._ring_reduce_scatter(t, sizes, op)
                 self._ring_all_gather(t, sizes)
 
     def reduce_scatter(self, t: torch.Tensor, sizes: list[int], name: str = "reduce_scatter") -> None:
@@ -184,7 +192,7 @@ class Collectives:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
 
-    def _ring_reduce_scatter(self, t: torch.Tensor, sizes: list[int]) -> None:
+    def _ring_reduce_scatter(self, t: torch.Tensor, sizes: list[int], op: str = "sum") -> None:
         n, offsets = self.world_size, _offsets(sizes)
         scratch = torch.empty(max(sizes), dtype=t.dtype, device=t.device)
 
@@ -197,7 +205,10 @@ class Collectives:
             send_i, recv_i = (self.rank - k - 1) % n, (self.rank - k - 2) % n
             incoming = scratch[:sizes[recv_i]]
             self._exchange(piece(send_i), incoming)
-            piece(recv_i).add_(incoming)
+            if op == "max":
+                torch.maximum(piece(recv_i), incoming, out=piece(recv_i))
+            else:
+                piece(recv_i).add_(incoming)
 
     def _ring_all_gather(self, t: torch.Tensor, sizes: list[int]) -> None:
         n, offsets = self.world_size, _offsets(sizes)
@@ -247,3 +258,25 @@ def shard_groups_of(comm: Collectives, g: int) -> ShardGroups:
     shard, replica = rank // g, rank % g
     return ShardGroups(shard=comm.subgroup(handles[shard], shards[shard]),
                        replica=comm.subgroup(handles[len(shards) + replica], replicas[replica]))
+
+
+# -- tensor parallelism's process groups -----------------------------------------------------
+
+@dataclass(frozen=True)
+class TensorGroups:
+    """One rank's groups under tensor parallelism of t (zerosim.parallel.mesh's tp axis and its
+    data-parallel ranks): the t consecutive ranks [i*t, (i+1)*t) that split every layer, and
+    the N/t ranks t apart that hold the same slice (the stage's world)."""
+
+    tensor: Collectives
+    data: Collectives
+
+
+def tensor_groups_of(comm: Collectives, t: int) -> TensorGroups:
+    """This rank's tensor and data-parallel groups (`comm`: the world). They are hybrid
+    sharding's layout with shard groups of t (shard_groups_of: consecutive groups, and the ranks
+    with the same place in theirs), so every rank creates them in the same order, once; the
+    two schemes are not combined (zerosim.scenario.axes refuses it)."""
+    groups = shard_groups_of(comm, t)
+    data = groups.replica or comm.subgroup(None, [comm.ranks[comm.rank]])  # t = N: one rank
+    return TensorGroups(tensor=groups.shard, data=data)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from zero_real.parts.model import init_tensor
 from zerosim.analytic.memory import shard_elements  # one definition of the shard size, zerosim's
 
 
@@ -94,6 +93,7 @@ class FlatParams:
                  sharded: bool):
         self.layout = Layout.of(named_params, world_size)
         self.rank, self.sharded = rank, sharded
+        self.initial = root.initial  # a parameter's value from (name, seed): whole, or a TP slice
         lo, hi = self.layout.owned(rank)
         make = torch.empty if sharded else torch.zeros  # padding must read as zero
         self.full = make(self.layout.padded, dtype=dtype, device=device)
@@ -119,7 +119,7 @@ class FlatParams:
         for slot in self.layout.slots:
             a, b = max(lo, slot.offset), min(hi, slot.offset + slot.numel)
             if a < b:
-                value = init_tensor(slot.name, slot.shape, seed, out.dtype, out.device).flatten()
+                value = self.initial(slot.name, slot.shape, seed, out.dtype, out.device).flatten()
                 out[a - lo:b - lo] = value[a - slot.offset:b - slot.offset]
 
     @property

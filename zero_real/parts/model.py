@@ -126,6 +126,10 @@ class Head(nn.Module):
 class GPT(nn.Module):
     """Units in forward order: [embedding, block 1..L, head] (zerosim.analytic.model's gather units)."""
 
+    tensor_comm = None
+    """The tensor-parallel group's Collectives: none, the whole model is here
+    (zero_real.parts.tensor_model holds a rank's slice)."""
+
     def __init__(self, m: ModelConfig, flash: bool = False):
         super().__init__()
         self.config = m
@@ -138,6 +142,12 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x, self.embedding.tok.weight, targets)
+
+    def initial(self, name: str, shape: torch.Size, seed: int, dtype: torch.dtype,
+                device: str | torch.device = "cpu") -> torch.Tensor:
+        """Parameter `name`'s initial value (init_tensor); a tensor-parallel rank's model gives
+        its slice of the same."""
+        return init_tensor(name, shape, seed, dtype, device)
 
 
 def build_model(m: ModelConfig, device: str | torch.device = "meta", *,

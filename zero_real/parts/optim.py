@@ -112,14 +112,17 @@ class LossScale:
         self.enabled = precision == "fp16"
         self.value = initial if self.enabled else 1.0
 
-    def overflowed(self, grads: list[torch.Tensor], comm, device: torch.device) -> bool:
-        """`device`: where the collectives run (offloaded gradients are in host memory)."""
+    def overflowed(self, grads: list[torch.Tensor], comms, device: torch.device) -> bool:
+        """`comms`: the groups whose ranks hold the rest of the gradients (the data-parallel
+        group, and the tensor-parallel group under TP); `device`: where the collectives run
+        (offloaded gradients are in host memory)."""
         if not self.enabled:
             return False
         bad = torch.zeros(1, device=device)
         for g in grads:
             bad += (~torch.isfinite(g)).any().float().to(device)
-        comm.all_reduce(bad, name="overflow check")
+        for comm in comms:
+            comm.all_reduce(bad, name="overflow check")
         if bad.item() > 0:
             self.value /= 2
             return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zero_real.parts.tensor import PREFIX
 from zerosim.contract import COMM, Measurement
 from zerosim.units import MiB
 
@@ -28,8 +29,11 @@ def summary(result: Measurement, out: str | None) -> str:
                      f"{r['peak_bytes'] / MiB:.2f} MiB{reserved}, after: {phases} MiB")
     comm = [e for e in result["events"] if e["stream"] == COMM and e["rank"] == 0]
     step_s = max((e["end_s"] for e in result["events"]), default=0.0)
-    lines.append(f"rank 0: {len(comm)} collectives, {sum(e['bytes'] for e in comm) / MiB:.2f} MiB, "
-                 f"run {step_s:.2f} s")
+    # Under tensor parallelism, how many of them ran in the TP group (parts/tensor.py's names).
+    tp = sum(e["name"].startswith(PREFIX) for e in comm)
+    tp = f" ({tp} tensor-parallel)" if tp else ""
+    lines.append(f"rank 0: {len(comm)} collectives{tp}, "
+                 f"{sum(e['bytes'] for e in comm) / MiB:.2f} MiB, run {step_s:.2f} s")
     if out:
         lines.append(f"wrote {out}")
     return "\n".join(lines)

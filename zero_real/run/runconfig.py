@@ -14,7 +14,8 @@ from zerosim.contract import COLLECTIVE_IMPLS
 # Ranks start from a fork server that has already imported these: paid once, not once per rank
 # (on a 2-core box four ranks importing torch and sympy take seconds each).
 PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes",
-           "zero_real.stages", "zero_real.run.train", "zero_real.run.launch"]
+           "zero_real.stages", "zero_real.run.train", "zero_real.run.launch",
+           "zero_real.parts.tensor_model"]
 
 
 def start_fork_server() -> None:

@@ -47,7 +47,7 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     the profiler, return this rank's measurements."""
     from zero_real.parts.collectives import Collectives
     from zero_real.parts.measure import Recorder
-    from zero_real.parts.model import build_model, micro_batches
+    from zero_real.parts.model import micro_batches
     from zero_real.run.progress import Progress
     from zero_real.stages import STAGES
 
@@ -60,8 +60,8 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     watch.instrument(recorder, heartbeat)
     comm = Collectives(cfg.collectives, rank, world_size, recorder, cfg.backend,
                        timeout_s=cfg.timeout_s)
-    model = build_model(scenario.model, flash=scenario.training.flash_attention)
-    engine = STAGES[cfg.stage](model, scenario, rank=rank, world_size=world_size, comm=comm,
+    model, data = build_rank_model(scenario, comm)  # data: the stage's group (the world at t = 1)
+    engine = STAGES[cfg.stage](model, scenario, rank=data.rank, world_size=data.world_size, comm=data,
                                recorder=recorder, device=device, seed=cfg.seed, lr=cfg.lr)
     recorder.mark("after_init", 0)
     t = scenario.training
@@ -75,9 +75,9 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
         for step in range(cfg.steps + cfg.timed_steps):
             if step == cfg.steps and cfg.timed_steps:
                 recorder.finish()
-            # One optimizer step: gradient_accumulation micro-batches, made one by one.
-            batches = micro_batches(scenario.model.vocab, t, rank, world_size, cfg.seed, step,
-                                    device)
+            # One optimizer step's micro-batches, made one by one; a TP group's ranks share theirs.
+            batches = micro_batches(scenario.model.vocab, t, data.rank, data.world_size, cfg.seed,
+                                    step, device)
             heartbeat.step = recorder.step = step
             rank_losses.append(engine.step(batches, step))
             progress.tick()
@@ -102,6 +102,24 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
             "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
             "params": params, "hardware": hardware(device),
             "under_profiler": under_profiler and not cfg.timed_steps}
+
+
+def build_rank_model(scenario, comm):
+    """(the model as this rank holds it, on the meta device; the data-parallel group's
+    Collectives). Tensor parallelism of t: the rank's Megatron slice (parts/tensor_model.py),
+    its collectives on the t consecutive ranks of its group, the stage's on the N/t ranks t apart
+    (collectives.tensor_groups_of); else the whole model, and the world."""
+    from zero_real.parts.collectives import tensor_groups_of
+    from zero_real.parts.model import build_model
+    from zero_real.parts.tensor_model import build_tensor_parallel_model
+
+    p, flash = scenario.parallelism, scenario.training.flash_attention
+    if p.tensor_parallel == 1:
+        return build_model(scenario.model, flash=flash), comm
+    groups = tensor_groups_of(comm, p.tensor_parallel)
+    model = build_tensor_parallel_model(scenario.model, groups.tensor, p.sequence_parallel,
+                                        flash=flash)
+    return model, groups.data
 
 
 def global_losses(rank_losses: list[float], world_size: int, device: torch.device) -> list[float]:

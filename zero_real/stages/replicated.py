@@ -183,7 +183,9 @@ class DDP:
 
     def optimizer_step(self) -> None:
         grads = [opt.unscaled_grad(self.loss_scale.value) for opt in self.optimizers]
-        if not self.loss_scale.overflowed(grads, self.comm, self.device):
+        # Under tensor parallelism each rank of a TP group holds other gradients: all must agree.
+        comms = [c for c in (self.comm, self.model.tensor_comm) if c is not None]
+        if not self.loss_scale.overflowed(grads, comms, self.device):
             for opt, g in zip(self.optimizers, grads):
                 opt.step(g)
         self.after_optimizer()
