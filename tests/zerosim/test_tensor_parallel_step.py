@@ -215,3 +215,29 @@ def test_tp_collectives_have_a_lane_and_groups_in_the_json():
     as_json = result.as_dict()
     assert set(as_json["comm_bytes_per_group"]) == {"dp", "tp"}
     assert "comm_bytes_per_group" not in simulate(load_scenario(TINY), 3).as_dict()
+
+
+def test_an_async_collective_hides_behind_its_one_gemm_only():
+    """Megatron's default (LinearWithGradAccumulationAndAsyncCommunication.backward): the input
+    gradient's all-reduce is launched, the weight gradient's GEMM runs, then the stream waits.
+    The CPU box's flat model (25e9 FLOP/s): each all-reduce starts with a compute of exactly
+    its GEMM, 2 x tokens x h x width / rate (tokens 64, h 64, a rank's fc1
+    width f / t = 128, QKV 3h / t = 96), and the layer goes on at the later of the two ends."""
+    result = simulate(tiny("cluster.nodes=1", "cluster.gpus_per_node=2"), 0)
+    events = [e for e in result.ranks[0].state.events
+              if e["phase"] == "backward" and e["layer"] == 1 and e["queue"] in ("compute", "tp")]
+    seen = 0
+    for width, name in ((128, "TP fc1 input-gradient all-reduce"),
+                        (96, "TP QKV input-gradient all-reduce")):
+        i = next(i for i, e in enumerate(events) if e["name"] == name)
+        comm = events[i]
+        gemm = next(e for e in events if e["queue"] == "compute"
+                    and e["start_s"] == comm["start_s"])
+        assert gemm["end_s"] - gemm["start_s"] == pytest.approx(2 * 64 * 64 * width / 25e9,
+                                                                rel=1e-9)
+        after = [e for e in events[i + 1:] if e["queue"] == "compute"]
+        if after:
+            assert after[0]["start_s"] == pytest.approx(max(comm["end_s"], gemm["end_s"]),
+                                                        rel=1e-12)
+        seen += 1
+    assert seen == 2

@@ -65,8 +65,11 @@ the layer), with SP none beyond the all-gathers the backward already makes (8): 
 reduce-scatters are saved, and a replayed all-gather is the gather of the weight gradient's
 input that Megatron makes in backward.
 
-`overlaps`: Megatron's default runs the collective beside a GEMM of its unit (7, 8); the others
-block the compute stream. With tp_comm_overlap (userbuffers, PyTorch's async TP) every one does.
+`window`: the one GEMM Megatron's default runs the collective beside (7: the weight gradient
+of its linear, launched after the input gradient it reduces; 8: the input gradient, launched
+after the re-gather starts), (linear, GEMM) with linear one of WINDOW_LINEARS; the collective
+is exposed only where it outlasts that GEMM. The others block the compute stream. With
+tp_comm_overlap (userbuffers, PyTorch's async TP) every one runs beside its unit's compute.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ from dataclasses import dataclass, field
 from zerosim.contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
+WINDOW_LINEARS = ("qkv", "fc1", "head")
+DGRAD, WGRAD = "dgrad", "wgrad"
 LOSS_ALL_REDUCES = 3
 """cross_entropy.py, _VocabParallelCrossEntropy.forward: max, predicted logit, sum of exp."""
 
@@ -87,8 +92,12 @@ class TpCollective:
     op: str
     size_bytes: int
     name: str
-    overlaps: bool = False
-    """Megatron runs it async beside a GEMM of the same unit (see the module's note)."""
+    window: tuple[str, str] | None = None
+    """(linear, DGRAD or WGRAD): the GEMM Megatron runs it beside, async (the module's note)."""
+
+    @property
+    def overlaps(self) -> bool:
+        return self.window is not None
 
 
 @dataclass(frozen=True)
@@ -108,8 +117,10 @@ def _layer(e: int, sp: bool, recompute: str) -> tuple[tuple, tuple]:
     if not sp:
         forward = (TpCollective(ALL_REDUCE, e, "TP attention output all-reduce"),
                    TpCollective(ALL_REDUCE, e, "TP MLP output all-reduce"))
-        backward = (TpCollective(ALL_REDUCE, e, "TP fc1 input-gradient all-reduce", True),
-                    TpCollective(ALL_REDUCE, e, "TP QKV input-gradient all-reduce", True))
+        backward = (TpCollective(ALL_REDUCE, e, "TP fc1 input-gradient all-reduce",
+                                 ("fc1", WGRAD)),
+                    TpCollective(ALL_REDUCE, e, "TP QKV input-gradient all-reduce",
+                                 ("qkv", WGRAD)))
         replayed = {"full": forward, "selective_op": forward[:1]}.get(recompute, ())
         return forward, replayed + backward
     forward = (TpCollective(ALL_GATHER, e, "TP QKV input all-gather"),
@@ -117,11 +128,13 @@ def _layer(e: int, sp: bool, recompute: str) -> tuple[tuple, tuple]:
                TpCollective(ALL_GATHER, e, "TP fc1 input all-gather"),
                TpCollective(REDUCE_SCATTER, e, "TP MLP output reduce-scatter"))
     backward = (TpCollective(ALL_GATHER, e, "TP fc2 output-gradient all-gather"),
-                TpCollective(ALL_GATHER, e, "TP fc1 input re-gather", True),
-                TpCollective(REDUCE_SCATTER, e, "TP fc1 input-gradient reduce-scatter", True),
+                TpCollective(ALL_GATHER, e, "TP fc1 input re-gather", ("fc1", DGRAD)),
+                TpCollective(REDUCE_SCATTER, e, "TP fc1 input-gradient reduce-scatter",
+                             ("fc1", WGRAD)),
                 TpCollective(ALL_GATHER, e, "TP attention output-gradient all-gather"),
-                TpCollective(ALL_GATHER, e, "TP QKV input re-gather", True),
-                TpCollective(REDUCE_SCATTER, e, "TP QKV input-gradient reduce-scatter", True))
+                TpCollective(ALL_GATHER, e, "TP QKV input re-gather", ("qkv", DGRAD)),
+                TpCollective(REDUCE_SCATTER, e, "TP QKV input-gradient reduce-scatter",
+                             ("qkv", WGRAD)))
     return (forward, (forward if recompute == "full" else ()) + backward)
 
 
@@ -149,15 +162,15 @@ def tensor_collectives(m, t, p, grad_bytes_per_element: int) -> TensorCollective
                                   "TP embedding reduction"),), (
             TpCollective(ALL_GATHER, e, "TP embedding gradient all-gather"),)
         head = (TpCollective(ALL_GATHER, e, "TP output-layer input all-gather"), *loss), (
-            TpCollective(ALL_GATHER, e, "TP output-layer input re-gather", True),
+            TpCollective(ALL_GATHER, e, "TP output-layer input re-gather", ("head", DGRAD)),
             TpCollective(REDUCE_SCATTER, e, "TP output-layer input-gradient reduce-scatter",
-                         True))
+                         ("head", WGRAD)))
         step = (TpCollective(ALL_REDUCE, grad_bytes_per_element * replicated_gradient_elements(m),
                              "TP replicated-gradient all-reduce"),)
     else:
         embedding = (TpCollective(ALL_REDUCE, e, "TP embedding all-reduce"),), ()
         head = loss, (TpCollective(ALL_REDUCE, e, "TP output-layer input-gradient all-reduce",
-                                   True),)
+                                   ("head", WGRAD)),)
         step = ()
     forward, backward = _layer(e, sp, t.activation_checkpointing)
     units = [embedding] + [(forward, backward)] * m.layers + [head]

@@ -22,7 +22,7 @@ from zerosim.analytic.model import UnitFlops, gather_units, gradient_units, unit
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
-from zerosim.sim.op_costs import OpCosts, fsdp2_copies, op_costs, unit_seconds
+from zerosim.sim.op_costs import OpCosts, fsdp2_copies, linear_gemms, op_costs, unit_seconds
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 
@@ -63,6 +63,22 @@ def compute_seconds(scenario, flops: list[UnitFlops],
             out.append(measured * compute_scale(scenario, stage) if measured is not None
                        else work / rate)
     return forward, backward
+
+
+def overlap_windows(scenario) -> dict[tuple[str, str], float]:
+    """Seconds of each GEMM a tensor-parallel collective may hide behind (op_costs.linear_gemms,
+    keyed by (linear, "dgrad" | "wgrad")): op by op, or its FLOPs (2 x tokens x in x out) at the
+    flat model's rate."""
+    m, t = rank_model(scenario), scenario.training
+    per_op = op_model(scenario)
+    if per_op is not None:
+        return linear_gemms(per_op, m, t)
+    rate = scenario.cluster.hardware.compute_flops_per_s
+    tokens = t.micro_batch * t.seq_len
+    ups = 2 if m.mlp == "swiglu" else 1
+    widths = {"qkv": m.q_width + 2 * m.kv_width, "fc1": ups * m.ffn_width, "head": m.vocab}
+    return {(name, gemm): 2.0 * tokens * m.hidden * width / rate
+            for name, width in widths.items() for gemm in ("dgrad", "wgrad")}
 
 
 @dataclass(frozen=True)

@@ -292,3 +292,18 @@ def fsdp2_copies(costs: OpCosts, gathered: list[int], reduced: list[int], reduce
     back = [(o if regather else 0.0) + costs.traffic((BYTES + reduce_bytes) * r).seconds
             for o, r in zip(out, reduced)]
     return out, back
+
+
+def linear_gemms(costs: OpCosts, m, t) -> dict[tuple[str, str], float]:
+    """Seconds of the backward GEMMs tensor parallelism's async collectives run beside
+    (analytic/tensor_comm.py's windows): each of QKV's, the MLP's first projection(s)' and the
+    output layer's input gradient (dgrad) and weight gradient (wgrad), as linear() prices them."""
+    tokens, h = t.micro_batch * t.seq_len, m.hidden
+    ups = 2 if m.mlp == "swiglu" else 1
+    widths = {"qkv": (m.q_width + 2 * m.kv_width, 1), "fc1": (m.ffn_width, ups),
+              "head": (m.vocab, 1)}
+    out = {}
+    for name, (width, count) in widths.items():
+        out[name, "dgrad"] = count * costs.gemm(tokens, h, width).seconds
+        out[name, "wgrad"] = count * costs.gemm(h, width, tokens).seconds
+    return out

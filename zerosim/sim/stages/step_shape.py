@@ -18,7 +18,7 @@ from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
-                               other_s)
+                               other_s, overlap_windows)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 
@@ -74,6 +74,10 @@ class StepShape:
     tensor: TensorCollectives = field(default_factory=TensorCollectives)
     """Tensor parallelism's collectives per unit and pass (analytic/tensor_comm.py; stages/
     tensor.py runs them); none when t = 1."""
+    tensor_windows: list[tuple[float, ...]] = field(default_factory=list)
+    """Per unit, per backward TP collective: seconds of the GEMM it runs beside under
+    Megatron's default (0: it blocks), taken out of backward_s (stages/tensor.py runs that GEMM
+    beside it); empty without TP or under tp_comm_overlap."""
     state_blocks: list[tuple[str, int]] = field(default_factory=list)
     """Where model states are one tensor per parameter (FSDP2: each sharded parameter, then
     each of its optimizer moments), (category, bytes) in allocation order; else one block per
@@ -188,6 +192,9 @@ def step_shape(scenario, stage: int) -> StepShape:
     units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
     forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t), stage)
+    tensor = tensor_collectives(scenario.model, t, scenario.parallelism, bg)
+    windows = _tensor_windows(scenario, tensor)
+    backward_s = [s - sum(w) for s, w in zip(backward_s, windows)] if windows else backward_s
     extra = memory_terms(scenario, stage)
     activation_bytes = unit_activation_bytes(m, t)
     if extra["activations"]:  # measured activations: the analytic split, scaled to their total
@@ -215,4 +222,14 @@ def step_shape(scenario, stage: int) -> StepShape:
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage),
         family=family_shape(scenario, mesh),
-        tensor=tensor_collectives(scenario.model, t, scenario.parallelism, bg))
+        tensor=tensor, tensor_windows=windows)
+
+
+def _tensor_windows(scenario, tensor: TensorCollectives) -> list[tuple[float, ...]]:
+    """StepShape.tensor_windows: each backward TP collective's GEMM (costs.overlap_windows),
+    when Megatron's default runs it beside one."""
+    if not tensor.backward or tensor.overlap:
+        return []
+    gemms = overlap_windows(scenario)
+    return [tuple(gemms[c.window] if c.overlaps else 0.0 for c in unit)
+            for unit in tensor.backward]

@@ -6,7 +6,9 @@ run among the data-parallel ranks (groups.WORLD) as before.
 - Megatron-LM's default: the compute stream waits for each collective of the forward, and for
   the backward's synchronous ones; those LinearWithGradAccumulationAndAsyncCommunication
   launches async_op=True (the input-gradient all-reduce or reduce-scatter, the re-gather of a
-  saved input: tensor_comm `overlaps`) run beside the unit's compute, which ends when both have.
+  saved input: tensor_comm's `window`) run beside the one GEMM it launches them before (the
+  weight gradient, the input gradient), and the compute stream waits for them after it: the
+  unit's compute less those GEMMs first, then each such collective beside its GEMM.
 - `tp_comm_overlap` (Megatron's userbuffers, PyTorch's async TP): every collective of a unit
   runs beside its compute, the unit ending when both are done.
 - under sequence parallelism the replicated parameters' gradients are all-reduced among the TP
@@ -40,20 +42,21 @@ class TensorParallel:
     def _collectives(self, unit: int, phase: str) -> tuple[TpCollective, ...]:
         return (self.tensor.forward if phase == "forward" else self.tensor.backward)[unit]
 
-    def _beside(self, c: TpCollective) -> bool:
-        return c.overlaps or self.tensor.overlap
-
     def _launch(self, c: TpCollective, phase: str, unit: int | None):
         return self.ctx.comm(TP, c.op, c.size_bytes, c.name, phase, unit, group=TP)
 
     def tensor_begin(self, unit: int, phase: str) -> None:
-        self.beside = [self._launch(c, phase, unit) for c in self._collectives(unit, phase)
-                       if self._beside(c)]
+        if self.tensor.overlap:  # every collective beside the unit's whole compute
+            self.beside = [self._launch(c, phase, unit) for c in self._collectives(unit, phase)]
 
     def tensor_end(self, unit: int, phase: str) -> Iterator:
-        for c in self._collectives(unit, phase):
-            if not self._beside(c):
-                yield self._launch(c, phase, unit)  # the compute stream waits for it
+        if not self.tensor.overlap:
+            windows = self.shape.tensor_windows[unit] if phase == "backward" else ()
+            for i, c in enumerate(self._collectives(unit, phase)):
+                done = self._launch(c, phase, unit)
+                if c.overlaps and windows:  # async: its GEMM runs meanwhile, then the wait
+                    yield from self.ctx.compute(windows[i], "backward", phase, unit)
+                yield done  # the compute stream waits for it
         if self.beside:
             yield self.env.all_of(self.beside)
             self.beside = []
