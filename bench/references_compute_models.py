@@ -23,13 +23,14 @@ def main() -> None:
     rows = {name: {(r["reference"], r["category"]): r for r in report["rows"]}
             for name, report in reports.items()}
     keys = sorted(rows[names[0]])
-    print(f"{'reference':<42} {'metric':<14} {'measured':>10} " +
+    width = max(len("reference"), *(len(key[0]) for key in keys))
+    print(f"{'reference':<{width}} {'metric':<14} {'measured':>10} " +
           " ".join(f"{name:>20}" for name in names))
     for key in keys:
         first = rows[names[0]][key]
         cells = [f"{rows[n][key]['simulated']:>10.4g} ({rows[n][key]['error_pct']:+5.1f}%)"
                  for n in names]
-        print(f"{key[0]:<42} {key[1]:<14} {first['measured']:>10.4g} " +
+        print(f"{key[0]:<{width}} {key[1]:<14} {first['measured']:>10.4g} " +
               " ".join(f"{c:>20}" for c in cells))
     for name, report in reports.items():
         for category, stats in report["summary"].items():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from zerosim.calibration.references import read_reference
 from zerosim.scenario.load import build_scenario
 from zerosim.sim.engine import simulate
 
@@ -121,6 +122,9 @@ KNOWN_MISSES = {  # (reference, category): its error today, % (README, published
     ("deepspeed_azure_gpt_1t_1024xa100", "throughput"): 39.12,  # compute (the CPU step is 1 s)
     ("llmfoundry_mpt_3b_128xh100_shard_grad_op", "throughput"): 29.15,
     ("llmfoundry_mpt_7b_128xh100", "throughput"): 25.96,
+    # tensor parallel (issue 29): faster than measured, see references/README.md
+    ("opt_175b_992xa100_fsdp_tp8", "throughput"): 28.35,
+    ("torchtitan_asynctp_llama3_8b_64xh100_fsdp8_tp8_async", "throughput"): 30.51,
 }
 WITHIN_THE_BAR = {  # (reference, category) within 25% today
     *((name, "throughput") for name in (
@@ -132,12 +136,17 @@ WITHIN_THE_BAR = {  # (reference, category) within 25% today
         "torchtitan_llama2_13b_64xa100", "torchtitan_llama3_70b_64xa100",
         "torchtitan_llama3_8b_128xh100", "torchtitan_llama3_8b_64xa100",
         "torchtitan_llama3_8b_8xh100", "torchtitan_pr165_llama2_7b_8xh100_fsdp2_full_ac",
-        "torchtitan_pr165_llama2_7b_8xh100_fsdp2_selective_op_ac")),
+        "torchtitan_pr165_llama2_7b_8xh100_fsdp2_selective_op_ac",
+        "torchtitan_asynctp_llama3_70b_256xh100_fsdp32_tp8",
+        "torchtitan_asynctp_llama3_70b_256xh100_fsdp32_tp8_async",
+        "torchtitan_asynctp_llama3_8b_64xh100_fsdp8_tp8",
+        "torchtitan_llama3_405b_128xh100_fsdp16_tp8")),
     *((name, "memory") for name in (
         "torchtitan_llama3_8b_128xh100", "torchtitan_llama3_8b_8xh100",
         "torchtitan_pr165_llama2_7b_8xh100_fsdp2_full_ac",
         "torchtitan_pr165_llama2_7b_8xh100_fsdp2_selective_op_ac")),
 }
+TENSOR_PARALLEL_MEAN_PCT = 17.89  # mean |error| of the tensor-parallel runs today (README)
 NOT_EXPRESSIBLE = {"deepspeed_azure_gpt_2t_1024xa100", "torchtitan_llama3_405b_512xh100_3d",
                    "torchtitan_llama3_70b_256xh100_fsdp_tp",
                    "torchtitan_pr165_llama2_7b_8xh100_fsdp1_full_ac",
@@ -162,8 +171,13 @@ def test_the_repository_references_read_and_run():
         else:
             assert abs(error) <= 25.0, (key, error)  # issue 16's bar for each run
     assert {row["reference"] for row in report["not_expressible"]} == NOT_EXPRESSIBLE
-    for category in ("throughput", "memory"):  # the mean is within the bar today
-        assert report["summary"][category]["mean_abs_error_pct"] <= 10.0, category
+    tp = {path.stem for path in folder.glob("*.toml")
+          if read_reference(path).scenario.get("parallelism", {}).get("tensor_parallel", 1) > 1}
+    for category in ("throughput", "memory"):  # without tensor parallelism: within the bar today
+        plain = [abs(e) for (name, kind), e in errors.items() if kind == category and name not in tp]
+        assert sum(plain) / len(plain) <= 10.0, category
+    tp_errors = [abs(e) for (name, _), e in errors.items() if name in tp]
+    assert sum(tp_errors) / len(tp_errors) == pytest.approx(TENSOR_PARALLEL_MEAN_PCT, abs=0.01)
 
 
 def test_set_applies_to_every_reference(tmp_path):

@@ -3,8 +3,8 @@ DIR`). Each `DIR/*.toml` is one run someone else measured and published (referen
 gives the schema): where it comes from, what was measured, and the run as a zerosim scenario.
 They are a TEST SET: nothing in zerosim is fitted to them; this only reports how far the
 simulation lands, and judges it by the bar of issue 16 (mean |error| <= 10% for throughput and
-for memory, every reference within 25%). A run zerosim cannot express (tensor or pipeline
-parallelism, ...) is listed with why, never dropped. Nothing compared meets no bar: a folder of
+for memory, every reference within 25%). A run zerosim cannot express (pipeline
+parallelism, Float8, ...) is listed with why, never dropped. Nothing compared meets no bar: a folder of
 runs zerosim cannot express fails (exit 1), and a run it can express that measured none of the
 figures compared is refused when it is read, like a measured figure so near 0 that the error
 relative to it overflows (one line, exit 2).
@@ -120,7 +120,10 @@ def _throughput(ref: Reference, result, scenario) -> tuple[str, float, float] | 
         if "recomput" in formula or "hfu" in formula or "hardware" in formula:
             t = scenario.training
             flops = sum(u.forward + u.backward for u in unit_flops(scenario.model, t))
-            done = flops * t.gradient_accumulation / result.step_time_s
+            # The whole model's FLOPs for a micro-batch, which the t ranks of a tensor-parallel
+            # group share: per GPU, a t-th of them (Megatron's formula divides by all GPUs).
+            tp = scenario.parallelism.tensor_parallel
+            done = flops * t.gradient_accumulation / (tp * result.step_time_s)
             return "TFLOP/s/GPU (hardware)", m["tflops_per_gpu"], done / 1e12
         peak = scenario.cluster.peak_tflops
         return "TFLOP/s/GPU (model)", m["tflops_per_gpu"], result.mfu * peak
