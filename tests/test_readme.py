@@ -39,6 +39,9 @@ def test_readme_has_its_samples():
         ("docs/collectives.md",
          "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4"),
         ("docs/scenarios.md", "memory scenarios/zero_paper_7b5_64gpu.toml"),
+        ("docs/tensor-parallel.md",
+         "simulate scenarios/gpt3_175b_1024gpu.toml --stage 3 --set "
+         "parallelism.tensor_parallel=8 --set parallelism.sequence_parallel=true"),
         ("docs/tradeoffs.md", "plan scenarios/zero_paper_7b5_64gpu.toml"),
         ("docs/zero-family.md", "simulate scenarios/family_zero_offload_10b_v100.toml --stage 2"),
         ("docs/zero-family.md",

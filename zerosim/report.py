@@ -11,6 +11,7 @@ from zerosim.sim.device import overhead_bytes
 from zerosim.analytic.host_memory import estimator_lines
 from zerosim.analytic.memory import StageMemory, fits, optimizer_bytes_per_param
 from zerosim.analytic.model import total_params
+from zerosim.parallel.tensor import rank_model
 from zerosim.scenario.config import Scenario
 from zerosim.units import FP32_BYTES, GB, KB, MB, US, GiB, KiB, MiB
 
@@ -71,12 +72,19 @@ def _tensor(p) -> str:
     return f"tensor parallel {p.tensor_parallel}" + "".join(f", {x}" for x in extras)
 
 
+def _per_rank(scenario: Scenario) -> str:
+    """A tensor-parallel rank's parameters (its Megatron slice), for the header."""
+    if scenario.parallelism.tensor_parallel == 1:
+        return ""
+    return f" ({total_params(rank_model(scenario)):,} per tensor-parallel rank)"
+
+
 def _describe(scenario: Scenario) -> list[str]:
     m, c, t = scenario.model, scenario.cluster, scenario.training
     title = m.name or "model"
     lines = [f"{title} ({scenario.source})" if scenario.source else title]
     lines.append(
-        f"{total_params(m):,} parameters{' (bare Ψ)' if m.is_bare else ''} | "
+        f"{total_params(m):,} parameters{' (bare Ψ)' if m.is_bare else ''}{_per_rank(scenario)} | "
         f"{scenario.world_size} ranks = {c.nodes} node{'s' if c.nodes != 1 else ''} x "
         f"{c.gpus_per_node} {c.gpu} "
         f"({c.hbm_GiB:g} GiB each)")
