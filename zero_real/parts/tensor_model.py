@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import sdpa_kernel
 
-from zero_real.parts.model import (ATTENTION_KERNELS, _embedding, _norm, _rope, build_model,
+from zero_real.parts.model import (ATTENTION_KERNELS, GPT, _embedding, _norm, _rope, build_model,
                                    init_tensor)
 from zero_real.parts.tensor import TensorGroup, vocab_parallel_cross_entropy
 from zerosim.scenario.config import ModelConfig
@@ -148,11 +148,12 @@ class Head(nn.Module):
                                             self.tp.comm).mean()
 
 
-class TensorParallelGPT(nn.Module):
-    """Units in forward order, as GPT's: [embedding, block 1..L, head]."""
+class TensorParallelGPT(GPT):
+    """Units in forward order, as GPT's: [embedding, block 1..L, head], each a rank's slice;
+    GPT's forward runs them."""
 
     def __init__(self, m: ModelConfig, tp: TensorGroup, flash: bool = False):
-        super().__init__()
+        nn.Module.__init__(self)
         self.config, self.tp, self.tensor_comm = m, tp, tp.comm
         rows = -(-m.vocab // tp.size)
         self.embedding = Embedding(m, tp, rows)
@@ -160,12 +161,6 @@ class TensorParallelGPT(nn.Module):
         self.head = Head(m, tp, rows)
         # The single-process model's shapes, from which each slice is cut.
         self.full_shapes = {n: p.shape for n, p in build_model(m).named_parameters()}
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        x = self.embedding(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x, self.embedding.tok.weight, targets)
 
     def initial(self, name: str, shape: torch.Size, seed: int, dtype: torch.dtype,
                 device: str | torch.device = "cpu") -> torch.Tensor:
