@@ -267,3 +267,46 @@ def test_a_calibrated_tp_collective_is_priced_from_the_t_rank_fit():
     scale = s.profile.collective_scale(4, 0, "all_reduce", impl)
     assert ev["end_s"] - ev["start_s"] == pytest.approx(line(2) * scale, rel=1e-9)
     assert line(2) != pytest.approx(line(4), rel=0.01)
+
+
+def test_fewer_kv_heads_than_t_gather_the_qkv_output():
+    """Megatron's SelfAttention.get_query_key_value_tensors with num_query_groups < t: the QKV
+    output, s x b x (a + 2kv) x head_dim, all-gathered in forward (each rank then takes its
+    heads and its one key/value head) and its gradient reduce-scattered in backward; again in
+    backward under full recomputation. Tiny GPT with kv = 2 < t = 4: a = 4, head_dim 16,
+    (4 + 2 x 2) x 16 = 128 columns, x s b = 64 tokens x 4 bytes."""
+    qkv = 64 * 128 * 4
+    s = load_scenario(TINY, ["parallelism.tensor_parallel=4", "model.kv_heads=2"])
+    layer_f, layer_b = plan(s).forward[1], plan(s).backward[1]
+    assert ops(layer_f) == [(AG, qkv), (AR, E), (AR, E)]
+    assert ops(layer_b) == [(AR, E), (RS, qkv), (AR, E)]
+    full = load_scenario(TINY, ["parallelism.tensor_parallel=4", "model.kv_heads=2",
+                                'training.activation_checkpointing="full"'])
+    assert ops(plan(full).backward[1]) == [(AG, qkv), (AR, E), (AR, E), (AR, E), (RS, qkv),
+                                           (AR, E)]
+    sp = load_scenario(TINY, ["parallelism.tensor_parallel=4", "model.kv_heads=2",
+                              "parallelism.sequence_parallel=true"])
+    assert ops(plan(sp).forward[1]) == [(AG, E), (AG, qkv), (RS, E), (AG, E), (RS, E)]
+    assert (RS, qkv) in ops(plan(sp).backward[1])
+    even = load_scenario(TINY, ["parallelism.tensor_parallel=2", "model.kv_heads=2"])
+    assert all(size != qkv for _, size in ops(plan(even).forward[1]))  # kv = t: no gather
+
+
+def test_a_units_gradients_are_reduced_after_its_weight_gradients():
+    """Megatron's gradient hooks fire once a parameter's weight gradient is accumulated: a
+    unit's ZeRO-3 reduce-scatter starts after every compute of its backward, the GEMMs its TP
+    collectives hide behind included."""
+    s = load_scenario(SCENARIOS / "megatron_7b5_64gpu.toml",
+                      ["parallelism.tensor_parallel=8", "training.zero_stage=3",
+                       'training.activation_checkpointing="none"', "model.layers=4"])
+    events = simulate(s, 3).ranks[0].state.events
+    checked = 0
+    for unit in range(1, 5):
+        computes = [e for e in events if e["phase"] == "backward" and e["layer"] == unit
+                    and e["queue"] == "compute"]
+        scatter = next(e for e in events if e["phase"] == "backward" and e["layer"] == unit
+                       and e["name"] == "gradient reduce-scatter")
+        assert len(computes) >= 3  # its TP windows and the rest of its backward
+        assert scatter["start_s"] >= max(e["end_s"] for e in computes)
+        checked += 1
+    assert checked == 4

@@ -26,6 +26,8 @@ convention (an all-gather: the gathered output's bytes; a reduce-scatter: its in
                           layer's input gradient (7)
     step                  -                              all-reduce of the replicated
                                                          parameters' gradients (10)
+    layer, kv < t         forward: all-gather of the QKV output, s x b x (a + 2kv) x head_dim
+                          elements; backward: reduce-scatter of its gradient (11)
 
  (1) megatron/core/tensor_parallel/layers.py, VocabParallelEmbedding.forward:
      reduce_from_tensor_model_parallel_region; its backward is the identity (mappings.py,
@@ -54,6 +56,13 @@ convention (an all-gather: the gathered output's bytes; a reduce-scatter: its in
      grads: under SP the gradients of parameters marked sequence_parallel (the norms' weights
      and biases, RowParallelLinear's bias) are partial sums over the sequence shards, all-reduced
      over the TP group once per step, coalesced.
+(11) megatron/core/transformer/attention.py, SelfAttention.get_query_key_value_tensors: with
+     fewer query groups (key/value heads) than t, linear_qkv's output is split evenly over the
+     ranks (1/t of K and V each, parallel/tensor.py) and all_gather_last_dim_from_tensor_
+     parallel_region gathers it whole, s x b x (a + 2kv) x head_dim, before each rank picks its
+     heads and its one key/value head; its backward reduce-scatters the gradient (mappings.py,
+     _AllGatherFromTensorParallelRegion, whose backward is _reduce_scatter_along_last_dim), both
+     synchronous.
 
 Recomputation replays collectives of the forward in backward: full recomputation (Megatron's
 CheckpointFunction) every one of a layer's; selective (attention core) none; selective_op
@@ -112,18 +121,31 @@ class TensorCollectives:
     """tp_comm_overlap: every collective runs beside its unit's compute."""
 
 
-def _layer(e: int, sp: bool, recompute: str) -> tuple[tuple, tuple]:
-    """A transformer layer's forward and backward collectives."""
+def _qkv_gather(qkv: int) -> tuple[tuple, tuple]:
+    """(11) With fewer key/value heads than t, the rank's QKV output gathered whole in forward
+    and its gradient reduce-scattered in backward (none when every rank has its own heads)."""
+    if not qkv:
+        return (), ()
+    return ((TpCollective(ALL_GATHER, qkv, "TP QKV output all-gather (kv < t)"),),
+            (TpCollective(REDUCE_SCATTER, qkv, "TP QKV output-gradient reduce-scatter (kv < t)"),))
+
+
+def _layer(e: int, sp: bool, recompute: str, qkv: int = 0) -> tuple[tuple, tuple]:
+    """A transformer layer's forward and backward collectives; `qkv`: the bytes of the QKV
+    output gathered when kv < t (11), else 0."""
+    gather, scatter = _qkv_gather(qkv)
     if not sp:
-        forward = (TpCollective(ALL_REDUCE, e, "TP attention output all-reduce"),
-                   TpCollective(ALL_REDUCE, e, "TP MLP output all-reduce"))
+        attention = TpCollective(ALL_REDUCE, e, "TP attention output all-reduce")
+        forward = (*gather, attention, TpCollective(ALL_REDUCE, e, "TP MLP output all-reduce"))
         backward = (TpCollective(ALL_REDUCE, e, "TP fc1 input-gradient all-reduce",
                                  ("fc1", WGRAD)),
+                    *scatter,
                     TpCollective(ALL_REDUCE, e, "TP QKV input-gradient all-reduce",
                                  ("qkv", WGRAD)))
-        replayed = {"full": forward, "selective_op": forward[:1]}.get(recompute, ())
+        replayed = {"full": forward, "selective_op": (attention,)}.get(recompute, ())
         return forward, replayed + backward
     forward = (TpCollective(ALL_GATHER, e, "TP QKV input all-gather"),
+               *gather,
                TpCollective(REDUCE_SCATTER, e, "TP attention output reduce-scatter"),
                TpCollective(ALL_GATHER, e, "TP fc1 input all-gather"),
                TpCollective(REDUCE_SCATTER, e, "TP MLP output reduce-scatter"))
@@ -132,10 +154,22 @@ def _layer(e: int, sp: bool, recompute: str) -> tuple[tuple, tuple]:
                 TpCollective(REDUCE_SCATTER, e, "TP fc1 input-gradient reduce-scatter",
                              ("fc1", WGRAD)),
                 TpCollective(ALL_GATHER, e, "TP attention output-gradient all-gather"),
+                *scatter,
                 TpCollective(ALL_GATHER, e, "TP QKV input re-gather", ("qkv", DGRAD)),
                 TpCollective(REDUCE_SCATTER, e, "TP QKV input-gradient reduce-scatter",
                              ("qkv", WGRAD)))
     return (forward, (forward if recompute == "full" else ()) + backward)
+
+
+def window_flops(m, t) -> dict[tuple[str, str], float]:
+    """FLOPs of each GEMM a window names, on a rank holding `m` (its slice): 2 x tokens x h x
+    the linear's output width, its input gradient and its weight gradient alike (QKV's q + 2kv
+    columns, the MLP's first projection(s), the output layer's vocabulary)."""
+    tokens = t.micro_batch * t.seq_len
+    ups = 2 if m.mlp == "swiglu" else 1
+    widths = {"qkv": m.q_width + 2 * m.kv_width, "fc1": ups * m.ffn_width, "head": m.vocab}
+    return {(name, gemm): 2.0 * tokens * m.hidden * width
+            for name, width in widths.items() for gemm in (DGRAD, WGRAD)}
 
 
 def replicated_gradient_elements(m) -> int:
@@ -172,7 +206,11 @@ def tensor_collectives(m, t, p, grad_bytes_per_element: int) -> TensorCollective
         head = loss, (TpCollective(ALL_REDUCE, e, "TP output-layer input-gradient all-reduce",
                                    ("head", WGRAD)),)
         step = ()
-    forward, backward = _layer(e, sp, t.activation_checkpointing)
+    tp = p.tensor_parallel
+    heads = m.heads + 2 * m.n_kv_heads  # Q, K and V heads of the whole layer
+    qkv = (t.seq_len * t.micro_batch * heads * m.head_dim * BYTES_PER_ELEMENT[t.precision]
+           if m.n_kv_heads < tp else 0)
+    forward, backward = _layer(e, sp, t.activation_checkpointing, qkv)
     units = [embedding] + [(forward, backward)] * m.layers + [head]
     return TensorCollectives(forward=[u[0] for u in units], backward=[u[1] for u in units],
                              step=step, overlap=p.tp_comm_overlap)

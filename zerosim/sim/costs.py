@@ -65,20 +65,14 @@ def compute_seconds(scenario, flops: list[UnitFlops],
     return forward, backward
 
 
-def overlap_windows(scenario) -> dict[tuple[str, str], float]:
-    """Seconds of each GEMM a tensor-parallel collective may hide behind (op_costs.linear_gemms,
-    keyed by (linear, "dgrad" | "wgrad")): op by op, or its FLOPs (2 x tokens x in x out) at the
-    flat model's rate."""
-    m, t = rank_model(scenario), scenario.training
+def overlap_windows(scenario) -> dict[tuple[str, str], float] | None:
+    """Seconds of each GEMM a tensor-parallel collective may hide behind, op by op
+    (op_costs.linear_gemms, keyed by (linear, "dgrad" | "wgrad")); None where compute is timed
+    otherwise (the flat model, a profile: step_shape takes the GEMM's share of its unit's FLOPs
+    of the unit's time then)."""
     per_op = op_model(scenario)
-    if per_op is not None:
-        return linear_gemms(per_op, m, t)
-    rate = scenario.cluster.hardware.compute_flops_per_s
-    tokens = t.micro_batch * t.seq_len
-    ups = 2 if m.mlp == "swiglu" else 1
-    widths = {"qkv": m.q_width + 2 * m.kv_width, "fc1": ups * m.ffn_width, "head": m.vocab}
-    return {(name, gemm): 2.0 * tokens * m.hidden * width / rate
-            for name, width in widths.items() for gemm in ("dgrad", "wgrad")}
+    return None if per_op is None else linear_gemms(per_op, rank_model(scenario),
+                                                        scenario.training)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,7 @@ class DDP:
             self.ctx.alloc(("recompute", unit), "activations", self.shape.recompute_bytes[unit])
             self.loss(unit, "backward")
             self.tensor_begin(unit, "backward")
+            yield from self.tensor_backward(unit)
             yield from self.produce_gradients(unit)
             yield from self.tensor_end(unit, "backward")
             self.loss(unit, "backward", done=True)
@@ -197,6 +198,10 @@ class DDP:
         pass
 
     def tensor_end(self, unit: int, phase: str) -> Iterator:
+        return iter(())
+
+    def tensor_backward(self, unit: int) -> Iterator:
+        """What a unit's backward does before its gradients are made and reduced."""
         return iter(())
 
     # ZeRO-3 hooks: nothing to gather while parameters are replicated.

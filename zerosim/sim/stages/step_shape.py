@@ -11,7 +11,7 @@ from zerosim.errors import InputError
 from zerosim.frameworks import framework_of
 from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element, shard_elements,
                                      stage_memory)
-from zerosim.analytic.tensor_comm import TensorCollectives, tensor_collectives
+from zerosim.analytic.tensor_comm import TensorCollectives, tensor_collectives, window_flops
 from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.parallel.mesh import Mesh, mesh_of
@@ -193,7 +193,7 @@ def step_shape(scenario, stage: int) -> StepShape:
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
     forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t), stage)
     tensor = tensor_collectives(scenario.model, t, scenario.parallelism, bg)
-    windows = _tensor_windows(scenario, tensor)
+    windows = _tensor_windows(scenario, tensor, unit_flops(m, t), backward_s)
     backward_s = [s - sum(w) for s, w in zip(backward_s, windows)] if windows else backward_s
     extra = memory_terms(scenario, stage)
     activation_bytes = unit_activation_bytes(m, t)
@@ -225,11 +225,22 @@ def step_shape(scenario, stage: int) -> StepShape:
         tensor=tensor, tensor_windows=windows)
 
 
-def _tensor_windows(scenario, tensor: TensorCollectives) -> list[tuple[float, ...]]:
-    """StepShape.tensor_windows: each backward TP collective's GEMM (costs.overlap_windows),
-    when Megatron's default runs it beside one."""
+def _tensor_windows(scenario, tensor: TensorCollectives, flops: list,
+                    backward_s: list[float]) -> list[tuple[float, ...]]:
+    """StepShape.tensor_windows: each backward TP collective's GEMM, when Megatron's default
+    runs it beside one: op by op (costs.overlap_windows), or the GEMM's share of its unit's
+    backward FLOPs of the unit's backward seconds (the flat model, a profile's measured time),
+    so that a unit never gives more to its windows than it has."""
     if not tensor.backward or tensor.overlap:
         return []
     gemms = overlap_windows(scenario)
-    return [tuple(gemms[c.window] if c.overlaps else 0.0 for c in unit)
-            for unit in tensor.backward]
+    shares = window_flops(rank_model(scenario), scenario.training)
+
+    def window(c, unit: int) -> float:
+        if not c.overlaps:
+            return 0.0
+        if gemms is not None:
+            return gemms[c.window]
+        return shares[c.window] / flops[unit].backward * backward_s[unit]
+
+    return [tuple(window(c, u) for c in unit) for u, unit in enumerate(tensor.backward)]

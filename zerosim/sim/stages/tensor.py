@@ -7,8 +7,10 @@ run among the data-parallel ranks (groups.WORLD) as before.
   the backward's synchronous ones; those LinearWithGradAccumulationAndAsyncCommunication
   launches async_op=True (the input-gradient all-reduce or reduce-scatter, the re-gather of a
   saved input: tensor_comm's `window`) run beside the one GEMM it launches them before (the
-  weight gradient, the input gradient), and the compute stream waits for them after it: the
-  unit's compute less those GEMMs first, then each such collective beside its GEMM.
+  weight gradient, the input gradient), and the compute stream waits for them after it. A
+  unit's backward runs its collectives (each async one beside its GEMM) before the rest of its
+  compute, so that its gradients are reduced after every weight-gradient GEMM, as Megatron's
+  gradient hooks fire.
 - `tp_comm_overlap` (Megatron's userbuffers, PyTorch's async TP): every collective of a unit
   runs beside its compute, the unit ending when both are done.
 - under sequence parallelism the replicated parameters' gradients are all-reduced among the TP
@@ -45,18 +47,30 @@ class TensorParallel:
     def _launch(self, c: TpCollective, phase: str, unit: int | None):
         return self.ctx.comm(TP, c.op, c.size_bytes, c.name, phase, unit, group=TP)
 
+    def _in_order(self, unit: int, phase: str) -> Iterator:
+        """The unit's collectives one after the other, the compute stream waiting for each;
+        an async one of the backward beside the GEMM it hides behind."""
+        windows = self.shape.tensor_windows[unit] if phase == "backward" else ()
+        for i, c in enumerate(self._collectives(unit, phase)):
+            done = self._launch(c, phase, unit)
+            if c.overlaps and windows:  # async: its GEMM runs meanwhile, then the wait
+                yield from self.ctx.compute(windows[i], "backward", phase, unit)
+            yield done
+
     def tensor_begin(self, unit: int, phase: str) -> None:
         if self.tensor.overlap:  # every collective beside the unit's whole compute
             self.beside = [self._launch(c, phase, unit) for c in self._collectives(unit, phase)]
 
-    def tensor_end(self, unit: int, phase: str) -> Iterator:
+    def tensor_backward(self, unit: int) -> Iterator:
+        """Megatron's default, before the unit's gradients are reduced (its weight-gradient
+        GEMMs, windows among them, come before its gradient hooks fire): each collective, the
+        async ones beside their GEMM."""
         if not self.tensor.overlap:
-            windows = self.shape.tensor_windows[unit] if phase == "backward" else ()
-            for i, c in enumerate(self._collectives(unit, phase)):
-                done = self._launch(c, phase, unit)
-                if c.overlaps and windows:  # async: its GEMM runs meanwhile, then the wait
-                    yield from self.ctx.compute(windows[i], "backward", phase, unit)
-                yield done  # the compute stream waits for it
+            yield from self._in_order(unit, "backward")
+
+    def tensor_end(self, unit: int, phase: str) -> Iterator:
+        if not self.tensor.overlap and phase == "forward":
+            yield from self._in_order(unit, phase)
         if self.beside:
             yield self.env.all_of(self.beside)
             self.beside = []
