@@ -10,8 +10,10 @@ import csv
 import io
 
 from zerosim.scenario.load import load_scenario
+from zerosim.tradeoffs import plan_family
 from zerosim.tradeoffs.plan import plan
-from zerosim.tradeoffs.plan_family import tp_degrees
+from zerosim.tradeoffs.plan_family import batch_splits, tp_degrees
+from zerosim.tradeoffs.sweep import rows_of
 
 from tests.conftest import ZERO_PAPER, assert_one_line_error, run_zerosim
 
@@ -76,15 +78,111 @@ def test_allow_tp_tries_every_t_of_a_node_at_every_stage_with_the_global_batch(w
     entries = result["candidates"]
     assert [(e["settings"]["tensor_parallel"], e["stage"]) for e in entries] == \
         [(t, s) for t in (2, 4, 8) for s in (0, 1, 2, 3)]
-    assert [e["label"] for e in entries[:4]] == [
-        "DDP, t = 2, 2 micro-steps", "ZeRO-1, t = 2, 2 micro-steps",
-        "ZeRO-2, t = 2, 2 micro-steps", "ZeRO-3, t = 2, 2 micro-steps"]
-    for e in entries:  # the N / t data-parallel ranks take t micro-steps: 8 sequences a step
-        assert e["settings"]["gradient_accumulation"] == e["settings"]["tensor_parallel"]
+    for e in entries:  # 8 sequences a step over 8 / t data-parallel ranks: t sequences each
+        t, mb, steps = (e["settings"][k] for k in ("tensor_parallel", "micro_batch",
+                                                    "gradient_accumulation"))
+        assert mb * steps == t
+        assert e["label"] == (f"{e['stage_name']}, t = {t}, micro-batch {mb}, {steps} "
+                              f"micro-step{'s' * (steps > 1)}")
         if e["step_time_s"] is not None:
             assert e["tokens_per_step"] == 8 * 1024
     assert result["configurations"][-1]["world_size"] == 8
     assert all(c["tokens_per_step"] == c["world_size"] * 1024 for c in result["configurations"])
+
+
+def test_batch_splits_are_the_divisors_of_a_rank_s_sequences_by_hand(write):
+    """At t0 = 1, micro-batch 2 x 3 micro-steps on 8 ranks: 48 sequences a step. At t = 4 the
+    2 data-parallel ranks take 24 each: 24's divisors from 2 up, the rest in micro-steps."""
+    scenario = load_scenario(scenario_file(write), ["training.micro_batch=2",
+                                                    "training.gradient_accumulation=3"])
+    assert batch_splits(scenario, 4) == ((2, 12), (3, 8), (4, 6), (6, 4), (8, 3), (12, 2),
+                                         (24, 1))
+    assert batch_splits(scenario, 1) == ((2, 3), (3, 2), (6, 1))
+    # at t0 = 8 with micro-batch 8, one rank takes 8 sequences: at t = 1 each GPU takes one,
+    # at t = 2 each of 4 ranks takes 2; at micro-batch 1 a GPU at t = 1 would take 1 / 8
+    own = load_scenario(scenario_file(write), ["parallelism.tensor_parallel=8",
+                                               "training.micro_batch=8"])
+    assert batch_splits(own, 1) == ((1, 1),) and batch_splits(own, 2) == ((2, 1),)
+    assert batch_splits(load_scenario(scenario_file(write), ["parallelism.tensor_parallel=8"]),
+                        1) == ()
+
+
+def test_zero3_takes_one_micro_batch_of_t_sequences_over_t_regathering_micro_steps(write):
+    """ZeRO-3 gathers every parameter for each micro-step's forward and backward and
+    reduce-scatters its gradients each micro-step (Rajbhandari et al. 2020, §7.2.2: 3Ψ a
+    step). At t = 2 each of the 4 data-parallel ranks takes 2 sequences: as 2 micro-steps of 1
+    a rank sends one more reduce-scatter of its slice's bf16 gradients, 2 Ψ_2 x 3/4 bytes (a
+    ring sends (N - 1) / N of the buffer), and at least one more forward and backward gather,
+    2 x 2 Ψ_2 x 3/4, than as one micro-step of 2, so plan's row is the micro-batch of 2."""
+    path = scenario_file(write, stage=3)
+    row = {(e["settings"]["tensor_parallel"], e["stage"]): e
+           for e in plan(load_scenario(path), 80 * 2**30, allow=("tp",))["candidates"]}[2, 3]
+    assert row["label"] == "ZeRO-3, t = 2, micro-batch 2, 1 micro-step"
+    one, two = (rows_of(load_scenario(path, ["parallelism.tensor_parallel=2",
+                                             f"training.micro_batch={mb}",
+                                             f"training.gradient_accumulation={2 // mb}"]),
+                        [3], {})[0] for mb in (2, 1))
+    assert two["comm_bytes_reduce_scatter"] - one["comm_bytes_reduce_scatter"] == \
+        2 * PSI[2] * 3 // 4
+    assert two["comm_bytes_all_gather"] - one["comm_bytes_all_gather"] >= 2 * 2 * PSI[2] * 3 // 4
+    assert two["comm_bytes_all_reduce"] == one["comm_bytes_all_reduce"]  # TP's: same tokens
+    assert one["tokens_per_step"] == two["tokens_per_step"] == 8 * 1024
+    assert row["step_time_s"] == one["step_time_s"] < two["step_time_s"]
+
+
+def test_rank_takes_the_fastest_split_that_fits_simulating_down_to_the_first_slower(
+        monkeypatch):
+    """A row of four splits (largest micro-batch first), faked: the largest passes the device
+    budget, then each smaller one is slower than the one before; rank simulates the first
+    three only (the third is no faster than the second) and the row becomes the second."""
+    times = {8: 1.0, 4: 2.0, 2: 3.0, 1: 4.0}
+    simulated = []
+
+    def fake_rows(built, stages, sets, mode):
+        simulated.append(built)
+        return [{"step_time_s": times[built], "device_bytes": 100 if built == 8 else 10,
+                 "gpu_seconds_per_step": times[built], "tokens_per_step": 8,
+                 "exposed_comm_s": 0.0, "comm_bytes_per_rank_total": 0}]
+
+    monkeypatch.setattr(plan_family, "rows_of", fake_rows)
+    versions = [({"stage": 3, "label": f"mb {mb}", "fits": True}, mb) for mb in (8, 4, 2, 1)]
+    entry = {"stage": 3, "label": "mb 8", "fits": True}
+    plan_family.rank([entry], [versions], "auto", lambda: None, budget_bytes=50)
+    assert simulated == [8, 4, 2]
+    assert entry["label"] == "mb 4" and entry["step_time_s"] == 2.0 and entry["fits"]
+    entry = {"stage": 3, "label": "mb 8", "fits": True}  # only the largest: over the budget
+    plan_family.rank([entry], [versions[:1]], "auto", lambda: None, budget_bytes=50)
+    assert not entry["fits"] and "of device memory as simulated" in entry["why_not"]
+
+
+def test_every_row_of_a_plan_at_t_2_trains_the_same_tokens(write):
+    """A scenario at t0 = 2 with 2 micro-steps on 8 GPUs trains 8 / 2 x 2 x 1 = 8 sequences of
+    1024 tokens a step. Offload keeps t = 2 and its batch; hybrid sharding and ZeRO++, refused
+    beside tensor parallelism, run at t = 1, where 8 GPUs take one sequence each; --allow tp's
+    t = 1, 4, 8 take 1, 4 and 8 sequences per data-parallel rank."""
+    scenario = load_scenario(scenario_file(write), ["parallelism.tensor_parallel=2",
+                                                    "training.gradient_accumulation=2"])
+    result = plan(scenario, 80 * 2**30, allow=("offload", "hybrid", "zeropp", "tp"))
+    ranked = [e for e in result["candidates"] if e["step_time_s"] is not None]
+    assert {e["allow"] for e in ranked} == {"offload", "hybrid", "zeropp", "tp"}
+    plain = [c for c in result["configurations"] if c["world_size"] == 8]
+    assert plain and all(r["tokens_per_step"] == 8 * 1024 for r in ranked + plain)
+    for e in result["candidates"]:
+        t = e["settings"].get("tensor_parallel", 2)
+        sequences = e["settings"].get("micro_batch", 1) * e["settings"].get(
+            "gradient_accumulation", 2)
+        assert sequences * 8 // t == 8, e
+        assert (t == 2) == (e["allow"] == "offload")
+        assert ("t = 1," in e["label"]) == (e["allow"] in ("hybrid", "zeropp") or t == 1)
+    assert any(n.startswith("--allow hybrid: zerosim refuses it beside tensor parallelism (")
+               for n in result["notes"])
+    # at t0 = 2 and one micro-step, a GPU at t = 1 would take half a sequence: a why-not line
+    one = plan(load_scenario(scenario_file(write), ["parallelism.tensor_parallel=2"]),
+               80 * 2**30, allow=("zeropp",))
+    assert one["candidates"] == []
+    assert one["notes"][0] == ("--allow zeropp: skipped ZeRO-3 ZeRO++ (hpZ 8, qwZ, qgZ): at t = "
+                               "1 the scenario's global batch is 1 x 1 / 2 sequences per GPU, "
+                               "not a whole number")
 
 
 def test_only_t_from_4_fits_and_plan_picks_one_of_them(write):
@@ -157,9 +255,10 @@ def test_a_scenario_with_its_own_t_plans_whole_groups_and_tries_the_other_t(writ
     assert sum(n.startswith("--allow tp: skipped t = ") for n in one_step["notes"]) == 3
     eight = load_scenario(path, ["parallelism.tensor_parallel=8", "cluster.nodes=2",
                                  "training.gradient_accumulation=8"])
-    steps = {e["settings"]["tensor_parallel"]: e["settings"]["gradient_accumulation"]
-             for e in plan(eight, 80 * 2**30, allow=("tp",))["candidates"]}
-    assert steps == {1: 1, 2: 2, 4: 4}
+    sequences = {e["settings"]["tensor_parallel"]: e["settings"]["micro_batch"] *
+                 e["settings"]["gradient_accumulation"]
+                 for e in plan(eight, 80 * 2**30, allow=("tp",))["candidates"]}
+    assert sequences == {1: 1, 2: 2, 4: 4}  # 16 / 8 x 8 sequences over 16 / t ranks
     text = run_zerosim("plan", path, "--set", "parallelism.tensor_parallel=8")
     assert text.code == 0, text.stderr
     assert "tensor parallel t = 8" in text.stdout.splitlines()[0]

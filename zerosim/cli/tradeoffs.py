@@ -111,11 +111,14 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "at every stage, t each divisor of gpus_per_node: 1, 2, 4, 8 on "
                              "8-GPU nodes, less the scenario's own t; the scenario's global "
                              "batch, the N / t data-parallel ranks taking t times the "
-                             "micro-steps; with the scenario's "
+                             "sequences in the micro-batch and micro-steps that simulate "
+                             "fastest of those that fit; with the scenario's "
                              "parallelism.sequence_parallel and tp_comm_overlap, which plan "
                              "does not search: --set parallelism.sequence_parallel=true plans "
                              "with Megatron's sequence parallelism; a t the model or the world "
-                             "refuses is a note saying why); each with its step time, "
+                             "refuses is a note saying why); a scenario's own t stays with "
+                             "offload, while hybrid and zeropp, refused beside it, run at t = 1 "
+                             "on its global batch; each with its step time, "
                              "its time cost against the fastest plain stage and host memory per "
                              "node (default: none)")
     add_mode(parser, "as for zerosim simulate")

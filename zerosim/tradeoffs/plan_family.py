@@ -18,7 +18,8 @@ the same GPUs.
     tp        tensor_parallel = t at each stage the framework runs, for every t that divides
               gpus_per_node (1, 2, 4, 8 on 8-GPU nodes) but the scenario's own: Megatron-LM's
               layout inside a node (parallel/tensor.py), the stage sharding each rank's slice
-              over the N / t data-parallel ranks, with the scenario's global batch. Sequence
+              over the N / t data-parallel ranks, with the scenario's global batch split into
+              the micro-batch and micro-steps that simulate fastest (batch_splits). Sequence
               parallelism and tp_comm_overlap stay the scenario's keys, not searched: each is
               an implementation's switch (Megatron's --sequence-parallel and
               --tp-comm-overlap are opt-in), and sequence parallelism moves the bytes of the
@@ -26,14 +27,19 @@ the same GPUs.
               an all-gather), so set it to plan with it
 
 Candidates start from the scenario's [training] with every key of these schemes at its default
-(PLAIN), so each candidate is exactly its scheme. How plan words a size and a misfit (gib,
-overflow, over_text) lives here too, so that plan.py and this module say them alike.
+(PLAIN), so each candidate is exactly its scheme, at the scenario's own tensor_parallel t0 with
+its micro-batch and micro-steps, as the plain stages run. A scheme zerosim refuses beside
+t0 > 1 (hybrid sharding, ZeRO++: scenario/axes.py) runs at t = 1 instead. Every step compares on
+the scenario's global batch: a candidate at t != t0 has t / t0 times the sequences per
+data-parallel rank, and tries each split of them into micro-batch x micro-steps. How plan
+words a size and a misfit (gib, overflow, over_text) lives here too, so that plan.py and this
+module say them alike.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from zerosim.contract import STAGE_NAMES
@@ -51,7 +57,7 @@ MAX_SHARD_GROUPS = 4
 MAX_RATIO = 1 << 12  # shard groups from a 4096th of a node to 4096 nodes
 PLAIN = {"optimizer_offload": "none", "param_offload": "none", "delayed_update": False,
          "shard_group": 0, "hpz_partition": 0, "quantized_weights": False,
-         "quantized_gradients": False, "tensor_parallel": 1}
+         "quantized_gradients": False}
 TERMS = (("params", "params_bytes"), ("grads", "grads_bytes"),
          ("optimizer states", "optimizer_bytes"), ("activations", "activations_bytes"),
          ("buffers", "buffers_bytes"))
@@ -107,6 +113,9 @@ class Candidate:
     group: str = ""
     """What a refusal names in plan's notes, when it refuses more than this candidate (a t
     that the model or the world refuses refuses every stage): "t = 16"; "" names the label."""
+    splits: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    """(micro-batch, micro-steps) pairs to try, the smallest micro-batch first; () keeps the
+    scenario's."""
 
 
 def tp_degrees(scenario: Scenario) -> list[int]:
@@ -156,24 +165,42 @@ def candidates(scenario: Scenario, allow: tuple[str, ...]) -> list[Candidate]:
 
 
 def _tp_candidates(scenario: Scenario) -> list[Candidate]:
-    """tensor_parallel = t at each of the framework's stages, with the scenario's global batch:
-    N / t data-parallel ranks take t / t0 times the micro-steps of the scenario's N / t0, each
-    of its micro-batch (Megatron's num_microbatches = global_batch_size / (micro_batch_size x
-    data_parallel_size): megatron/core/num_microbatches_calculator.py), so that a candidate's
-    step trains the tokens a plain stage's does and the two step times compare. A t whose
-    micro-steps would not be whole is left out (consider's note)."""
-    own, accumulation = _batch_of(scenario)
+    """tensor_parallel = t at each of the framework's stages, with the scenario's global batch
+    in each of batch_splits' micro-batches; a t whose sequences per rank are not whole is left
+    out (consider's note)."""
     sp = ", SP" if scenario.parallelism.sequence_parallel else ""
     out = []
     for t in tp_degrees(scenario):
-        steps, odd = divmod(accumulation * t, own)
-        if odd:
-            continue
-        label = f"t = {t}{sp if t > 1 else ''}, {steps} micro-step{'s' * (steps > 1)}"
-        settings = (("tensor_parallel", t), ("gradient_accumulation", steps))
-        out.extend(Candidate("tp", stage, settings, f"{STAGE_NAMES[stage]}, {label}", f"t = {t}")
-                   for stage in framework_of(scenario.training).stages)
+        splits = batch_splits(scenario, t)
+        out.extend(Candidate("tp", stage, (("tensor_parallel", t),),
+                             f"{STAGE_NAMES[stage]}, t = {t}{sp if t > 1 else ''}", f"t = {t}",
+                             splits)
+                   for stage in framework_of(scenario.training).stages if splits)
     return out
+
+
+def batch_splits(scenario: Scenario, t: int) -> tuple[tuple[int, int], ...]:
+    """(micro-batch, micro-steps) pairs that train the scenario's global batch at t, the
+    smallest micro-batch first; () where it is not whole. At t0 the N / t0 data-parallel ranks
+    take micro_batch x gradient_accumulation sequences each; at t the N / t ranks take t / t0
+    times those (Megatron's num_microbatches = global_batch_size / (micro_batch_size x
+    data_parallel_size): megatron/core/num_microbatches_calculator.py), as any divisor of
+    them from the scenario's micro-batch up (or the whole, where they are fewer) times the
+    rest in micro-steps. Keeping the micro-batch would give ZeRO-3 t / t0 times the
+    micro-steps, each regathering every parameter (Rajbhandari et al. 2020, §7.2.2: a
+    parameter all-gather per micro-step's forward and backward)."""
+    own, training = scenario.parallelism.tensor_parallel, scenario.training
+    sequences, odd = divmod(training.micro_batch * training.gradient_accumulation * t, own)
+    if odd:
+        return ()
+    least = min(training.micro_batch, sequences)
+    small = [d for d in range(1, math.isqrt(sequences) + 1) if sequences % d == 0]
+    every = sorted({*small, *(sequences // d for d in small)})
+    return tuple((d, sequences // d) for d in every if d >= least)
+
+
+def split_label(label: str, micro_batch: int, steps: int) -> str:
+    return f"{label}, micro-batch {micro_batch}, {steps} micro-step{'s' * (steps > 1)}"
 
 
 def table_of(key: str) -> str:
@@ -205,29 +232,32 @@ def _entry(scenario: Scenario, candidate: Candidate, room: int) -> dict[str, Any
 
 
 def consider(scenario: Scenario, allow: tuple[str, ...], room: int,
-             gpu_bytes: int | None = None) -> tuple[list[dict], list[Scenario], list[str]]:
-    """Every candidate's entry (memory judged against `room`), the scenarios of those that fit
-    (in the entries' order), and notes on what was skipped and why. A tensor-parallel candidate
-    is judged against what its own communicators leave of `gpu_bytes` (the TP group's NCCL
-    buffers come beside the data-parallel group's: sim/device.overhead_bytes)."""
-    entries, fitting, skipped = [], [], {}
+             gpu_bytes: int | None = None) -> tuple[list[dict], list[list], list[str]]:
+    """Every candidate's entry (memory judged against `room`), the (entry, scenario) versions
+    of those that fit (a list each, in the entries' order: one, or each batch split that fits,
+    the largest micro-batch first), and notes on what was skipped and why. A candidate at
+    another t than the scenario's is judged against what its own communicators leave of
+    `gpu_bytes` (the TP group's NCCL buffers come beside the data-parallel group's:
+    sim/device.overhead_bytes)."""
+    entries, fitting, skipped, refused = [], [], {}, {}
     if not allow:
         return entries, fitting, []
     for candidate in candidates(scenario, allow):
         try:
-            built = build(scenario, candidate)
+            versions = _versions(scenario, candidate, refused, room, gpu_bytes)
         except InputError as exc:
             labels = skipped.setdefault((candidate.allow, " ".join(str(exc).split())), [])
             if (candidate.group or candidate.label) not in labels:
                 labels.append(candidate.group or candidate.label)
             continue
-        own = (gpu_bytes - overhead_bytes(built, candidate.stage)
-               if candidate.allow == "tp" and gpu_bytes is not None else room)
-        entries.append(_entry(built, candidate, own))
-        if entries[-1]["fits"]:
-            fitting.append(built)
+        fit = [v for v in versions if v[0]["fits"]]
+        entries.append(dict(fit[-1][0] if fit else versions[0][0]))
+        if fit:
+            fitting.append(fit[::-1])
     notes = [f"--allow {kind}: skipped {', '.join(labels)}: {why}"
              for (kind, why), labels in skipped.items()]
+    notes += [f"--allow {kind}: zerosim refuses it beside tensor parallelism ({why}), so it is "
+              f"tried at t = 1 on the scenario's global batch" for kind, why in refused.items()]
     if "tp" in allow:
         notes += _tp_notes(scenario)
     if "hybrid" in allow and not shard_groups(scenario.world_size, scenario.cluster.gpus_per_node):
@@ -242,42 +272,93 @@ def consider(scenario: Scenario, allow: tuple[str, ...], room: int,
     return entries, fitting, notes
 
 
-def _batch_of(scenario: Scenario) -> tuple[int, int]:
-    """The scenario's own t and micro-steps, which fix its global batch."""
-    return scenario.parallelism.tensor_parallel, scenario.training.gradient_accumulation
+def _versions(scenario: Scenario, candidate: Candidate, refused: dict[str, str], room: int,
+              gpu_bytes: int | None) -> list[tuple[dict[str, Any], Scenario]]:
+    """The candidate's (entry, scenario), or one per batch split from the smallest micro-batch
+    up to the first that does not fit (activations grow with the micro-batch: no larger one
+    fits); InputError where zerosim refuses it. A scheme refused beside the scenario's t0 > 1
+    runs at t = 1, its reason kept in `refused` by kind."""
+    own = scenario.parallelism.tensor_parallel
+    if not candidate.splits:
+        try:
+            built = build(scenario, candidate)
+        except InputError as exc:
+            if own == 1:
+                raise
+            why = " ".join(str(exc).split())
+        else:
+            if own > 1:  # the scenario's t, as its plain stages
+                sp = ", SP" if scenario.parallelism.sequence_parallel else ""
+                candidate = replace(candidate, label=f"{candidate.label}, t = {own}{sp}")
+            return [(_entry(built, candidate, room), built)]
+        candidate = replace(candidate, settings=(*candidate.settings, ("tensor_parallel", 1)),
+                            label=f"{candidate.label}, t = 1", splits=batch_splits(scenario, 1))
+        refused.setdefault(candidate.allow, why)
+        if not candidate.splits:
+            t = scenario.training
+            raise InputError(f"at t = 1 the scenario's global batch is {t.micro_batch} x "
+                             f"{t.gradient_accumulation} / {own} sequences per GPU, not a "
+                             f"whole number")
+    versions = []
+    for micro_batch, steps in candidate.splits:
+        version = replace(candidate, label=split_label(candidate.label, micro_batch, steps),
+                          settings=(*candidate.settings, ("micro_batch", micro_batch),
+                                    ("gradient_accumulation", steps)))
+        built = build(scenario, version)
+        own_room = room if gpu_bytes is None else gpu_bytes - overhead_bytes(built, version.stage)
+        versions.append((_entry(built, version, own_room), built))
+        if not versions[-1][0]["fits"]:
+            break
+    return versions
 
 
 def _tp_notes(scenario: Scenario) -> list[str]:
     """What --allow tp says beside its candidates: the t it left out, and how it compares."""
-    own, accumulation = _batch_of(scenario)
-    odd = [t for t in tp_degrees(scenario) if accumulation * t % own]
-    notes = [f"--allow tp: skipped t = {t}: the scenario's global batch at t = {own} "
-             f"(gradient_accumulation {accumulation}) takes {accumulation} x {t} / {own} "
-             f"micro-steps at t = {t}, not a whole number" for t in odd]
+    own, training = scenario.parallelism.tensor_parallel, scenario.training
+    per_rank = f"{training.micro_batch} x {training.gradient_accumulation}"
+    notes = [f"--allow tp: skipped t = {t}: the scenario's global batch at t = {own} (micro-"
+             f"batch x micro-steps = {per_rank} sequences per data-parallel rank) is {per_rank} "
+             f"x {t} / {own} "
+             f"sequences per rank at t = {t}, not a whole number"
+             for t in tp_degrees(scenario) if not batch_splits(scenario, t)]
     times = "t" if own == 1 else f"t / {own}"
     return notes + [f"--allow tp: each tensor-parallel candidate trains the scenario's global "
-                    f"batch: its N / t data-parallel ranks take {times} times the micro-steps, "
-                    f"so its step time compares with the plain stages' on "
+                    f"batch: its N / t data-parallel ranks take {times} times the sequences, "
+                    f"in the micro-batch and micro-steps its label names (the fastest of those "
+                    f"that fit), so its step time compares with the plain stages' on "
                     f"{scenario.world_size:,} GPUs"]
 
 
-def rank(entries: list[dict], fitting: list[Scenario], mode: str,
+def rank(entries: list[dict], fitting: list[list], mode: str,
          done: Callable[[], None], budget_bytes: int | None = None) -> list[str]:
     """Simulate each fitting candidate as plan simulates the stages; `done()` after each. One
-    whose simulated device memory passes `budget_bytes` does not fit, as simulate says."""
+    whose simulated device memory passes `budget_bytes` does not fit, as simulate says. Of a
+    candidate's batch splits (consider's versions, the largest micro-batch first) the entry
+    becomes the fastest that fits: each is simulated down to the first no faster than the one
+    before it, as fewer micro-steps of more sequences only amortise more of each micro-step's
+    fixed work (ZeRO-3's gathers, the data-parallel reduction's exposed tail)."""
     notes = []
-    for entry, built in zip([e for e in entries if e["fits"]], fitting):
-        try:
-            row = rows_of(built, [entry["stage"]], {}, mode)[0]
+    for entry, versions in zip([e for e in entries if e["fits"]], fitting):
+        best = over = None
+        for version, built in versions:
+            try:
+                row = rows_of(built, [version["stage"]], {}, mode)[0]
+            except InputError as exc:
+                notes.append(f"{version['label']} not ranked: {exc}")
+                continue
             if budget_bytes is not None and row["device_bytes"] > budget_bytes:
-                entry.update(fits=False, why_not=(
-                    f"needs {over_text(row['device_bytes'], budget_bytes)} of device memory "
-                    f"as simulated (the memory model's peak fits; the caching allocator rounds "
-                    f"the buffers up to its blocks and segments)"))
+                over = (version, row)
+            elif best is None or row["step_time_s"] < best[1]["step_time_s"]:
+                best = (version, row)
             else:
-                entry.update({key: row[key] for key in RANKED})
-        except InputError as exc:
-            notes.append(f"{entry['label']} not ranked: {exc}")
+                break
+        if best is not None:
+            entry.update(best[0], **{key: best[1][key] for key in RANKED})
+        elif over is not None:
+            entry.update(over[0], fits=False, why_not=(
+                f"needs {over_text(over[1]['device_bytes'], budget_bytes)} of device memory "
+                f"as simulated (the memory model's peak fits; the caching allocator rounds "
+                f"the buffers up to its blocks and segments)"))
         done()
     return notes
 
