@@ -2,8 +2,9 @@
 2 over the ranks 2 apart) at stages 0-3, with and without sequence parallelism, against one
 plain PyTorch process (torch.optim.Adam on the whole model and the global batch); each rank's
 slice and ledger against hand counts and zerosim's memory with tensor_parallel = 2; the TP
-collectives of a step counted and sized by hand from Megatron's layout; a rank dying or hanging
-inside a TP group; the flags.
+collectives of a step counted and sized by hand from Megatron's layout, and zerosim's list of
+them (analytic/tensor_comm.py) against the same runs; SP's column-parallel linear saving the
+sequence shard; a rank dying or hanging inside a TP group; the flags.
 
 One spawned group of 4 runs every training the module checks (a module fixture). Bounded at
 every level: 30 s per collective and init, 240 s for the group, 60 s for each faulty run.
@@ -149,12 +150,16 @@ def test_tp_collectives_of_a_step_are_megatrons(results):
     hand. Without SP (Shoeybi et al. §3): per layer two all-reduces of s b h forward (after the
     row-parallel attention output and MLP) and two backward (before the column-parallel QKV and
     MLP); the embedding's forward all-reduce, the head's backward one, the loss's three
-    (max, target logit, sum of exps: s b each). With SP (Korthikanti et al. §4.2.2) each layer's
-    all-reduce becomes an all-gather and a reduce-scatter of the same whole buffer (forward and
-    backward: 4 + 4), the head gathers (and reduce-scatters back), the embedding's output is
-    split after its all-reduce (gathered back), and the 14 replicated parameters (per layer two
-    layer norms' weight and bias, two row-parallel biases; the final norm's two) have their
-    gradients all-reduced."""
+    (max, target logit, sum of exps: s b each). With SP (Korthikanti et al. §4.2.2), per
+    column-parallel linear (QKV, the MLP's first, the output layer) an all-gather of its input
+    forward, and in backward its saved shard gathered again for the weight gradient and the
+    input gradient reduce-scattered (Megatron's LinearWithGradAccumulationAndAsyncCommunication);
+    per row-parallel one (attention output, the MLP's second) a reduce-scatter forward and an
+    all-gather backward: per layer and family 3 all-gathers and 2 reduce-scatters of the whole
+    buffer. The embedding's output is split after its all-reduce (gathered back). The 14
+    replicated parameters of h each (per layer two layer norms' weight and bias, two
+    row-parallel biases; the final norm's two) have their gradients all-reduced once, together,
+    before the optimizer step (finalize_model_grads): 14 h fp32 in one all-reduce."""
     s, b, h, layers = 32, 2, 64, 2
     activation, per_token = s * b * h * 4, s * b * 4
     loss = {("tp loss " + part, "all_reduce", per_token): 1
@@ -165,18 +170,127 @@ def test_tp_collectives_of_a_step_are_megatrons(results):
         ("tp embedding", "all_reduce", activation): 1, ("tp head", "all_reduce", activation): 1,
         **loss}
     assert tp_events(results[0]["tiny sp", 1]) == {
-        ("tp attention", "all_gather", activation): 2 * layers,
+        ("tp attention", "all_gather", activation): 3 * layers,
         ("tp attention", "reduce_scatter", activation): 2 * layers,
-        ("tp mlp", "all_gather", activation): 2 * layers,
+        ("tp mlp", "all_gather", activation): 3 * layers,
         ("tp mlp", "reduce_scatter", activation): 2 * layers,
         ("tp embedding", "all_reduce", activation): 1,
         ("tp embedding", "all_gather", activation): 1,
-        ("tp head", "all_gather", activation): 1, ("tp head", "reduce_scatter", activation): 1,
-        ("tp sp grads", "all_reduce", 4 * h): 2 * 3 * layers + 2, **loss}
+        ("tp head", "all_gather", activation): 2, ("tp head", "reduce_scatter", activation): 1,
+        ("tp sp grads", "all_reduce", 4 * h * (2 * 3 * layers + 2)): 1, **loss}
     # The data-parallel collectives are the stage's, over 2 ranks: ZeRO-1's buckets and gather.
     dp = {e["op"] for e in results[0]["tiny", 1]["events"]
           if e["stream"] == "comm" and not e["name"].startswith("tp ")}
     assert dp == {"reduce_scatter", "all_gather"}
+
+
+class MirrorGroup:
+    """A TP group of 2 in one process whose other rank holds exactly this rank's tensors: an
+    all-gather repeats rank 0's piece, a reduce-scatter doubles it. Records each call."""
+
+    rank, world_size = 0, 2
+
+    def __init__(self):
+        self.calls = []
+
+    def all_gather(self, t, sizes, name):
+        self.calls.append(("all_gather", name))
+        t[sizes[0]:].copy_(t[:sizes[0]])
+
+    def reduce_scatter(self, t, sizes, name):
+        self.calls.append(("reduce_scatter", name))
+        t[:sizes[0]].mul_(2)
+
+
+def test_an_sp_column_linear_saves_the_sequence_shard_and_gathers_it_again_in_backward():
+    """Megatron's LinearWithGradAccumulationAndAsyncCommunication under SP: autograd keeps the
+    rank's [s/t, b, h] input shard (and the weights), not the gathered [s, b, h] input; backward
+    all-gathers the shard again for the weight gradients, then reduce-scatters the input
+    gradient. Two linears on one input (SwiGLU's gate and up) share one gather. The gradients
+    equal plain autograd's on the gathered input [x; x] (the mirror rank's shard is x too): each
+    weight's from the whole sequence, the input's summed over the 2 ranks' (twice rank 0's
+    half)."""
+    from zero_real.parts.tensor import TensorGroup
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)  # s/t = 2 of s = 4
+    w1, b1, w2 = (torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+                  for shape in ((6, 5), (6,), (6, 5)))
+    comm, saved = MirrorGroup(), []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t,
+                                                  lambda t: t):
+        y1, y2 = TensorGroup(comm, True).column(x, [(w1, b1), (w2, None)], "mlp")
+    assert saved == [(2, 3, 5), (6, 5), (6, 5)]
+    assert comm.calls == [("all_gather", "tp mlp")]
+    (y1.square().sum() + (3 * y2).sum()).backward()
+    assert comm.calls == [("all_gather", "tp mlp")] * 2 + [("reduce_scatter", "tp mlp")]
+
+    ref = x.detach().clone().requires_grad_()
+    rw1, rb1, rw2 = (t.detach().clone().requires_grad_() for t in (w1, b1, w2))
+    whole = torch.cat([ref, x.detach()])  # the other rank's shard: the same values
+    (torch.nn.functional.linear(whole, rw1, rb1).square().sum()
+     + (3 * torch.nn.functional.linear(whole, rw2)).sum()).backward()
+    for got, want in ((w1, rw1), (b1, rb1), (w2, rw2)):
+        torch.testing.assert_close(got.grad, want.grad)
+    torch.testing.assert_close(x.grad, 2 * ref.grad)
+
+
+def family(name: str, unit: str) -> str:
+    """The name zero_real records a zerosim TP collective under (less "tp "): by the unit, and
+    in a layer by the linear Megatron places it at (QKV and the attention output: attention;
+    fc1 and fc2: mlp)."""
+    if "loss" in name:
+        return "loss"
+    if "replicated" in name:
+        return "sp grads"
+    if "kv < t" in name:
+        return "qkv (kv < t)"
+    if unit != "layer":
+        return unit
+    return "attention" if "QKV" in name or "attention" in name else "mlp"
+
+
+def zerosim_events(sc) -> Counter:
+    """(family, op, bytes) of zerosim's TP collectives for one step of `sc` (one micro-step)."""
+    from zerosim.analytic.tensor_comm import tensor_collectives
+
+    m = sc.model
+    listed = tensor_collectives(m, sc.training, sc.parallelism, grad_bytes_per_element=4)
+    units = ["embedding"] + ["layer"] * m.layers + ["head"]
+    out = Counter()
+    for unit, forward, backward in zip(units, listed.forward, listed.backward):
+        out.update((family(c.name, unit), c.op, c.size_bytes) for c in forward + backward)
+    out.update((family(c.name, "step"), c.op, c.size_bytes) for c in listed.step)
+    return out
+
+
+@pytest.mark.parametrize("key", [("tiny", 1), ("tiny sp", 1), ("parity", GQA.name, False, 1),
+                                 ("parity", GQA.name, True, 0), ("parity", GPT.name, True, 1)])
+def test_zerosims_tp_collectives_are_the_ones_zero_real_runs(results, key):
+    """A shared oracle: zerosim's list (analytic/tensor_comm.py) names, per family, the same
+    collectives of the same sizes as rank 0 runs in a step, where the tiny GPT's are counted by
+    hand above; with SP and without, learned positions and RoPE, kv < t (the QKV output
+    gathered), at stages 0 and 1 (which all-reduce the replicated gradients whole, as Megatron's
+    distributed optimizer does from its whole gradient buffer)."""
+    got = Counter()
+    for (name, op, size), n in tp_events(results[0][key]).items():
+        got["loss" if name.startswith("tp loss") else name.removeprefix("tp "), op, size] += n
+    assert got == zerosim_events(cases()[key][2])
+
+
+def test_stages_2_and_3_sum_the_replicated_gradients_of_their_shard(results):
+    """ZeRO-2 and 3 keep no whole gradient: each rank all-reduces over its TP group the part of
+    the replicated parameters' gradients its data-parallel shard holds, so the 2 data-parallel
+    ranks' all-reduces together carry them all once: the small GPT's 2 layers x (2 layer norms'
+    weight and bias, 2 row biases) + the final norm's 2, of h = 16 each, fp32."""
+    whole = (2 * 6 + 2) * 16 * 4
+    for stage in (2, 3):
+        for tp_rank in range(TP):
+            sizes = [size for dp in range(DP)
+                     for (name, _, size), n in tp_events(
+                         results[dp * TP + tp_rank]["parity", GPT.name, True, stage]).items()
+                     for _ in range(n) if name == "tp sp grads"]
+            assert sum(sizes) == whole and len(sizes) <= DP, (stage, sizes)
 
 
 def _faulty(fault, *, stage: int, collectives: str, timeout_s: float, match: str):

@@ -7,10 +7,16 @@ one collective forward and its conjugate backward:
 
     copy            identity          all-reduce       (Megatron's f: before column-parallel)
     reduce          all-reduce        identity         (g: after row-parallel)
-    gather(dim)     all-gather        reduce-scatter   (SP before column-parallel, dim 0;
-                                                        the QKV output when kv < t, last dim)
+    gather(dim)     all-gather        reduce-scatter   (the QKV output when kv < t, last dim)
     reduce_scatter  reduce-scatter    all-gather       (SP after row-parallel)
     split           own chunk         all-gather       (SP after the embedding's all-reduce)
+
+Under SP a column-parallel linear gathers its own input (`column`, Megatron's
+LinearWithGradAccumulationAndAsyncCommunication with sequence_parallel): it keeps the sequence
+shard for backward, not the gathered input, and all-gathers it again there for the weight
+gradient (Korthikanti et al. 2022, §4.2.2: a layer's activations s b h (34/t + 5as/(ht))).
+The replicated parameters' gradients, partial under SP, are summed over the group once per
+step, before the optimizer (`sum_partial_grads`, Megatron's finalize_model_grads).
 
 Activations are [s, b, h] as in Megatron, so the sequence is dimension 0 and a rank's sequence
 shard is one contiguous piece of the flat buffer the collectives move. Every collective is
@@ -21,6 +27,7 @@ measurement file, beside the data-parallel buckets and gathers).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch.autograd import Function
 
 PREFIX = "tp "
@@ -57,6 +64,39 @@ def _all_reduce(comm, x: torch.Tensor, name: str) -> torch.Tensor:
 def _chunk(comm, x: torch.Tensor) -> torch.Tensor:
     size = x.shape[0] // comm.world_size
     return x[comm.rank * size:(comm.rank + 1) * size].clone()
+
+
+def _matrix(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+class _GatherLinear(Function):
+    """SP's all-gather of a sequence shard `x` and the column-parallel linears that read it, as
+    Megatron's LinearWithGradAccumulationAndAsyncCommunication (megatron/core/tensor_parallel/
+    layers.py) with sequence_parallel: forward gathers and runs the GEMMs but saves the shard;
+    backward gathers it again (its `total_input`) for the weight gradients and reduce-scatters
+    the input gradient. `params`: each linear's weight and bias (None: no bias); several linears
+    share one gather (SwiGLU's gate and up: Megatron's one fused linear_fc1)."""
+
+    @staticmethod
+    def forward(ctx, x, comm, name, *params):
+        ctx.comm, ctx.name, ctx.biased = comm, name, [b is not None for b in params[1::2]]
+        whole = _gather(comm, x, 0, name)
+        weights = params[0::2]
+        ctx.save_for_backward(x, *weights)
+        return tuple(F.linear(whole, w, b) for w, b in zip(weights, params[1::2]))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        x, *weights = ctx.saved_tensors
+        whole = _matrix(_gather(ctx.comm, x, 0, ctx.name))  # the re-gather, for the weights
+        grad_whole = sum(g.matmul(w) for g, w in zip(grads, weights))
+        grad_x = _reduce_scatter(ctx.comm, grad_whole, 0, ctx.name)
+        out = []
+        for g, biased in zip(grads, ctx.biased):
+            g = _matrix(g)
+            out += [g.t().matmul(whole), g.sum(0) if biased else None]
+        return grad_x, None, None, *out
 
 
 class _Copy(Function):
@@ -115,20 +155,23 @@ class _Split(Function):
 
 class TensorGroup:
     """One rank's tensor-parallel group: its Collectives (`comm`: t ranks, this one at
-    comm.rank) and whether sequence parallelism is on. `enter` and `exit` are what surrounds a
-    column-parallel ... row-parallel pair (attention, MLP); `replicated` is how a parameter every
-    rank holds whole is used under SP, where each rank's gradient is only its sequence shard's."""
+    comm.rank) and whether sequence parallelism is on. `column` and `exit` are what surrounds a
+    column-parallel ... row-parallel pair (attention, MLP); `sum_partial_grads` completes, once
+    per step, the gradients of the parameters every rank holds whole, which under SP each rank
+    makes from its sequence shard alone."""
 
     def __init__(self, comm, sequence_parallel: bool):
         self.comm, self.sequence_parallel = comm, sequence_parallel
         self.rank, self.size = comm.rank, comm.world_size
 
-    def enter(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """Before a column-parallel linear: SP all-gathers the sequence; without SP the input is
-        already whole and its gradient is all-reduced in backward (f)."""
+    def column(self, x: torch.Tensor, linears: list, name: str) -> tuple[torch.Tensor, ...]:
+        """Column-parallel linears (`linears`: (weight, bias or None) pairs) on one input: under
+        SP its sequence shard, gathered by the linear (_GatherLinear); without SP the whole
+        input, whose gradient is all-reduced in backward (f)."""
         if self.sequence_parallel:
-            return _Gather.apply(x, self.comm, 0, name)
-        return _Copy.apply(x, self.comm, name)
+            return _GatherLinear.apply(x, self.comm, name, *(t for pair in linears for t in pair))
+        x = _Copy.apply(x, self.comm, name)
+        return tuple(F.linear(x, w, b) for w, b in linears)
 
     def exit(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """After a row-parallel linear: partial sums reduced; SP reduce-scatters the sequence."""
@@ -148,16 +191,30 @@ class TensorGroup:
     def gather(self, x: torch.Tensor, dim: int, name: str) -> torch.Tensor:
         return _Gather.apply(x, self.comm, dim, name)
 
-    def replicated(self, p: torch.Tensor | None) -> torch.Tensor | None:
-        """Under SP, a replicated parameter (norms, row-parallel biases) sees 1/t of the tokens on
-        each rank: its gradient is summed over the group. Megatron marks such parameters
-        `sequence_parallel` and all-reduces their gradients once per step
-        (megatron/core/distributed/finalize_model_grads.py, _allreduce_layernorm_grads); here
-        the all-reduce runs in backward, as each gradient is made (the same sum, once per
-        micro-step), so that the data-parallel stages receive whole gradients as without TP."""
-        if p is None or not self.sequence_parallel:
-            return p
-        return _Copy.apply(p, self.comm, "sp grads")
+    def sum_partial_grads(self, pieces: list[torch.Tensor], device: torch.device,
+                          ledger) -> None:
+        """Under SP, add up over the group the gradients of the replicated parameters (norms,
+        row-parallel biases), which each rank made from its sequence shard alone: as Megatron's
+        finalize_model_grads (megatron/core/distributed/finalize_model_grads.py,
+        _allreduce_layernorm_grads; _allreduce_non_tensor_model_parallel_grads in later
+        releases): once per step, after the data-parallel reduction (finish_grad_sync) and
+        before the optimizer, one all-reduce of the flattened `pieces` (the stage's
+        gradient storage of those parameters: whole, or the rank's data-parallel shard of them;
+        every rank of the group holds the same layout and shard, so the same pieces), staged
+        through `device` (the collective's memory) and copied back."""
+        pieces = [p for p in pieces if p.numel()]
+        if not self.sequence_parallel or not pieces:
+            return
+        flat = torch.cat([p.reshape(-1).to(device) for p in pieces])
+        nbytes = flat.numel() * flat.element_size()
+        ledger.alloc("buckets", nbytes)
+        self.comm.all_reduce(flat, name=PREFIX + "sp grads")
+        offset = 0
+        for p in pieces:
+            p.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        del flat
+        ledger.free("buckets", nbytes)
 
 
 class _VocabParallelCrossEntropy(Function):

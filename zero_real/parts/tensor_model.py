@@ -38,12 +38,18 @@ ROW = ("proj", "down")
 VOCAB = ("tok", "lm_head")
 
 
-def _normed(norm: nn.Module, x: torch.Tensor, tp: TensorGroup) -> torch.Tensor:
-    """A replicated norm; under SP on the rank's sequence shard, its gradients summed."""
-    weight, bias = tp.replicated(norm.weight), tp.replicated(getattr(norm, "bias", None))
-    if isinstance(norm, nn.RMSNorm):
-        return F.rms_norm(x, norm.normalized_shape, weight, norm.eps)
-    return F.layer_norm(x, norm.normalized_shape, weight, bias, norm.eps)
+NORMS = ("norm1", "norm2", "norm")
+
+
+def partial_under_sp(name: str) -> bool:
+    """A parameter every rank holds whole whose gradient sequence parallelism leaves partial
+    (each rank's from its sequence shard): the norms' weights and biases and the row-parallel
+    linears' biases, which Megatron marks `sequence_parallel` (megatron/core/fusions/
+    fused_layer_norm.py, FusedLayerNorm; megatron/core/tensor_parallel/layers.py,
+    RowParallelLinear). The learned positions are added before SP's split, to the whole
+    sequence: their gradient is whole."""
+    module, leaf = name.split(".")[-2:]
+    return module in NORMS or (module in ROW and leaf == "bias")
 
 
 class Embedding(nn.Module):
@@ -107,8 +113,8 @@ class Block(nn.Module):
         return q, k.reshape(s, b, self.groups, d), v.reshape(s, b, self.groups, d)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.tp.enter(x, "attention")
-        q, k, v = (y.permute(1, 2, 0, 3) for y in self.qkv_heads(self.qkv(x)))  # [b, n, s, d]
+        mixed, = self.tp.column(x, [(self.qkv.weight, self.qkv.bias)], "attention")
+        q, k, v = (y.permute(1, 2, 0, 3) for y in self.qkv_heads(mixed))  # [b, n, s, d]
         if self.rope:
             q, k = _rope(q), _rope(k)
         with sdpa_kernel(self.attention_kernels):
@@ -119,13 +125,13 @@ class Block(nn.Module):
 
     def _row(self, linear: nn.Linear, x: torch.Tensor, name: str) -> torch.Tensor:
         y = self.tp.exit(F.linear(x, linear.weight), name)
-        bias = self.tp.replicated(linear.bias)
-        return y if bias is None else y + bias
+        return y if linear.bias is None else y + linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(_normed(self.norm1, x, self.tp))
-        y = self.tp.enter(_normed(self.norm2, x, self.tp), "mlp")
-        y = F.silu(self.gate(y)) * self.up(y) if self.swiglu else F.gelu(self.up(y))
+        x = x + self.attention(self.norm1(x))
+        fc1 = ([self.gate] if self.swiglu else []) + [self.up]  # Megatron's one linear_fc1
+        y = self.tp.column(self.norm2(x), [(f.weight, f.bias) for f in fc1], "mlp")
+        y = F.silu(y[0]) * y[1] if self.swiglu else F.gelu(y[0])
         return x + self._row(self.down, y, "mlp")
 
 
@@ -142,8 +148,8 @@ class Head(nn.Module):
 
     def forward(self, x: torch.Tensor, tok_weight: torch.Tensor, targets: torch.Tensor):
         weight = tok_weight if self.lm_head is None else self.lm_head.weight
-        y = self.tp.enter(_normed(self.norm, x, self.tp), "head")
-        logits = F.linear(y, weight).float()  # the loss in fp32, as zero_real.parts.model.Head
+        logits, = self.tp.column(self.norm(x), [(weight, None)], "head")
+        logits = logits.float()  # the loss in fp32, as zero_real.parts.model.Head
         return vocab_parallel_cross_entropy(logits, targets.t(), self.lo, self.real,
                                             self.tp.comm).mean()
 
@@ -161,6 +167,20 @@ class TensorParallelGPT(GPT):
         self.head = Head(m, tp, rows)
         # The single-process model's shapes, from which each slice is cut.
         self.full_shapes = {n: p.shape for n, p in build_model(m).named_parameters()}
+
+    def sum_partial_grads(self, regions: list[tuple], device: torch.device, ledger) -> None:
+        """Before the optimizer step: the gradients of the parameters SP leaves partial
+        (`partial_under_sp`), where a stage keeps them (`regions`: (flat layout, gradient
+        storage, the layout's element at its start), the stage's grad_regions), summed over the
+        TP group in one all-reduce (TensorGroup.sum_partial_grads)."""
+        pieces = []
+        for layout, grad, start in regions:
+            for slot in layout.slots:
+                a = max(slot.offset, start)
+                b = min(slot.offset + slot.numel, start + grad.numel())
+                if a < b and partial_under_sp(slot.name):
+                    pieces.append(grad[a - start:b - start])
+        self.tp.sum_partial_grads(pieces, device, ledger)
 
     def initial(self, name: str, shape: torch.Size, seed: int, dtype: torch.dtype,
                 device: str | torch.device = "cpu") -> torch.Tensor:

@@ -181,7 +181,15 @@ class DDP:
         missing = [b for b, (lo, hi) in zip(self.filled, self.buckets) if b != hi - lo]
         assert not missing, f"rank {self.rank}: {len(missing)} gradient buckets never filled"
 
+    def grad_regions(self) -> list[tuple]:
+        """(layout, the gradient storage the optimizer reads from, the layout's element at the
+        storage's start) per flat buffer: here (and at ZeRO-1) the whole gradient buffer, as
+        Megatron's distributed optimizer keeps one."""
+        return [(self.flat.layout, self.flat_grad, 0)]
+
     def optimizer_step(self) -> None:
+        if self.model.tensor_comm is not None:  # SP's partial gradients, summed over the TP group
+            self.model.sum_partial_grads(self.grad_regions(), self.device, self.rec.ledger)
         grads = [opt.unscaled_grad(self.loss_scale.value) for opt in self.optimizers]
         # Under tensor parallelism each rank of a TP group holds other gradients: all must agree.
         comms = [c for c in (self.comm, self.model.tensor_comm) if c is not None]
@@ -244,6 +252,10 @@ class ZeRO2(ZeRO1):
         self.pool: list[torch.Tensor] = []  # free buffers, reused across buckets and steps
         self.pool_size = 0
         return self.grad_shard
+
+    def grad_regions(self):
+        layout = self.flat.layout
+        return [(layout, self.grad_shard, layout.owned(self.shard_comm.rank)[0])]
 
     def gradient_waiting(self, p):
         # A tied weight's first part stays in autograd's own buffer until the second arrives.

@@ -110,6 +110,10 @@ class ZeRO3(ZeRO2):
             self.rec.ledger.free("buckets", g.full_bytes)
         self._leave(2 * len(self.segments) - 1 - s)
 
+    def grad_regions(self):
+        return [(g.layout, g.grad_shard, g.layout.owned(self.shard_comm.rank)[0])
+                for g in self.groups]
+
     def zero_grads(self):
         for g in self.groups:
             g.grad_shard.zero_()
