@@ -159,7 +159,8 @@ def test_every_row_of_a_plan_at_t_2_trains_the_same_tokens(write):
     """A scenario at t0 = 2 with 2 micro-steps on 8 GPUs trains 8 / 2 x 2 x 1 = 8 sequences of
     1024 tokens a step. Offload keeps t = 2 and its batch; hybrid sharding and ZeRO++, refused
     beside tensor parallelism, run at t = 1, where 8 GPUs take one sequence each; --allow tp's
-    t = 1, 4, 8 take 1, 4 and 8 sequences per data-parallel rank."""
+    t = 1, 2, 4, 8 take 1, 2, 4 and 8 sequences per data-parallel rank (t = 2 as its own
+    micro-batch of 2 too, so that it searches the micro-batches the other rows do)."""
     scenario = load_scenario(scenario_file(write), ["parallelism.tensor_parallel=2",
                                                     "training.gradient_accumulation=2"])
     result = plan(scenario, 80 * 2**30, allow=("offload", "hybrid", "zeropp", "tp"))
@@ -172,7 +173,8 @@ def test_every_row_of_a_plan_at_t_2_trains_the_same_tokens(write):
         sequences = e["settings"].get("micro_batch", 1) * e["settings"].get(
             "gradient_accumulation", 2)
         assert sequences * 8 // t == 8, e
-        assert (t == 2) == (e["allow"] == "offload")
+        if e["allow"] != "tp":  # tp tries t = 2 too: its 2 sequences split two ways
+            assert (t == 2) == (e["allow"] == "offload")
         assert ("t = 1," in e["label"]) == (e["allow"] in ("hybrid", "zeropp") or t == 1)
     assert any(n.startswith("--allow hybrid: zerosim refuses it beside tensor parallelism (")
                for n in result["notes"])
@@ -258,7 +260,8 @@ def test_a_scenario_with_its_own_t_plans_whole_groups_and_tries_the_other_t(writ
     sequences = {e["settings"]["tensor_parallel"]: e["settings"]["micro_batch"] *
                  e["settings"]["gradient_accumulation"]
                  for e in plan(eight, 80 * 2**30, allow=("tp",))["candidates"]}
-    assert sequences == {1: 1, 2: 2, 4: 4}  # 16 / 8 x 8 sequences over 16 / t ranks
+    # 16 / 8 x 8 sequences over 16 / t ranks; t = 8 too, its 8 sequences split other ways
+    assert sequences == {1: 1, 2: 2, 4: 4, 8: 8}
     text = run_zerosim("plan", path, "--set", "parallelism.tensor_parallel=8")
     assert text.code == 0, text.stderr
     assert "tensor parallel t = 8" in text.stdout.splitlines()[0]
@@ -308,3 +311,15 @@ def test_the_memory_plot_names_t_in_its_legend():
                                                "buffers", "host")}} for t in (1, 2, 4, 8)]
     names = [d.name for d in memory_figure(rows).data]
     assert names[:4] == ["ZeRO-3, t=1", "ZeRO-3, t=2", "ZeRO-3, t=4", "ZeRO-3, t=8"]
+
+
+def test_the_scenarios_own_t_is_tried_at_a_larger_micro_batch_too(write):
+    """With 2 micro-steps of 1 sequence, --allow tp also tries the scenario's own t at a
+    micro-batch of 2 in one micro-step, so that a TP row's gain is not a micro-batch's alone;
+    with one sequence per rank there is no other split and the plain rows stand for t = 1."""
+    two = load_scenario(scenario_file(write), ["training.gradient_accumulation=2"])
+    labels = [e["label"] for e in plan(two, 80 * 2**30, allow=("tp",))["candidates"]]
+    assert any(", t = 1, micro-batch 2, 1 micro-step" in label for label in labels), labels
+    one = load_scenario(scenario_file(write))
+    settings = [e["settings"] for e in plan(one, 80 * 2**30, allow=("tp",))["candidates"]]
+    assert {s["tensor_parallel"] for s in settings} == {2, 4, 8}

@@ -13,6 +13,7 @@ from zerosim.scenario.load import load_scenario
 from zerosim.sim.collectives.ring import Group
 from zerosim.sim.device import overhead_bytes
 from zerosim.sim.engine import Engine, simulate
+from zerosim.sim.stages.step_shape import step_shape
 from zerosim.sim.trace import chrome_trace
 
 TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
@@ -108,9 +109,13 @@ def test_rope_embeddings_are_reduce_scattered_under_sp():
      {AG: 15 * E, AR: 2 * (E + 3 * LOSS) + REPLICATED, RS: 9 * E}),
 ])
 def test_tp_bytes_per_step(sets, expected):
+    sp = "parallelism.sequence_parallel=true" in sets
     for stage in range(4):
         result = simulate(tiny(*sets), stage)
-        assert result.comm_bytes_per_group["tp"] == expected
+        # ZeRO-2 and 3 shard the gradients over N_d = 2: a rank sums half the replicated ones
+        want = dict(expected, **({AR: expected[AR] - REPLICATED // 2}
+                                 if sp and stage >= 2 else {}))
+        assert result.comm_bytes_per_group["tp"] == want, stage
 
 
 A_I = 10.0  # us per hop inside a node
@@ -310,3 +315,32 @@ def test_a_units_gradients_are_reduced_after_its_weight_gradients():
         assert scatter["start_s"] >= max(e["end_s"] for e in computes)
         checked += 1
     assert checked == 4
+
+
+def test_sharded_gradients_sum_their_shard_of_the_replicated_gradients():
+    """Under SP the replicated parameters' gradients are all-reduced over the TP group once per
+    step (finalize_model_grads); where ZeRO-2 and 3 shard the gradients over N_d = 4 / 2 = 2
+    data-parallel ranks, a rank sums its half: REPLICATED / 2 bytes, the whole at stages 0-1."""
+    s = tiny("parallelism.sequence_parallel=true")
+    for stage, size in ((0, REPLICATED), (1, REPLICATED), (2, REPLICATED // 2),
+                        (3, REPLICATED // 2)):
+        step = step_shape(s, stage).tensor.step
+        assert [(c.op, c.size_bytes) for c in step] == [(AR, size)], stage
+
+
+def test_overlap_leaves_the_kv_gather_blocking():
+    """Megatron's userbuffers and PyTorch's async TP overlap the linears' collectives; the QKV
+    output's gather when kv < t (get_query_key_value_tensors) stays a plain synchronous call:
+    under tp_comm_overlap it starts after the unit's compute, on the compute stream's wait."""
+    s = load_scenario(TINY, ["parallelism.tensor_parallel=4", "model.kv_heads=2",
+                             "parallelism.sequence_parallel=true",
+                             "parallelism.tp_comm_overlap=true"])
+    events = simulate(s, 0).ranks[0].state.events
+    gather = next(e for e in events if e["name"] == "TP QKV output all-gather (kv < t)"
+                  and e["phase"] == "forward" and e["layer"] == 1)
+    compute = next(e for e in events if e["queue"] == "compute" and e["phase"] == "forward"
+                   and e["layer"] == 1)
+    beside = next(e for e in events if e["name"] == "TP QKV input all-gather"
+                  and e["phase"] == "forward" and e["layer"] == 1)
+    assert beside["start_s"] == compute["start_s"]  # overlapped: launched with the compute
+    assert gather["start_s"] >= compute["end_s"]  # synchronous: after it

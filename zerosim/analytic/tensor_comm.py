@@ -55,7 +55,8 @@ convention (an all-gather: the gathered output's bytes; a reduce-scatter: its in
 (10) megatron/core/distributed/finalize_model_grads.py, _allreduce_non_tensor_model_parallel_
      grads: under SP the gradients of parameters marked sequence_parallel (the norms' weights
      and biases, RowParallelLinear's bias) are partial sums over the sequence shards, all-reduced
-     over the TP group once per step, coalesced.
+     over the TP group once per step, coalesced; where the stage shards gradients (ZeRO-2 and
+     3) a rank sums its shard's part of them (zero_real's stages do so).
 (11) megatron/core/transformer/attention.py, SelfAttention.get_query_key_value_tensors: with
      fewer query groups (key/value heads) than t, linear_qkv's output is split evenly over the
      ranks (1/t of K and V each, parallel/tensor.py) and all_gather_last_dim_from_tensor_
@@ -103,6 +104,9 @@ class TpCollective:
     name: str
     window: tuple[str, str] | None = None
     """(linear, DGRAD or WGRAD): the GEMM Megatron runs it beside, async (the module's note)."""
+    sync: bool = False
+    """A plain synchronous call even under tp_comm_overlap, whose userbuffers and async TP
+    overlap the linears' collectives only (11)."""
 
     @property
     def overlaps(self) -> bool:
@@ -126,8 +130,9 @@ def _qkv_gather(qkv: int) -> tuple[tuple, tuple]:
     and its gradient reduce-scattered in backward (none when every rank has its own heads)."""
     if not qkv:
         return (), ()
-    return ((TpCollective(ALL_GATHER, qkv, "TP QKV output all-gather (kv < t)"),),
-            (TpCollective(REDUCE_SCATTER, qkv, "TP QKV output-gradient reduce-scatter (kv < t)"),))
+    return ((TpCollective(ALL_GATHER, qkv, "TP QKV output all-gather (kv < t)", sync=True),),
+            (TpCollective(REDUCE_SCATTER, qkv, "TP QKV output-gradient reduce-scatter (kv < t)",
+                          sync=True),))
 
 
 def _layer(e: int, sp: bool, recompute: str, qkv: int = 0) -> tuple[tuple, tuple]:
@@ -181,9 +186,12 @@ def replicated_gradient_elements(m) -> int:
     return m.layers * (2 * norm + row_biases) + norm
 
 
-def tensor_collectives(m, t, p, grad_bytes_per_element: int) -> TensorCollectives:
+def tensor_collectives(m, t, p, grad_bytes_per_element: int,
+                       grad_ways: int = 1) -> TensorCollectives:
     """The TP collectives of a step of the whole model `m` under [training] `t` and
-    [parallelism] `p` (none when tensor_parallel = 1, or for a bare Ψ, which has no shape)."""
+    [parallelism] `p` (none when tensor_parallel = 1, or for a bare Ψ, which has no shape).
+    `grad_ways`: how many ways the stage shards gradients (ZeRO-2 and 3: N / t): a rank sums
+    only its shard's part of the replicated gradients (10), as zero_real does."""
     if p.tensor_parallel == 1 or m.is_bare:
         return TensorCollectives()
     sp = p.sequence_parallel
@@ -199,7 +207,8 @@ def tensor_collectives(m, t, p, grad_bytes_per_element: int) -> TensorCollective
             TpCollective(ALL_GATHER, e, "TP output-layer input re-gather", ("head", DGRAD)),
             TpCollective(REDUCE_SCATTER, e, "TP output-layer input-gradient reduce-scatter",
                          ("head", WGRAD)))
-        step = (TpCollective(ALL_REDUCE, grad_bytes_per_element * replicated_gradient_elements(m),
+        shard = -(-replicated_gradient_elements(m) // grad_ways)
+        step = (TpCollective(ALL_REDUCE, grad_bytes_per_element * shard,
                              "TP replicated-gradient all-reduce"),)
     else:
         embedding = (TpCollective(ALL_REDUCE, e, "TP embedding all-reduce"),), ()

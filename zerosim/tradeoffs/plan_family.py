@@ -119,12 +119,14 @@ class Candidate:
 
 
 def tp_degrees(scenario: Scenario) -> list[int]:
-    """The t --allow tp tries: every divisor of gpus_per_node, less the scenario's own t (the
-    plain stages run at that one). Ranks of one tensor-parallel group stay inside a node, where
-    NVLink carries their per-layer collectives (Narayanan et al. 2021, §3.3, Takeaway #1: tensor
-    model parallelism up to degree g on g-GPU servers)."""
+    """The t --allow tp tries: every divisor of gpus_per_node; the scenario's own t too when its
+    sequences per rank split more than one way (the plain stages run its own split, so every
+    row searches the same micro-batches). Ranks of one tensor-parallel group stay inside a node,
+    where NVLink carries their per-layer collectives (Narayanan et al. 2021, §3.3, Takeaway #1:
+    tensor model parallelism up to degree g on g-GPU servers)."""
     n, own = scenario.cluster.gpus_per_node, scenario.parallelism.tensor_parallel
-    return [t for t in range(1, n + 1) if n % t == 0 and t != own]
+    return [t for t in range(1, n + 1)
+            if n % t == 0 and (t != own or len(batch_splits(scenario, own)) > 1)]
 
 
 def shard_groups(world: int, per_node: int) -> list[int]:
@@ -322,6 +324,8 @@ def _tp_notes(scenario: Scenario) -> list[str]:
              f"sequences per rank at t = {t}, not a whole number"
              for t in tp_degrees(scenario) if not batch_splits(scenario, t)]
     times = "t" if own == 1 else f"t / {own}"
+    if not any(batch_splits(scenario, t) for t in tp_degrees(scenario)):
+        return notes
     return notes + [f"--allow tp: each tensor-parallel candidate trains the scenario's global "
                     f"batch: its N / t data-parallel ranks take {times} times the sequences, "
                     f"in the micro-batch and micro-steps its label names (the fastest of those "

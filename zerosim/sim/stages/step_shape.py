@@ -192,7 +192,7 @@ def step_shape(scenario, stage: int) -> StepShape:
     units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
     forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t), stage)
-    tensor = tensor_collectives(scenario.model, t, scenario.parallelism, bg)
+    tensor = tensor_collectives(scenario.model, t, scenario.parallelism, bg, mesh.grad_ways)
     windows = _tensor_windows(scenario, tensor, unit_flops(m, t), backward_s)
     backward_s = [s - sum(w) for s, w in zip(backward_s, windows)] if windows else backward_s
     extra = memory_terms(scenario, stage)

@@ -12,7 +12,8 @@ run among the data-parallel ranks (groups.WORLD) as before.
   compute, so that its gradients are reduced after every weight-gradient GEMM, as Megatron's
   gradient hooks fire.
 - `tp_comm_overlap` (Megatron's userbuffers, PyTorch's async TP): every collective of a unit
-  runs beside its compute, the unit ending when both are done.
+  runs beside its compute, the unit ending when both are done, but a synchronous one
+  (tensor_comm's `sync`: the QKV output's gather when kv < t), which blocks as before.
 - under sequence parallelism the replicated parameters' gradients are all-reduced among the TP
   group before the optimizer step (finalize_model_grads), the compute stream waiting.
 
@@ -50,26 +51,29 @@ class TensorParallel:
     def _in_order(self, unit: int, phase: str) -> Iterator:
         """The unit's collectives one after the other, the compute stream waiting for each;
         an async one of the backward beside the GEMM it hides behind."""
-        windows = self.shape.tensor_windows[unit] if phase == "backward" else ()
+        windows = self.shape.tensor_windows  # none under tp_comm_overlap
+        windows = windows[unit] if phase == "backward" and windows else ()
         for i, c in enumerate(self._collectives(unit, phase)):
+            if self.tensor.overlap and not c.sync:
+                continue  # launched beside the unit's compute (tensor_begin)
             done = self._launch(c, phase, unit)
             if c.overlaps and windows:  # async: its GEMM runs meanwhile, then the wait
                 yield from self.ctx.compute(windows[i], "backward", phase, unit)
             yield done
 
     def tensor_begin(self, unit: int, phase: str) -> None:
-        if self.tensor.overlap:  # every collective beside the unit's whole compute
-            self.beside = [self._launch(c, phase, unit) for c in self._collectives(unit, phase)]
+        if self.tensor.overlap:  # every collective beside the unit's whole compute but a sync one
+            self.beside = [self._launch(c, phase, unit) for c in self._collectives(unit, phase)
+                           if not c.sync]
 
     def tensor_backward(self, unit: int) -> Iterator:
         """Megatron's default, before the unit's gradients are reduced (its weight-gradient
         GEMMs, windows among them, come before its gradient hooks fire): each collective, the
-        async ones beside their GEMM."""
-        if not self.tensor.overlap:
-            yield from self._in_order(unit, "backward")
+        async ones beside their GEMM; under tp_comm_overlap the synchronous ones alone."""
+        yield from self._in_order(unit, "backward")
 
     def tensor_end(self, unit: int, phase: str) -> Iterator:
-        if not self.tensor.overlap and phase == "forward":
+        if phase == "forward":
             yield from self._in_order(unit, phase)
         if self.beside:
             yield self.env.all_of(self.beside)
