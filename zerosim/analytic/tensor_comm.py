@@ -166,15 +166,20 @@ def _layer(e: int, sp: bool, recompute: str, qkv: int = 0) -> tuple[tuple, tuple
     return (forward, (forward if recompute == "full" else ()) + backward)
 
 
+def window_linears(m) -> dict[str, tuple[int, int]]:
+    """Each linear a window names (WINDOW_LINEARS), on a rank holding `m` (its slice): its
+    output width and how many such GEMMs it launches, each h wide in: QKV's q + 2kv columns,
+    the MLP's first projection (SwiGLU's gate and up: two), the output layer's vocabulary."""
+    return {"qkv": (m.q_width + 2 * m.kv_width, 1),
+            "fc1": (m.ffn_width, 2 if m.mlp == "swiglu" else 1), "head": (m.vocab, 1)}
+
+
 def window_flops(m, t) -> dict[tuple[str, str], float]:
-    """FLOPs of each GEMM a window names, on a rank holding `m` (its slice): 2 x tokens x h x
-    the linear's output width, its input gradient and its weight gradient alike (QKV's q + 2kv
-    columns, the MLP's first projection(s), the output layer's vocabulary)."""
+    """FLOPs of each GEMM a window names: 2 x tokens x h x the linear's output width (its input
+    gradient and its weight gradient alike)."""
     tokens = t.micro_batch * t.seq_len
-    ups = 2 if m.mlp == "swiglu" else 1
-    widths = {"qkv": m.q_width + 2 * m.kv_width, "fc1": ups * m.ffn_width, "head": m.vocab}
-    return {(name, gemm): 2.0 * tokens * m.hidden * width
-            for name, width in widths.items() for gemm in (DGRAD, WGRAD)}
+    return {(name, gemm): 2.0 * tokens * m.hidden * width * count
+            for name, (width, count) in window_linears(m).items() for gemm in (DGRAD, WGRAD)}
 
 
 def replicated_gradient_elements(m) -> int:

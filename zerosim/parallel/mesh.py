@@ -87,7 +87,6 @@ def mesh_of(scenario, stage: int) -> Mesh:
                  scenario.training.quantized_gradients)
 
 
-
 @lru_cache(maxsize=256)
 def _mesh(stage: int, world: int, gpus_per_node: int, p, quantized_gradients: bool) -> Mesh:
     """Keyed on what the mesh reads alone (never the whole Scenario, which may hold a large

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from zerosim.analytic.tensor_comm import DGRAD, WGRAD, window_linears
 from zerosim.errors import InputError
 from zerosim.hardware import DEVICES, TRAINING_GEMMS_OVER_BEST, Gpu, OpModel
 
@@ -299,11 +300,8 @@ def linear_gemms(costs: OpCosts, m, t) -> dict[tuple[str, str], float]:
     (analytic/tensor_comm.py's windows): each of QKV's, the MLP's first projection(s)' and the
     output layer's input gradient (dgrad) and weight gradient (wgrad), as linear() prices them."""
     tokens, h = t.micro_batch * t.seq_len, m.hidden
-    ups = 2 if m.mlp == "swiglu" else 1
-    widths = {"qkv": (m.q_width + 2 * m.kv_width, 1), "fc1": (m.ffn_width, ups),
-              "head": (m.vocab, 1)}
     out = {}
-    for name, (width, count) in widths.items():
-        out[name, "dgrad"] = count * costs.gemm(tokens, h, width).seconds
-        out[name, "wgrad"] = count * costs.gemm(h, width, tokens).seconds
+    for name, (width, count) in window_linears(m).items():
+        out[name, DGRAD] = count * costs.gemm(tokens, h, width).seconds
+        out[name, WGRAD] = count * costs.gemm(h, width, tokens).seconds
     return out
