@@ -170,15 +170,20 @@ def _tp_candidates(scenario: Scenario) -> list[Candidate]:
     """tensor_parallel = t at each of the framework's stages, with the scenario's global batch
     in each of batch_splits' micro-batches; a t whose sequences per rank are not whole is left
     out (consider's note)."""
-    sp = ", SP" if scenario.parallelism.sequence_parallel else ""
     out = []
     for t in tp_degrees(scenario):
         splits = batch_splits(scenario, t)
         out.extend(Candidate("tp", stage, (("tensor_parallel", t),),
-                             f"{STAGE_NAMES[stage]}, t = {t}{sp if t > 1 else ''}", f"t = {t}",
-                             splits)
+                             f"{STAGE_NAMES[stage]}{t_label(scenario, t)}", f"t = {t}", splits)
                    for stage in framework_of(scenario.training).stages if splits)
     return out
+
+
+def t_label(scenario: Scenario, t: int) -> str:
+    """A candidate label's tensor parallelism: ", t = 8", with ", SP" where the scenario's
+    sequence parallelism applies (t > 1)."""
+    sp = t > 1 and scenario.parallelism.sequence_parallel
+    return f", t = {t}" + (", SP" if sp else "")
 
 
 def batch_splits(scenario: Scenario, t: int) -> tuple[tuple[int, int], ...]:
@@ -290,8 +295,7 @@ def _versions(scenario: Scenario, candidate: Candidate, refused: dict[str, str],
             why = " ".join(str(exc).split())
         else:
             if own > 1:  # the scenario's t, as its plain stages
-                sp = ", SP" if scenario.parallelism.sequence_parallel else ""
-                candidate = replace(candidate, label=f"{candidate.label}, t = {own}{sp}")
+                candidate = replace(candidate, label=candidate.label + t_label(scenario, own))
             return [(_entry(built, candidate, room), built)]
         candidate = replace(candidate, settings=(*candidate.settings, ("tensor_parallel", 1)),
                             label=f"{candidate.label}, t = 1", splits=batch_splits(scenario, 1))
