@@ -191,9 +191,10 @@ def step_shape(scenario, stage: int) -> StepShape:
                 mib_to_bytes(t.allgather_bucket_MiB), t.gradient_accumulation)
     units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
-    forward_s, backward_s = compute_seconds(scenario, unit_flops(m, t), stage)
+    flops = unit_flops(m, t)
+    forward_s, backward_s = compute_seconds(scenario, flops, stage)
     tensor = tensor_collectives(scenario.model, t, scenario.parallelism, bg, mesh.grad_ways)
-    windows = _tensor_windows(scenario, tensor, unit_flops(m, t), backward_s)
+    windows = _tensor_windows(scenario, tensor, flops, backward_s)
     backward_s = [s - sum(w) for s, w in zip(backward_s, windows)] if windows else backward_s
     extra = memory_terms(scenario, stage)
     activation_bytes = unit_activation_bytes(m, t)
