@@ -77,6 +77,14 @@ QUEUES = (COMPUTE, COMM, "gather", "reduce")
 FAMILY_QUEUES = REPLICA_QUEUE, DELAYED_QUEUE = ("replica", "host")
 """The streams the ZeRO family adds: ZeRO-3's replica all-reduce after its reduce-scatter, and
 the delayed update's host operations beside the whole step."""
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
+"""The pipeline schedules both sides run: GPipe's (Huang et al. 2019: every forward, then every
+backward), PipeDream-flush's one-forward-one-backward (Narayanan et al. 2021, §2.2.1) and
+Megatron-LM's interleaved one with v model chunks per stage (§2.2.2)."""
+P2P = "p2p"
+"""The stream (and event name) of a pipeline's point-to-point transfers between stages."""
+P2P_OPS = ("send", "recv")
+"""A point-to-point transfer's two sides (torch.distributed's isend/irecv, NCCL's ncclSend/Recv)."""
 OTHER = "other"
 """The name of compute-stream time that is not compute: bookkeeping a profile measured."""
 

@@ -25,6 +25,13 @@ class Framework:
     runs_in_zero_real: bool = False
     """Whether zero_real's stages train it: they implement the ZeRO paper's accounting, not a
     framework's extras (DeepSpeed's fp32 gradient partition, FSDP2's fp32 shards, DDP's buckets)."""
+    pipeline_stages: tuple[int, ...] = (0, 1)
+    """The ZeRO stages it runs beside a pipeline (parallelism.pipeline_parallel > 1): Megatron-
+    LM's data parallelism and its distributed optimizer (ZeRO-1's sharding: megatron/core/
+    optimizer/distrib_optimizer.py); its ZeRO-2/3 counterparts do not run with a pipeline."""
+    pipeline_refusal: str = ("Megatron-LM shards at most the optimizer states beside a pipeline "
+                             "(its distributed optimizer)")
+    """Why a stage outside pipeline_stages is refused, in one clause."""
     step_transient_whole: str | None = None
     """The memory category of the optimizer step's transient when it is one buffer (DeepSpeed's
     fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""
@@ -47,6 +54,14 @@ class Framework:
         """The most loss_blocks holds at once, every layer's activations alive: (w + 4) tokens V
         bytes in forward, 8 tokens V in backward (w = 2 or 4: backward's is the larger)."""
         return max((sum(blocks) for blocks in self.loss_blocks(m, t).values()), default=0)
+
+    def pipeline_overlaps_reduction(self, t) -> bool:
+        """Whether a pipeline stage's data-parallel gradient reduction runs during its last
+        micro-batch's backward, bucket by bucket, instead of after it: Megatron-LM's
+        --overlap-grad-reduce (megatron/core/distributed/param_and_grad_buffer.py: a bucket's
+        collective starts when its last gradient is made, and only in the last micro-batch,
+        under no_sync for the others), training.overlap_comm here."""
+        return t.overlap_comm
 
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
         """Buffers alive all step beyond the model states (none but DDP's)."""

@@ -14,6 +14,8 @@ class DDP(Framework):
     stages = (0,)
     offloads = False
     runs_zeropp = False
+    pipeline_stages = (0,)
+    pipeline_refusal = "torch's DistributedDataParallel replicates every state"
 
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
         """DDP's gradient buckets: a second copy of every gradient unless

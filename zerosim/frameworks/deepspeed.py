@@ -12,6 +12,15 @@ class DeepSpeed(Framework):
 
     name = "deepspeed"
     step_transient_whole = "grads"  # one fp32 buffer per partition
+    pipeline_stages = (0, 1)
+    pipeline_refusal = ("DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible "
+                        "with pipeline parallelism' (deepspeed/runtime/pipe/engine.py)")
+
+    def pipeline_overlaps_reduction(self, t) -> bool:
+        """No: the PipelineEngine reduces gradients once the schedule's last backward is done
+        (deepspeed/runtime/pipe/schedule.py, TrainSchedule.steps: ReduceTiedGrads and
+        ReduceGrads after the final micro-batch; engine.py, _exec_reduce_grads)."""
+        return False
 
     def fp32_grad_partition_in_step(self, t, stage: int) -> bool:
         """Under mixed precision each reduced gradient partition is converted to fp32 for the

@@ -13,6 +13,17 @@ class FSDP2(Framework):
     stages = (2, 3)
     offloads = False
     runs_zeropp = False
+    pipeline_stages = (2,)
+    pipeline_refusal = ("torchtitan runs FSDP2 beside a pipeline with reshard_after_forward="
+                        "False (zero_stage 2), its default there, so that micro-batches do not "
+                        "each all-gather again (torchtitan's apply_fsdp); resharding after every "
+                        "micro-batch's forward beside a pipeline is not modelled")
+
+    def pipeline_overlaps_reduction(self, t) -> bool:
+        """Yes: each unit's reduce-scatter starts as its backward ends, in the last micro-batch
+        only (torch.distributed.pipelining's stage sets requires_gradient_sync for the last
+        backward alone: torch/distributed/pipelining/stage.py, backward_maybe_with_nosync)."""
+        return True
 
     def foreach_adam(self, t) -> bool:
         return t.optimizer in ("adam", "adamw")

@@ -8,7 +8,10 @@ tp, pp).
 each holds its slice); `dp_shard` ranks share each model-state shard of a slice (hybrid
 sharding's shard group, else every data-parallel rank: world / tp; 1 at stage 0, which shards
 nothing); `dp_replicate` copies of each shard exist (HSDP's and MiCS's replica groups, and the
-data-parallel ranks of stage 0); `pp` is 1 until pipeline parallelism lands.
+data-parallel ranks of stage 0); `pp` pipeline stages each hold a block of the layers on N / pp
+consecutive ranks (Megatron-LM's rank order tp-dp-pp: parallel_state.py,
+initialize_model_parallel), so the data-parallel ranks of a stage are d = N / (tp x pp), tp
+apart, and a stage's neighbour is tp x d ranks away (parallel/pipeline.py splits the layers).
 ZeRO++ adds two layouts of its own at stage 3: hpZ's secondary partition over `hpz` ranks of a
 node, and qgZ's all-to-alls inside a node and then across nodes. What each stage splits
 (`param_ways`, `grad_ways`, `optimizer_ways`) is a property of the mesh, so memory, the stage
@@ -42,6 +45,7 @@ class Mesh:
     tp: int = 1
     """Ranks of a tensor-parallel group: consecutive, each holding 1/tp of every layer."""
     pp: int = 1
+    """Pipeline stages: blocks of tp x data_parallel consecutive ranks, one per stage."""
 
     def __post_init__(self) -> None:
         product = self.dp_replicate * self.dp_shard * self.tp * self.pp
@@ -91,9 +95,10 @@ def mesh_of(scenario, stage: int) -> Mesh:
 def _mesh(stage: int, world: int, gpus_per_node: int, p, quantized_gradients: bool) -> Mesh:
     """Keyed on what the mesh reads alone (never the whole Scenario, which may hold a large
     calibration profile, or a list given through the Python API)."""
-    tp = p.tensor_parallel
-    data = world // tp
+    tp, pp = p.tensor_parallel, p.pipeline_parallel
+    data = world // (tp * pp)
     shard = 1 if stage == 0 else (p.shard_group or data)
     return Mesh(stage=stage, world=world, node=min(gpus_per_node, world),
                 dp_shard=shard, dp_replicate=data // shard,
-                hpz=hpz(p) if stage == 3 else 0, qgz=quantized_gradients and stage == 3, tp=tp)
+                hpz=hpz(p) if stage == 3 else 0, qgz=quantized_gradients and stage == 3, tp=tp,
+                pp=pp)

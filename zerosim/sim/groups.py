@@ -15,7 +15,8 @@ replica groups of a node each cross the network at once), so a group that has fe
 node than the node has GPUs gets that share of the node's NICs (collectives.Collectives,
 node_gpus): on a rail-optimized DGX with a NIC per GPU, each replica group has its GPU's NIC.
 
-    world     N / t ranks t apart, max(1, n / t) per node (all N when t = 1)
+    world     N / (t p) ranks t apart, min(N / (t p), max(1, n / t)) per node (all N when
+              t = p = 1): one pipeline stage's data-parallel ranks
     tp        t consecutive ranks, min(t, n) per node (a t > n group crosses nodes)
     shard     g consecutive ranks, min(g, n) per node
     replica   N / g ranks g apart, max(1, n / g) per node
@@ -40,9 +41,10 @@ def world_group(scenario, stage: int) -> Group:
     none: every rank, the mesh's node at a time, or under tensor parallelism the N / t ranks t
     apart, t such groups side by side (each with its share of a node's NICs: node_gpus)."""
     mesh = mesh_of(scenario, stage)
-    if mesh.tp == 1:
+    if mesh.tp == 1 and mesh.pp == 1:
         return Group(mesh.world, mesh.node)
-    return Group(mesh.data_parallel, max(1, mesh.node // mesh.tp), stride=mesh.tp)
+    d = mesh.data_parallel  # a pipeline stage's block of tp x d ranks may be less than a node
+    return Group(d, min(d, max(1, mesh.node // mesh.tp)), stride=mesh.tp)
 
 
 def all_ranks(scenario, stage: int) -> Group:
