@@ -178,6 +178,8 @@ class RankMeasurement(_RankMeasurement, total=False):
     peak_bytes is its peak allocation. Absent on CPU."""
     peak_device_used_bytes: int
     """CUDA only: the most device memory in use (cudaMemGetInfo) at any memory point measured."""
+    pipeline_stage: int
+    """Under pipeline parallelism: the pipeline stage the rank ran (rank // (N / p))."""
 
 
 class _MeasurementCore(TypedDict):
@@ -207,6 +209,9 @@ class Measurement(_MeasurementCore, total=False):
     hardware: str
     losses: list[float]
     zerosim_memory: dict[str, int]
+    zerosim_pipeline_memory: list[dict[str, int]]
+    """Under pipeline parallelism: zerosim's memory of each pipeline stage (analytic/memory.py's
+    pipeline_memory), which each rank's ledger is compared with (RankMeasurement.pipeline_stage)."""
     timings_under_profiler: bool
     overlap_comm: bool
 

@@ -125,6 +125,10 @@ KNOWN_MISSES = {  # (reference, category): its error today, % (README, published
     # tensor parallel (issue 29): faster than measured, see references/README.md
     ("opt_175b_992xa100_fsdp_tp8", "throughput"): 28.19,
     ("torchtitan_asynctp_llama3_8b_64xh100_fsdp8_tp8_async", "throughput"): 30.51,
+    # pipeline parallel (issue 30): faster than measured, see references/README.md
+    ("megatron_turing_nlg_530b_2240xa100_tp8_pp35", "throughput"): 34.63,
+    ("megatron_turing_nlg_530b_2800xa100_tp8_pp35", "throughput"): 36.07,
+    ("megatron_turing_nlg_530b_3360xa100_tp8_pp35", "throughput"): 39.93,
 }
 WITHIN_THE_BAR = {  # (reference, category) within 25% today
     *((name, "throughput") for name in (
@@ -140,14 +144,18 @@ WITHIN_THE_BAR = {  # (reference, category) within 25% today
         "torchtitan_asynctp_llama3_70b_256xh100_fsdp32_tp8",
         "torchtitan_asynctp_llama3_70b_256xh100_fsdp32_tp8_async",
         "torchtitan_asynctp_llama3_8b_64xh100_fsdp8_tp8",
-        "torchtitan_llama3_405b_128xh100_fsdp16_tp8")),
+        "torchtitan_llama3_405b_128xh100_fsdp16_tp8",
+        "bigscience_bloom_176b_384xa100_tp4_pp12", "meta_llama3_405b_16384xh100_tp8_pp16_dp128",
+        "meta_llama3_405b_8192xh100_tp8_pp16_dp64")),
     *((name, "memory") for name in (
         "torchtitan_llama3_8b_128xh100", "torchtitan_llama3_8b_8xh100",
         "torchtitan_pr165_llama2_7b_8xh100_fsdp2_full_ac",
         "torchtitan_pr165_llama2_7b_8xh100_fsdp2_selective_op_ac")),
 }
 TENSOR_PARALLEL_MEAN_PCT = 17.73  # mean |error| of the tensor-parallel runs today (README)
+PIPELINE_MEAN_PCT = 22.72  # mean |error| of the pipeline-parallel runs today (README)
 NOT_EXPRESSIBLE = {"deepspeed_azure_gpt_2t_1024xa100", "torchtitan_llama3_405b_512xh100_3d",
+                   "torchtitan_llama3_405b_512xh100_3d_1f1b",
                    "torchtitan_llama3_70b_256xh100_fsdp_tp",
                    "torchtitan_pr165_llama2_7b_8xh100_fsdp1_full_ac",
                    "torchtitan_pr165_llama2_7b_8xh100_fsdp1_selective_op_ac"}
@@ -171,13 +179,19 @@ def test_the_repository_references_read_and_run():
         else:
             assert abs(error) <= 25.0, (key, error)  # issue 16's bar for each run
     assert {row["reference"] for row in report["not_expressible"]} == NOT_EXPRESSIBLE
-    tp = {path.stem for path in folder.glob("*.toml")
-          if read_reference(path).scenario.get("parallelism", {}).get("tensor_parallel", 1) > 1}
-    for category in ("throughput", "memory"):  # without tensor parallelism: within the bar today
-        plain = [abs(e) for (name, kind), e in errors.items() if kind == category and name not in tp]
+    def axis(key: str) -> set[str]:
+        return {path.stem for path in folder.glob("*.toml")
+                if read_reference(path).scenario.get("parallelism", {}).get(key, 1) > 1}
+
+    pp = axis("pipeline_parallel")
+    tp = axis("tensor_parallel") - pp
+    for category in ("throughput", "memory"):  # without TP or PP: within the bar today
+        plain = [abs(e) for (name, kind), e in errors.items()
+                 if kind == category and name not in tp | pp]
         assert sum(plain) / len(plain) <= 10.0, category
-    tp_errors = [abs(e) for (name, _), e in errors.items() if name in tp]
-    assert sum(tp_errors) / len(tp_errors) == pytest.approx(TENSOR_PARALLEL_MEAN_PCT, abs=0.01)
+    for runs, mean in ((tp, TENSOR_PARALLEL_MEAN_PCT), (pp, PIPELINE_MEAN_PCT)):
+        axis_errors = [abs(e) for (name, _), e in errors.items() if name in runs]
+        assert sum(axis_errors) / len(axis_errors) == pytest.approx(mean, abs=0.01)
 
 
 def test_set_applies_to_every_reference(tmp_path):

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from zerosim.contract import MEMORY_POINTS, STAGES
+from zerosim.contract import MEMORY_POINTS, PASSES, STAGES
 from zerosim.frameworks import framework_of
-from zerosim.analytic.model import (activations, gathered_elements, max_gather_window,
-                           sharded_unit_elements, total_params)
+from zerosim.analytic.model import (activations, gather_units, gathered_elements,
+                                    max_gather_window, sharded_unit_elements, total_params,
+                                    unit_activation_bytes)
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.analytic.host_memory import offload_bytes
 from zerosim.parallel.mesh import Mesh, mesh_of
+from zerosim.parallel.pipeline import layout_of, stage_orders
 from zerosim.parallel.tensor import rank_model
 from zerosim.scenario.profile_schema import MEMORY_TERMS
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
@@ -144,21 +146,37 @@ def _stage_buffers(m, t: TrainingConfig, mesh: Mesh, psi: int, bp: int,
 
 
 def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
-    """Per-rank memory of `stage` for the scenario's model, cluster size and training settings."""
+    """Per-rank memory of `stage` for the scenario's model, cluster size and training settings;
+    under pipeline parallelism, the pipeline stage whose peak is highest (what "fits" judges)."""
+    if scenario.parallelism.pipeline_parallel > 1:
+        return max(pipeline_memory(scenario, stage), key=lambda row: row.peak_bytes)
     m, t = rank_model(scenario), scenario.training  # a tensor-parallel rank's slice
     mesh = mesh_of(scenario, stage)  # what the stage splits, over the shard group
     psi = total_params(m)
     bp = BYTES_PER_ELEMENT[t.precision]
     bg = grad_bytes_per_element(t, stage)
+    params, grads, optimizer, host, nvme, optimizer_numel = _model_states(t, mesh, psi)
+    fw = framework_of(t)
+    kept, buffers = _stage_buffers(m, t, mesh, psi, bp, bg)
+    persistent = fw.persistent_buffer_bytes(t, stage, psi)
+    buffers += persistent + fw.loss_transient_bytes(m, t)
+    acts = activations(m, t).peak_bytes
+    return _with_peak(t, stage, (params, grads, optimizer, host, nvme), acts, buffers, kept,
+                      persistent, fw.step_transient_bytes(t, stage, optimizer_numel))
+
+
+def _model_states(t: TrainingConfig, mesh: Mesh, psi: int) -> tuple[int, int, int, int, int, int]:
+    """(params, grads, optimizer, host, nvme, optimizer elements) of Ψ elements over the mesh:
+    the ZeRO paper's Table 1, the framework's fp32 shards, offload's partitions."""
+    stage = mesh.stage
+    bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
     k = optimizer_bytes_per_param(t)
     shard = shard_elements(psi, mesh.dp_shard)
-
     params = bp * shard_elements(psi, mesh.param_ways)
     grads = bg * shard_elements(psi, mesh.grad_ways)
     optimizer_numel = shard_elements(psi, mesh.optimizer_ways)
     optimizer = k * optimizer_numel
-    fw = framework_of(t)
-    if fw.fp32_shards_are_the_master(t, stage):
+    if framework_of(t).fp32_shards_are_the_master(t, stage):
         params, grads = FP32_BYTES * shard, FP32_BYTES * shard
         optimizer = FP32_BYTES * MOMENTS[t.optimizer] * shard
     host = nvme = 0
@@ -169,13 +187,14 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
             grads = 0  # each reduced gradient partition is copied out as its bucket completes
         if stage == 3 and t.param_offload != "none":
             params = 0  # the shard lives off the GPU, copied in before each all-gather
+    return params, grads, optimizer, host, nvme, optimizer_numel
 
-    kept, buffers = _stage_buffers(m, t, mesh, psi, bp, bg)
-    persistent = fw.persistent_buffer_bytes(t, stage, psi)
-    buffers += persistent + fw.loss_transient_bytes(m, t)
-    acts = activations(m, t).peak_bytes
+
+def _with_peak(t: TrainingConfig, stage: int, states_split: tuple, acts: int, buffers: int,
+               kept: int, persistent: int, step: int) -> StageMemory:
+    """The StageMemory of model states, activations and buffers, with the step's peak."""
+    params, grads, optimizer, host, nvme = states_split
     states = params + grads + optimizer
-    step = fw.step_transient_bytes(t, stage, optimizer_numel)
     # Gradients made in backward do not exist at its start (in the first micro-step: later ones
     # add into them); backward then trades activations for gradients unit by unit, so its peak
     # lies at one end: every activation and no gradient, or every gradient with the last
@@ -189,15 +208,84 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
                        step_bytes=step, peak_bytes=peak, nvme_bytes=nvme)
 
 
+def pipeline_memory(scenario: Scenario, stage: int) -> list[StageMemory]:
+    """Per-rank memory of `stage` on each pipeline stage (parallel/pipeline.py), in order: the
+    ZeRO paper's Table 1 over the stage's own parameters and its d data-parallel ranks; the
+    activations of the micro-batches its schedule holds at once (parallel/schedule.py, walking
+    its order: GPipe's m, 1F1B's p - i, the interleaved schedule's warmup + 1 chunks), with one
+    layer's recomputation and, on the stage of the head, the loss's transients on top; the point-
+    to-point buffers of its transfers; FSDP2's kept units and layer gradients at stage 2."""
+    m, t = rank_model(scenario), scenario.training
+    mesh, layout = mesh_of(scenario, stage), layout_of(scenario)
+    units, acts = gather_units(m), activations(m, t)
+    held_per_unit = unit_activation_bytes(m, t)
+    fw, bp, bg = framework_of(t), BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
+    p2p = p2p_bytes(scenario)
+    rows = []
+    for i, order in enumerate(stage_orders(layout)):
+        mine = layout.stage_units(i)
+        psi = sum(units[u] for u in mine)  # the head's stage holds its own output matrix
+        params, grads, optimizer, host, nvme, numel = _model_states(t, mesh, psi)
+        chunk = [sum(held_per_unit[u] for u in layout.chunk_units(i, c))
+                 for c in range(layout.virtual)]
+        held = peak_held(order, chunk)
+        head = len(units) - 1 in mine
+        layers = any(0 < u < len(units) - 1 for u in mine)
+        acts_bytes = held + (acts.recompute_bytes if layers else 0)
+        kept = bp * psi if fw.keeps_gathered_parameters(t, stage) else 0
+        window = max((units[u] for u in mine), default=0) * STAGE3_LIVE_LAYER_GRADS
+        buffers = kept + (bg * window if kept else 0)
+        persistent = fw.persistent_buffer_bytes(t, stage, psi)
+        directions = (i > 0 or layout.virtual > 1) + (i < layout.stages - 1 or layout.virtual > 1)
+        buffers += persistent + 2 * directions * p2p + (fw.loss_transient_bytes(m, t) if head
+                                                        else 0)
+        rows.append(_with_peak(t, stage, (params, grads, optimizer, host, nvme), acts_bytes,
+                               buffers, kept, persistent,
+                               fw.step_transient_bytes(t, stage, numel)))
+    return rows
+
+
+def p2p_bytes(scenario: Scenario) -> int:
+    """One point-to-point transfer between pipeline stages: a micro-batch's activation (or its
+    gradient) at a stage boundary, s x b x h elements of the compute dtype, 1/t of the sequence
+    under sequence parallelism (Megatron-LM's p2p_communication.py sends the tensor whole, of
+    shape [s / t, b, h] then)."""
+    m, t = rank_model(scenario), scenario.training
+    return BYTES_PER_ELEMENT[t.precision] * (t.seq_len or 0) * t.micro_batch * m.hidden \
+        // m.sequence_shards
+
+
+def peak_held(order, chunk_bytes: list[int]) -> int:
+    """The most activation bytes a stage's order holds at once: a forward's from its end to the
+    end of its micro-batch's backward, counted at each backward's start (when they are all
+    alive). Timing cannot change it: only the order decides what is alive together."""
+    held = peak = 0
+    for op in order:
+        if op.kind == PASSES[0]:
+            held += chunk_bytes[op.chunk]
+            peak = max(peak, held)
+        else:
+            held -= chunk_bytes[op.chunk]
+    return peak
+
+
 def fits(scenario: Scenario, peak_bytes: int) -> bool:
     """Whether a rank's peak fits its GPU's memory (cluster.hbm_GiB)."""
     return peak_bytes <= scenario.cluster.hardware.memory_bytes
 
 
+def table_stages(scenario: Scenario) -> tuple[int, ...]:
+    """The stages a table of the scenario shows: all four (its own zero_stage does not restrict
+    them), or beside a pipeline those its framework runs there (Framework.pipeline_stages)."""
+    if scenario.parallelism.pipeline_parallel > 1:
+        return framework_of(scenario.training).pipeline_stages
+    return STAGES
+
+
 def memory_table(scenario: Scenario) -> list[StageMemory]:
-    """All four stages for one scenario (the scenario's own zero_stage does not restrict it);
-    commands have refused a scenario beyond 2**53 when they loaded it (check_scale)."""
-    return [stage_memory(scenario, stage) for stage in STAGES]
+    """Each stage of table_stages for one scenario; commands have refused a scenario beyond
+    2**53 when they loaded it (check_scale)."""
+    return [stage_memory(scenario, stage) for stage in table_stages(scenario)]
 
 
 def check_scale(scenario: Scenario) -> Scenario:

@@ -120,10 +120,12 @@ def _throughput(ref: Reference, result, scenario) -> tuple[str, float, float] | 
         if "recomput" in formula or "hfu" in formula or "hardware" in formula:
             t = scenario.training
             flops = sum(u.forward + u.backward for u in unit_flops(scenario.model, t))
-            # The whole model's FLOPs for a micro-batch, which the t ranks of a tensor-parallel
-            # group share: per GPU, a t-th of them (Megatron's formula divides by all GPUs).
-            tp = scenario.parallelism.tensor_parallel
-            done = flops * t.gradient_accumulation / (tp * result.step_time_s)
+            # The whole model's FLOPs for a micro-batch, which the t x p ranks of a tensor-
+            # and pipeline-parallel group share: per GPU, a (t p)-th of them (Megatron's formula
+            # divides by all GPUs).
+            p = scenario.parallelism
+            done = flops * t.gradient_accumulation / (p.tensor_parallel * p.pipeline_parallel
+                                                      * result.step_time_s)
             return "TFLOP/s/GPU (hardware)", m["tflops_per_gpu"], done / 1e12
         peak = scenario.cluster.peak_tflops
         return "TFLOP/s/GPU (model)", m["tflops_per_gpu"], result.mfu * peak

@@ -27,6 +27,7 @@ def run_memory(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     from zerosim import report
+    from zerosim.analytic import memory
     from zerosim.cli.progress import after_delay
     from zerosim.files import check_writable, write_text
     from zerosim.sim.engine import check_steps, simulate
@@ -36,7 +37,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         check_writable(Path(args.trace), "--trace")  # before the work, not after it
     start_s = time.perf_counter()
     scenario = load(args)
-    stages = [args.stage] if args.stage is not None else list(STAGES)
+    stages = [args.stage] if args.stage is not None else list(memory.table_stages(scenario))
     keep = args.trace is not None
     check_steps(scenario, stages, args.mode, keep)  # all of them, before any runs long
     results = []

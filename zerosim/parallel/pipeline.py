@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from zerosim.parallel.schedule import Op, orders
+
 
 @dataclass(frozen=True)
 class PipelineLayout:
@@ -89,3 +91,11 @@ def _layout(stages: int, virtual: int, micro: int, schedule: str, layers: int,
                           layers=split_layers(layers, stages, virtual, given),
                           ranks_per_stage=world // stages,
                           gpus_per_node=min(gpus_per_node, world))
+
+
+@lru_cache(maxsize=8)
+def stage_orders(layout: PipelineLayout) -> tuple[tuple[Op, ...], ...]:
+    """Each stage's order of forwards and backwards under the layout's schedule (schedule.py),
+    made once per layout: memory, the plan and the trace all walk it."""
+    return tuple(tuple(order) for order in orders(layout.schedule, layout.stages,
+                                                  layout.micro_batches, layout.virtual))

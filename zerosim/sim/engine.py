@@ -54,6 +54,7 @@ from zerosim.sim.executor import Executor, choose
 from zerosim.sim.groups import WORLD, all_ranks, node_gpus, subgroups, world_group
 from zerosim.sim.network import Cluster
 from zerosim.sim.offload import HOST, host_phases
+from zerosim.sim.pipeline.step import simulate_pipeline
 from zerosim.sim.rank import RankContext, refuse_overflow, sm_share
 from zerosim.sim.result import StageResult, stage_result
 from zerosim.sim.stages import stage_program
@@ -270,6 +271,8 @@ def check_steps(scenario: Scenario, stages: list[int], mode: str = "auto",
     """Refuse, before any is simulated, steps of `stages` whose ranks simulated one by one
     would together take more memory than the budget (budget.py): with
     event logs every stage's are kept (a trace holds them all), without them one at a time."""
+    if scenario.parallelism.pipeline_parallel > 1:  # one rank per pipeline stage: no budget
+        return
     sizes = []
     for stage in stages:
         engine = Engine(scenario, stage, mode, keep_events=keep_events)
@@ -295,6 +298,8 @@ def simulate(scenario: Scenario, stage: int, mode: str = "auto", keep_events: bo
     if scenario.training.seq_len is None:
         raise InputError("simulating a step needs training.seq_len: a bare-Ψ model computes "
                          "6 * Ψ FLOPs per token (e.g. --set training.seq_len=1024)")
+    if scenario.parallelism.pipeline_parallel > 1:  # every pipeline stage, as events
+        return simulate_pipeline(scenario, stage, mode, keep_events)
     check_steps(scenario, [stage], mode, keep_events)
     engine = Engine(scenario, stage, mode, keep_events=keep_events, granularity=granularity)
     each = progress is not None and engine.mode == "per_rank"

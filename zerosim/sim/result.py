@@ -58,7 +58,14 @@ class StageResult:
     comm_bytes_per_group: dict[str, dict[str, int]] = field(default_factory=dict)
     """Under tensor parallelism, comm_bytes_per_rank by group ("tp", "dp" for groups.WORLD's
     data-parallel ranks, any other subgroup by its name), each by op; empty without it."""
+    pipeline: list[dict[str, Any]] = field(default_factory=list)
+    """Under pipeline parallelism, each pipeline stage's figures (sim/pipeline/step.py): its
+    layers, step time, compute, idle time, activations held at once, peak and device bytes,
+    bytes sent; the fields above are the stage that finished last's times and the worst
+    stage's memory. Empty without a pipeline."""
     ranks: list[RankContext] = field(repr=False, default_factory=list)
+    pipeline_runs: list = field(repr=False, default_factory=list)
+    """Each pipeline stage's simulated step (events.StageRun), for traces."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "name": STAGE_NAMES[self.stage],
@@ -77,7 +84,8 @@ class StageResult:
                 "ranks_simulated": self.ranks_simulated, "slowest_rank": self.slowest_rank,
                 "notes": self.notes,
                 **({"comm_bytes_per_group": self.comm_bytes_per_group}
-                   if self.comm_bytes_per_group else {})}
+                   if self.comm_bytes_per_group else {}),
+                **({"pipeline": self.pipeline} if self.pipeline else {})}
 
 
 def stage_result(engine, contexts: list) -> StageResult:
