@@ -20,7 +20,8 @@ from zero_real.checks import flags, preflight
 from zero_real.run.runconfig import (BACKENDS, DEFAULT_TIMEOUT_S, RunConfig, portable_path,
                                      start_fork_server)
 from zerosim.commandline import Parser, dispatch
-from zerosim.contract import COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, STAGES
+from zerosim.contract import (COLLECTIVE_IMPLS, EXIT_FAILED, EXIT_OK, PIPELINE_SCHEDULES,
+                              STAGES)
 from zerosim.errors import InputError
 
 
@@ -76,6 +77,21 @@ def _tensor_parallel(args: argparse.Namespace, world: int) -> list[str]:
     return [f"parallelism.tensor_parallel={t}", *sp]
 
 
+def _pipeline(args: argparse.Namespace, world: int) -> list[str]:
+    """The --set lines --pipeline-parallel and --pipeline-schedule stand for; what the model and
+    the world need of p is zerosim.scenario.axes's check, what zero_real runs preflight's."""
+    lines = ([] if args.pipeline_schedule is None
+             else [f"parallelism.pipeline_schedule={args.pipeline_schedule}"])
+    if args.pipeline_parallel is None:
+        return lines
+    p, t = args.pipeline_parallel, args.tensor_parallel or 1
+    if world % (t * p):
+        raise InputError(f"--pipeline-parallel {p} x --tensor-parallel {t} does not divide the "
+                         f"{world} ranks of this run ({world} / {t * p} = {world / (t * p):.4g}): "
+                         f"give a divisor")
+    return [f"parallelism.pipeline_parallel={p}", *lines]
+
+
 def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
     """The run the arguments ask for, every refusal made first; and whether torchrun runs it."""
     torch = preflight.require_torch()
@@ -95,7 +111,7 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
                              f"ranks of this run ({world} / {args.shard_group} = "
                              f"{world / args.shard_group:.4g}); give a divisor, or 0 for all")
         shard_group = [f"parallelism.shard_group={args.shard_group}"]
-    tensor = _tensor_parallel(args, world)
+    tensor = _tensor_parallel(args, world) + _pipeline(args, world)
     flagged = [f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}",
                f"training.zero_stage={args.stage}", *shard_group, *tensor]
     # The stage is not recorded among the overrides (the measurement has its own): a --set of
@@ -105,14 +121,19 @@ def prepare_run(args: argparse.Namespace) -> tuple[RunConfig, bool]:
         decided["parallelism.tensor_parallel"] = ("--tensor-parallel", args.tensor_parallel)
     if args.sequence_parallel:
         decided["parallelism.sequence_parallel"] = ("--sequence-parallel", True)
+    for flag in ("pipeline_parallel", "pipeline_schedule"):
+        if getattr(args, flag) is not None:
+            decided[f"parallelism.{flag}"] = ("--" + flag.replace("_", "-"), getattr(args, flag))
     preflight.check_overrides_agree(args.overrides, decided)
     scenario = load_scenario(args.scenario, [*args.overrides, *flagged])
     if args.sequence_parallel and scenario.parallelism.tensor_parallel == 1:
         raise InputError("--sequence-parallel splits the sequence over a tensor-parallel group: "
                          "give --tensor-parallel T with T > 1")
-    if args.fake_world_size and scenario.parallelism.tensor_parallel > 1:
-        raise InputError(f"--fake-world-size runs one rank, not a tensor-parallel group of "
-                         f"{scenario.parallelism.tensor_parallel}: leave tensor parallelism out")
+    for axis in ("tensor_parallel", "pipeline_parallel"):
+        ways = getattr(scenario.parallelism, axis)
+        if args.fake_world_size and ways > 1:
+            raise InputError(f"--fake-world-size runs one rank, not a {axis.replace('_', '-')} "
+                             f"group of {ways}: leave {axis.replace('_', ' ')}ism out")
     # The measurement records what validate cannot know: it sets the cluster and the stage
     # itself, but rebuilds the rest from the overrides, the shard group's flag among them.
     recorded = [*args.overrides, *shard_group, *tensor]
@@ -204,6 +225,14 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--sequence-parallel", action="store_true",
                      help="with --tensor-parallel: Megatron's sequence parallelism (norms and "
                           "residuals on 1/T of the sequence)")
+    run.add_argument("--pipeline-parallel", type=flags.pipeline_parallel, metavar="P",
+                     help="pipeline parallelism: the layers split into P stages of N / P ranks "
+                          "each (Megatron-LM's order: tensor, data, then pipeline), training."
+                          "gradient_accumulation micro-batches per step (default: the scenario's "
+                          "parallelism.pipeline_parallel)")
+    run.add_argument("--pipeline-schedule", choices=PIPELINE_SCHEDULES,
+                     help="the stages' order of forwards and backwards (zero-real runs gpipe "
+                          "and 1f1b; default: the scenario's parallelism.pipeline_schedule)")
     run.add_argument("--fake-world-size", type=flags.nproc, metavar="W",
                      help="one rank against a fake process group of W ranks: memory at W-way "
                           "sharding without W processes (losses are not meaningful)")

@@ -26,6 +26,9 @@ that it divides the run's ranks is checked once they are known (cli.prepare_run)
 MAX_TENSOR_PARALLEL = MAX_WORLD
 """--tensor-parallel: ranks per tensor-parallel group, at most as many as there can be ranks;
 that it divides the run's ranks and the model's heads is checked once they are known."""
+MAX_PIPELINE_PARALLEL = MAX_WORLD
+"""--pipeline-parallel: pipeline stages, at most as many as there can be ranks; that t x p
+divides the run's ranks and p the model's layers is checked once they are known."""
 MAX_STEPS = 10_000
 """--steps and --timed-steps: every step's events are held in memory (the profiler keeps every
 allocation of a profiled step besides) and written to the measurement: 13 KB per step for 2
@@ -101,6 +104,7 @@ def micro_batches(text: str) -> tuple[int, ...]:
 nproc = whole(1, MAX_WORLD)
 shard_group = whole(0, MAX_SHARD_GROUP)
 tensor_parallel = whole(1, MAX_TENSOR_PARALLEL)
+pipeline_parallel = whole(1, MAX_PIPELINE_PARALLEL)
 steps = whole(1, MAX_STEPS)
 timed_steps = whole(0, MAX_STEPS)
 seed = whole(0, MAX_SEED)

@@ -140,9 +140,35 @@ def check_scenario(scenario, path: str) -> None:
         if not ok:
             raise InputError(f"{key} = {value} is not implemented by zero_real; it supports "
                              f"{supported}")
+    check_pipeline(scenario)
     if m.position == "rope" and m.head_dim % 2:
         raise InputError(f"model.position = rope needs an even head dimension; model.hidden / "
                          f"model.heads = {m.hidden} / {m.heads} = {m.head_dim} is odd")
+
+
+def check_pipeline(scenario) -> None:
+    """A pipeline zero_real runs (parts/pipeline.py): GPipe or 1F1B, one chunk per stage; DDP or
+    ZeRO-1 over each stage's data-parallel ranks (the paper's stages 2 and 3 reduce or gather in
+    every micro-batch, which a pipeline's interleaved micro-batches would need per stage); no
+    fp16 loss scale (its overflow check would have to span the stages). What the world, the
+    layers and the framework need of p is zerosim.scenario.axes's check."""
+    from zerosim.parallel.pipeline import layout_of
+
+    layout = layout_of(scenario)
+    if layout is None:
+        return
+    key = f"parallelism.pipeline_parallel = {layout.stages}"
+    if layout.schedule not in ("gpipe", "1f1b"):
+        raise InputError(f"parallelism.pipeline_schedule = {layout.schedule} is not implemented by "
+                         f"zero_real; it runs gpipe and 1f1b")
+    stage = scenario.training.zero_stage
+    if stage > 1:
+        raise InputError(f"{key} with ZeRO stage {stage} is not implemented by zero_real; it runs "
+                         f"a pipeline with stage 0 (DDP) or 1 (ZeRO-1), as DeepSpeed's pipeline "
+                         f"engine and Megatron's distributed optimizer do")
+    if scenario.training.precision == "fp16":
+        raise InputError(f"{key} with training.precision = fp16 is not implemented by zero_real "
+                         f"(its loss scale is not shared across stages); use bf16 or fp32")
 
 
 def mem_available() -> int | None:

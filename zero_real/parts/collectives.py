@@ -23,7 +23,9 @@ not; the groups of a (world, g) are made once per process and reused by every st
 them. Each group times out as the world does (`timeout_s`, the run's --timeout-s): new_group's
 own default is torch's 30 minutes, in which a stopped rank's peers would wait unreported.
 Tensor parallelism's groups (`tensor_groups_of`, t consecutive ranks, and the data-parallel N/t
-ranks t apart) are the same layout with g = t.
+ranks t apart) are the same layout with g = t. A pipeline's (`pipeline_groups_of`) follow
+Megatron-LM's order tp-dp-pp: the tensor groups, each stage's data-parallel groups, and the
+embedding groups of each pipeline's first and last stage.
 
 Waiting, native gloo on CPU between processes: each collective is started asynchronously and its
 work polled, the core yielded between polls, instead of waited for asleep in work.wait() (see
@@ -280,3 +282,68 @@ def tensor_groups_of(comm: Collectives, t: int) -> TensorGroups:
     groups = shard_groups_of(comm, t)
     data = groups.replica or comm.subgroup(None, [comm.ranks[comm.rank]])  # t = N: one rank
     return TensorGroups(tensor=groups.shard, data=data)
+
+
+# -- pipeline parallelism's process groups ----------------------------------------------------
+
+@dataclass(frozen=True)
+class PipelineGroups:
+    """One rank's place in a mesh of t x d x p ranks in Megatron-LM's order tp-dp-pp
+    (megatron/core/parallel_state.py, initialize_model_parallel's default order "tp-dp-pp"):
+    rank r has tensor-parallel index r % t, data-parallel index (r // t) % d and pipeline stage
+    r // (t d), as zerosim.parallel.pipeline lays the stages out (N / p consecutive ranks each)."""
+
+    stage: int
+    stages: int
+    tensor: Collectives | None
+    """The t consecutive ranks that split every layer (None at t = 1)."""
+    data: Collectives
+    """The stage's d ranks t apart that hold the same slice: its ZeRO stage's world."""
+    previous: int | None
+    """The global rank this one receives activations from (None on stage 0)."""
+    next: int | None
+    """The global rank this one sends activations to (None on the last stage)."""
+    embedding: Collectives | None
+    """First and last stage with the same tensor- and data-parallel index: the two copies of a
+    tied word embedding (Megatron's embedding group, parallel_state._EMBEDDING_GROUP); None on
+    the other stages."""
+
+
+def pipeline_ranks(world_size: int, t: int, p: int) -> tuple[list, list, list, list]:
+    """(tensor groups, data-parallel groups, pipelines, embedding groups) of N = world_size
+    ranks in global ranks, Megatron's order tp-dp-pp, d = N / (t p)."""
+    d = world_size // (t * p)
+    tensor = [list(range(i * t, (i + 1) * t)) for i in range(world_size // t)]
+    data = [[stage * t * d + j * t + k for j in range(d)] for stage in range(p) for k in range(t)]
+    pipes = [list(range(first, world_size, t * d)) for first in range(t * d)]
+    embedding = [[pipe[0], pipe[-1]] for pipe in pipes]
+    return tensor, data, pipes, embedding
+
+
+def pipeline_groups_of(comm: Collectives, t: int, p: int) -> PipelineGroups:
+    """This rank's groups in a pipeline of p stages with tensor parallelism of t (`comm`: the
+    world). Every rank creates every group in one order (torch.distributed.new_group is
+    collective over the world), once per (world, t, p)."""
+    n, rank = comm.world_size, comm.rank
+    tensor, data, pipes, embedding = pipeline_ranks(n, t, p)
+    key = (dist.group.WORLD, "pipeline", t, p)
+    if key not in _GROUPS:
+        timeout = datetime.timedelta(seconds=comm.timeout_s)  # not new_group's 30 minutes
+        _GROUPS[key] = [dist.new_group(ranks, timeout=timeout)
+                        for ranks in tensor + data + embedding]
+    handles = iter(_GROUPS[key])
+    tensor_h, data_h, embedding_h = ([next(handles) for _ in groups]
+                                     for groups in (tensor, data, embedding))
+
+    def mine(groups, handles_of):
+        i = next(i for i, ranks in enumerate(groups) if rank in ranks)
+        return comm.subgroup(handles_of[i], groups[i])
+
+    pipe = next(pipe for pipe in pipes if rank in pipe)
+    stage = pipe.index(rank)
+    return PipelineGroups(
+        stage=stage, stages=p, tensor=mine(tensor, tensor_h) if t > 1 else None,
+        data=mine(data, data_h),
+        previous=pipe[stage - 1] if stage > 0 else None,
+        next=pipe[stage + 1] if stage < p - 1 else None,
+        embedding=mine(embedding, embedding_h) if stage in (0, p - 1) else None)

@@ -190,6 +190,17 @@ class Recorder:
             self._open = (*open_compute[:3], self._now())
 
     @contextlib.contextmanager
+    def transfers(self, stream: str, items: list[tuple[str, int, str]]):
+        """Point-to-point transfers posted together (a pipeline's batch of sends and receives):
+        one event per (op, bytes, pass) of `items`, each from the batch's start to its end."""
+        start = self._now()
+        yield
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        for op, nbytes, phase in items:
+            self._event(stream, stream, op, nbytes, start, phase)
+
+    @contextlib.contextmanager
     def compute(self, name: str, layer):
         self.layer = layer
         self._open = (name, self.phase, layer, self._now())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from zero_real.parts.tensor import PREFIX
-from zerosim.contract import COMM, Measurement
+from zerosim.contract import COMM, P2P, Measurement
 from zerosim.units import MiB
 
 
@@ -12,9 +12,12 @@ def summary(result: Measurement, out: str | None) -> str:
              f"{result['backend']}/{result['collectives']}, torch {result['torch_version']}, "
              f"{result['hardware']}",
              "losses " + " ".join(f"{x:.4f}" for x in result["losses"])]
-    zerosim_states = result["zerosim_memory"]["model_states_bytes"]
     zerosim_host = result["zerosim_memory"].get("host_bytes", 0)
+    stages = result.get("zerosim_pipeline_memory")
     for r in result["ranks"]:
+        # Under a pipeline, the rank's own stage's states (the stages hold different layers).
+        zerosim = stages[r["pipeline_stage"]] if stages else result["zerosim_memory"]
+        zerosim_states = zerosim["model_states_bytes"]
         phases = " ".join(f"{k.removeprefix('after_')} {v / MiB:.2f}" for k, v in r["phases"].items()
                           if v is not None)
         # CUDA: the allocator's reservation beside its allocation (absent on CPU).
@@ -32,8 +35,11 @@ def summary(result: Measurement, out: str | None) -> str:
     # Under tensor parallelism, how many of them ran in the TP group (parts/tensor.py's names).
     tp = sum(e["name"].startswith(PREFIX) for e in comm)
     tp = f" ({tp} tensor-parallel)" if tp else ""
+    # Under pipeline parallelism, the transfers between stages beside them.
+    p2p = [e for e in result["events"] if e["stream"] == P2P and e["rank"] == 0]
+    p2p = f", {len(p2p)} p2p transfers, {sum(e['bytes'] for e in p2p) / MiB:.2f} MiB" if p2p else ""
     lines.append(f"rank 0: {len(comm)} collectives{tp}, "
-                 f"{sum(e['bytes'] for e in comm) / MiB:.2f} MiB, run {step_s:.2f} s")
+                 f"{sum(e['bytes'] for e in comm) / MiB:.2f} MiB{p2p}, run {step_s:.2f} s")
     if out:
         lines.append(f"wrote {out}")
     return "\n".join(lines)

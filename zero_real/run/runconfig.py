@@ -15,7 +15,7 @@ from zerosim.contract import COLLECTIVE_IMPLS
 # (on a 2-core box four ranks importing torch and sympy take seconds each).
 PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes",
            "zero_real.stages", "zero_real.run.train", "zero_real.run.launch",
-           "zero_real.parts.tensor_model"]
+           "zero_real.parts.tensor_model", "zero_real.parts.pipeline"]
 
 
 def start_fork_server() -> None:

@@ -19,7 +19,7 @@ from zero_real.run import watch
 from zero_real.run.launch import init_distributed, spawn
 from zero_real.run.runconfig import RunConfig
 from zerosim.contract import STAGE_NAMES, Measurement, RankMeasurement
-from zerosim.analytic.memory import stage_memory
+from zerosim.analytic.memory import pipeline_memory, stage_memory
 
 
 def device_for(backend: str, rank: int) -> torch.device:
@@ -60,11 +60,10 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
     watch.instrument(recorder, heartbeat)
     comm = Collectives(cfg.collectives, rank, world_size, recorder, cfg.backend,
                        timeout_s=cfg.timeout_s)
-    model, data = build_rank_model(scenario, comm)  # data: the stage's group (the world at t = 1)
-    engine = STAGES[cfg.stage](model, scenario, rank=data.rank, world_size=data.world_size, comm=data,
-                               recorder=recorder, device=device, seed=cfg.seed, lr=cfg.lr)
+    engine, data = build_stage(scenario, comm, STAGES[cfg.stage], recorder=recorder,
+                               device=device, seed=cfg.seed, lr=cfg.lr)
     recorder.mark("after_init", 0)
-    t = scenario.training
+    t, pipeline = scenario.training, scenario.parallelism.pipeline_parallel
     rank_losses = []
     under_profiler = recorder.profiling
     progress = Progress(cfg.progress_path, rank)
@@ -81,7 +80,7 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
             heartbeat.step = recorder.step = step
             rank_losses.append(engine.step(batches, step))
             progress.tick()
-        losses = global_losses(rank_losses, world_size, device)
+        losses = global_losses(rank_losses, world_size, device, world_size // pipeline)
         params = None
         if cfg.return_params:
             params = {k: v.float().cpu() for k, v in engine.full_parameters().items()}
@@ -101,7 +100,21 @@ def train(rank: int, world_size: int, cfg: RunConfig) -> dict:
             "ledger_phases": {s["point"]: s["bytes_by_category"] for s in recorder.samples},
             "events": recorder.events, "memory_samples": recorder.samples, "losses": losses,
             "params": params, "hardware": hardware(device),
+            "pipeline_stage": rank // (world_size // pipeline),  # Megatron's order tp-dp-pp
             "under_profiler": under_profiler and not cfg.timed_steps}
+
+
+def build_stage(scenario, comm, stage_cls, **engine_kwargs):
+    """(the rank's stage, built by `stage_cls` with `engine_kwargs`; its data-parallel group's
+    Collectives). Under pipeline parallelism the stage runs the rank's pipeline stage
+    (parts/pipeline.py); else the rank's model (build_rank_model)."""
+    if scenario.parallelism.pipeline_parallel > 1:
+        from zero_real.parts.pipeline import build_pipeline_stage
+
+        return build_pipeline_stage(scenario, comm, stage_cls, **engine_kwargs)
+    model, data = build_rank_model(scenario, comm)  # data: the stage's group (the world at t = 1)
+    return stage_cls(model, scenario, rank=data.rank, world_size=data.world_size, comm=data,
+                     **engine_kwargs), data
 
 
 def build_rank_model(scenario, comm):
@@ -122,14 +135,17 @@ def build_rank_model(scenario, comm):
     return model, groups.data
 
 
-def global_losses(rank_losses: list[float], world_size: int, device: torch.device) -> list[float]:
-    """Each step's loss averaged over ranks, from this rank's (the stage's step returns the mean
-    over its micro-batches, all of one size: this is the mean over the global batch). One
-    collective after the run rather than one in every step; bookkeeping, so not recorded."""
+def global_losses(rank_losses: list[float], world_size: int, device: torch.device,
+                  holders: int | None = None) -> list[float]:
+    """Each step's loss averaged over the `holders` ranks that hold one (all of them, or a
+    pipeline's last stage), from this rank's (the stage's step returns the mean over its
+    micro-batches, all of one size: this is the mean over the global batch; a rank without a
+    loss returns 0). One collective after the run rather than one in every step; bookkeeping,
+    so not recorded."""
     total = torch.tensor(rank_losses, dtype=torch.float64, device=device)
     if world_size > 1:
         dist.all_reduce(total)
-    return (total / world_size).tolist()
+    return (total / (holders or world_size)).tolist()
 
 
 def measurement(cfg: RunConfig, results: list[dict], world_size: int) -> Measurement:
@@ -148,6 +164,9 @@ def measurement(cfg: RunConfig, results: list[dict], world_size: int) -> Measure
         torch_version=torch.__version__, hardware=results[0]["hardware"],
         losses=results[0]["losses"],
         zerosim_memory=stage_memory(cfg.scenario, cfg.stage).as_dict(), ranks=ranks,
+        **({"zerosim_pipeline_memory": [row.as_dict() for row in
+                                        pipeline_memory(cfg.scenario, cfg.stage)]}
+           if cfg.scenario.parallelism.pipeline_parallel > 1 else {}),
         # CPU memory profiling adds per-op overhead: timings taken under it are slower. With
         # timed_steps, steps from `steps` on ran without it (memory was measured before them).
         timings_under_profiler=any(r.get("under_profiler", False) for r in results),
