@@ -213,8 +213,10 @@ def pipeline_memory(scenario: Scenario, stage: int) -> list[StageMemory]:
     ZeRO paper's Table 1 over the stage's own parameters and its d data-parallel ranks; the
     activations of the micro-batches its schedule holds at once (parallel/schedule.py, walking
     its order: GPipe's m, 1F1B's p - i, the interleaved schedule's warmup + 1 chunks), with one
-    layer's recomputation and, on the stage of the head, the loss's transients on top; the point-
-    to-point buffers of its transfers; FSDP2's kept units and layer gradients at stage 2."""
+    layer's recomputation during a backward (where the chunk holds the head, after the head's
+    backward has freed its logits: Activations.peak_bytes' order) and, on the stage of the
+    head, the loss's transients; the point-to-point buffers of its transfers; FSDP2's kept units
+    and layer gradients at stage 2."""
     m, t = rank_model(scenario), scenario.training
     mesh, layout = mesh_of(scenario, stage), layout_of(scenario)
     units, acts = gather_units(m), activations(m, t)
@@ -226,12 +228,11 @@ def pipeline_memory(scenario: Scenario, stage: int) -> list[StageMemory]:
         mine = layout.stage_units(i)
         psi = sum(units[u] for u in mine)  # the head's stage holds its own output matrix
         params, grads, optimizer, host, nvme, numel = _model_states(t, mesh, psi)
-        chunk = [sum(held_per_unit[u] for u in layout.chunk_units(i, c))
-                 for c in range(layout.virtual)]
-        held = peak_held(order, chunk)
+        chunks = [layout.chunk_units(i, c) for c in range(layout.virtual)]
+        chunk = [sum(held_per_unit[u] for u in c) for c in chunks]
+        acts_bytes = peak_held(order, chunk, [_recompute(c, len(units), acts, held_per_unit)
+                                              for c in chunks])
         head = len(units) - 1 in mine
-        layers = any(0 < u < len(units) - 1 for u in mine)
-        acts_bytes = held + (acts.recompute_bytes if layers else 0)
         kept = bp * psi if fw.keeps_gathered_parameters(t, stage) else 0
         window = max((units[u] for u in mine), default=0) * STAGE3_LIVE_LAYER_GRADS
         buffers = kept + (bg * window if kept else 0)
@@ -255,16 +256,27 @@ def p2p_bytes(scenario: Scenario) -> int:
         // m.sequence_shards
 
 
-def peak_held(order, chunk_bytes: list[int]) -> int:
+def _recompute(units: list[int], count: int, acts, held_per_unit: list[int]) -> int:
+    """What a chunk's backward adds to what it holds: one layer's recomputation, less, where the
+    chunk holds the head, the head's activations its backward frees first (never below 0)."""
+    if not any(0 < u < count - 1 for u in units):
+        return 0
+    head = held_per_unit[count - 1] if count - 1 in units else 0
+    return max(0, acts.recompute_bytes - head)
+
+
+def peak_held(order, chunk_bytes: list[int], transients: list[int] | None = None) -> int:
     """The most activation bytes a stage's order holds at once: a forward's from its end to the
     end of its micro-batch's backward, counted at each backward's start (when they are all
-    alive). Timing cannot change it: only the order decides what is alive together."""
+    alive), with that chunk's backward transient on top (`transients`, per chunk). Timing cannot
+    change it: only the order decides what is alive together."""
     held = peak = 0
     for op in order:
         if op.kind == PASSES[0]:
             held += chunk_bytes[op.chunk]
             peak = max(peak, held)
         else:
+            peak = max(peak, held + (transients[op.chunk] if transients else 0))
             held -= chunk_bytes[op.chunk]
     return peak
 

@@ -107,8 +107,9 @@ def _check_pipeline(scenario) -> None:
         allowed = " or ".join(map(str, fw.pipeline_stages))
         raise InputError(f"{key} with training.framework = {fw.name!r} runs zero_stage {allowed}, "
                          f"not {t.zero_stage}: {fw.pipeline_refusal}")
+    # ZeRO++ needs ZeRO-3, which no framework runs beside a pipeline (refused above).
     for on, what in ((p.shard_group, f"parallelism.shard_group = {p.shard_group}"),
-                     (offloads(t), "offload"), (zeropp(t, p), "ZeRO++")):
+                     (offloads(t), "offload")):
         if on:
             raise InputError(f"{key} with {what}: not modelled beside a pipeline yet; set one of "
                              f"them")

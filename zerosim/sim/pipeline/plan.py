@@ -31,11 +31,11 @@ import math
 
 import simpy
 
-from zerosim.analytic.memory import p2p_bytes, peak_held, pipeline_memory, shard_elements
+from zerosim.analytic.memory import p2p_bytes, pipeline_memory, shard_elements
 from zerosim.analytic.model import gather_units, unit_activation_bytes
 from zerosim.contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from zerosim.frameworks import framework_of
-from zerosim.parallel.pipeline import PipelineLayout, layout_of, stage_orders
+from zerosim.parallel.pipeline import PipelineLayout, layout_of
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.collectives import Collectives
 from zerosim.sim.collectives.nccl_tables import (BASE_LATENCY_US, HW_LATENCY_US, NET, NVLINK,
@@ -228,17 +228,10 @@ def pipeline_plan(scenario, stage: int) -> tuple[PipelinePlan, Pricer]:
             backward_s=tuple(sum(backward[u] for u in c) for c in chunks),
             activation_bytes=tuple(sum(acts[u] for u in c) for c in chunks),
             gather_s=gathers, reduce=reduce, optimizer_s=optimizer, after_s=after,
-            static_bytes=row.model_states_bytes + row.buffers_bytes
-            + row.activations_bytes - _held_peak(layout, i, acts)))
+            static_bytes=row.model_states_bytes + row.buffers_bytes))
     size = p2p_bytes(scenario)
     return PipelinePlan(schedule=layout.schedule, stages=layout.stages,
                         micro_batches=layout.micro_batches, virtual=layout.virtual,
                         stage_plans=tuple(plans), p2p_s=p2p_seconds(scenario, layout, size),
                         p2p_bytes=size), pricer
 
-
-def _held_peak(layout: PipelineLayout, stage: int, acts: list[int]) -> int:
-    """The activation bytes memory.pipeline_memory counted as held by the schedule (the rest of
-    its activations, one recomputed layer, stays all step in the plan's static bytes)."""
-    return peak_held(stage_orders(layout)[stage], [sum(acts[u] for u in layout.chunk_units(stage, c))
-                             for c in range(layout.virtual)])

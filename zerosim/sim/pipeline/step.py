@@ -25,6 +25,10 @@ from zerosim.sim.pipeline.plan import Pricer, pipeline_plan
 from zerosim.sim.result import StageResult
 
 SEND = P2P_OPS[0]
+MAX_PIPELINE_OPS = 2_000_000
+"""Forwards and backwards one simulated step may run, 2 p v m: about 6.5 us each on this
+project's 2-core CI box (bench/pp_events_speed.py: p = 64, m = 1536, 196,608 ops in 1.26 s with
+events kept), so the cap is about 13 s."""
 
 
 def check_pipeline_step(scenario, stage: int, mode: str) -> None:
@@ -37,6 +41,14 @@ def check_pipeline_step(scenario, stage: int, mode: str) -> None:
         raise InputError(f"stage {stage} beside a pipeline (parallelism.pipeline_parallel = "
                          f"{scenario.parallelism.pipeline_parallel}): training.framework = "
                          f"{fw.name!r} runs stage {allowed} there: {fw.pipeline_refusal}")
+    p = scenario.parallelism
+    ops = 2 * p.pipeline_parallel * p.virtual_stages * t.gradient_accumulation
+    if ops > MAX_PIPELINE_OPS:
+        raise InputError(f"one step of {p.pipeline_parallel} pipeline stages x "
+                         f"{p.virtual_stages} chunks x {t.gradient_accumulation:,} micro-batches "
+                         f"runs {ops:,} forwards and backwards, more than the {MAX_PIPELINE_OPS:,} "
+                         f"simulated in about 13 s: lower training.gradient_accumulation (and "
+                         f"raise micro_batch)")
     if not scenario.variation.is_uniform or mode == "per_rank":
         raise InputError("[variation] (stragglers, degraded links, jitter) and --mode per_rank "
                          "are not modelled beside a pipeline yet: one representative rank per "

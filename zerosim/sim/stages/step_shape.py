@@ -187,10 +187,9 @@ def step_shape(scenario, stage: int) -> StepShape:
     recompute = activations(m, t).recompute_bytes
     psi = total_params(m)
     # Checked before the unit list is built: a bare Ψ may ask for 2**53 layers.
-    # A pipeline's micro-batches are its own events (sim/pipeline/): one micro-step's pieces here.
-    micro_steps = 1 if mesh.pp > 1 else t.gradient_accumulation
-    _check_size(stage, m.n_layers + 2, bg * psi, mib_to_bytes(t.reduce_bucket_MiB), bp * psi,
-                mib_to_bytes(t.allgather_bucket_MiB), micro_steps)
+    if mesh.pp == 1:  # a pipeline runs no stage program: sim/pipeline/step.py bounds its ops
+        _check_size(stage, m.n_layers + 2, bg * psi, mib_to_bytes(t.reduce_bucket_MiB),
+                    bp * psi, mib_to_bytes(t.allgather_bucket_MiB), t.gradient_accumulation)
     units = gather_units(m)
     recompute_bytes = [0] * m.n_layers if m.is_bare else [0] + [recompute] * m.layers + [0]
     flops = unit_flops(m, t)
