@@ -1,5 +1,7 @@
 """Results for people (tables) and for programs (JSON-ready dicts): the memory table, the simulated
-step table, one collective's figures. Reads, never computes anything but unit conversions."""
+step table, one collective's figures; under a pipeline, each pipeline stage's rows beside them.
+Reads, never computes anything but unit conversions (and the count of activations a pipeline
+stage's order holds)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
 from zerosim.sim.costs import op_model
 from zerosim.sim.device import overhead_bytes
 from zerosim.analytic.host_memory import estimator_lines
-from zerosim.analytic.memory import StageMemory, fits, optimizer_bytes_per_param
+from zerosim.analytic.memory import (StageMemory, fits, optimizer_bytes_per_param, peak_held,
+                                     pipeline_memory)
 from zerosim.analytic.model import total_params
+from zerosim.parallel.pipeline import layout_of, stage_orders
 from zerosim.parallel.tensor import rank_model
 from zerosim.scenario.config import Scenario
 from zerosim.units import FP32_BYTES, GB, KB, MB, US, GiB, KiB, MiB
@@ -36,7 +40,9 @@ def memory_json(scenario: Scenario, rows: list[StageMemory]) -> dict[str, Any]:
         "gpu_memory_GiB": c.hbm_GiB,
         "overhead_bytes": overhead,
         "stages": [{**row.as_dict(), "name": STAGE_NAMES[row.stage],
-                    "fits_gpu_memory": fits(scenario, row.peak_bytes + overhead)} for row in rows],
+                    "fits_gpu_memory": fits(scenario, row.peak_bytes + overhead),
+                    **({"pipeline": _pipeline_json(scenario, row.stage, overhead)}
+                       if layout_of(scenario) else {})} for row in rows],
     }
 
 
@@ -98,8 +104,10 @@ def _describe(scenario: Scenario) -> list[str]:
             attention += f" ({t.flash_kernel} kernel)"
         if t.norm_kernel != "fused":
             attention += f" | norms: {t.norm_kernel}"
-        lines.append(f"micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(t)} | {attention} | "
-                     f"activation checkpointing: {t.activation_checkpointing}")
+        lines.append(f"micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(scenario)} | "
+                     f"{attention} | activation checkpointing: {t.activation_checkpointing}")
+    if layout_of(scenario):
+        lines.append(_pipeline(scenario))
     return lines
 
 
@@ -114,7 +122,9 @@ def simulation_line(scenario: Scenario, results) -> str:
                      f"straggler, plus every degraded link")
     else:
         simulated = f"all {first.ranks_simulated} ranks ({reason})"
-    batch = (f", micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(t)}"
+    if first.pipeline:
+        simulated = f"{first.ranks_simulated} representative ranks, one per pipeline stage"
+    batch = (f", micro-batch {t.micro_batch} x seq {t.seq_len}{_accumulation(scenario)}"
              if scenario.model.is_bare else "")
     return (f"one training step{batch} | collectives: "
             f"{_library(c, first)} | {_compute(scenario)} "
@@ -131,7 +141,12 @@ def _compute(scenario) -> str:
     return f"compute at {c.efficiency:g} of {c.peak_tflops:g} TFLOP/s{power}"
 
 
-def _accumulation(t) -> str:
+def _accumulation(scenario) -> str:
+    """Gradient accumulation's micro-steps; under a pipeline, the m micro-batches a step sends
+    through it (Megatron's num_microbatches), which the pipeline's line describes."""
+    t = scenario.training
+    if layout_of(scenario):
+        return f" x {t.gradient_accumulation} micro-batches"
     return (f" x {t.gradient_accumulation} micro-steps (gradient accumulation)"
             if t.gradient_accumulation > 1 else "")
 
@@ -183,8 +198,10 @@ def format_simulation_table(scenario: Scenario, results) -> str:
                                    f"ask for; device: the allocator's segments + CUDA context + "
                                    f"NCCL buffers (nvidia-smi), which fits judges; compute includes the "
                                    f"optimizer step; * = training.zero_stage"]
-    return "\n".join(lines + columns(header, body) + _groups(results) + _host(results, bscale, bunit)
-                     + _choices(scenario, results))
+    stages = (_pipeline_steps(scenario, results, (unit, scale), (bunit, bscale))
+              if results[0].pipeline else [])
+    return "\n".join(lines + columns(header, body) + stages + _groups(results)
+                     + _host(results, bscale, bunit) + _choices(scenario, results))
 
 
 def op_bytes(per_op: dict[str, int], op: str) -> int:
@@ -290,4 +307,90 @@ def format_memory_table(scenario: Scenario, rows: list[StageMemory]) -> str:
         notes.append("reduce_dtype = \"fp32\" applies to stages 2-3 (FSDP2's reduce_dtype): "
                      "stages 0-1 keep 16-bit gradients, so their rows are not the same setting")
     notes += estimator_lines(scenario, chosen.host_bytes)
-    return "\n".join(lines + columns(header, body) + notes)
+    stages = _pipeline_memory(scenario, rows, unit, scale) if layout_of(scenario) else []
+    return "\n".join(lines + columns(header, body) + notes + stages)
+
+
+# ---- under a pipeline (parallelism.pipeline_parallel > 1) ---------------------------------------
+
+_STAGE_MEMORY = (("params", "params_bytes"), ("grads", "grads_bytes"),
+                 ("optimizer", "optimizer_bytes"), ("activations", "activations_bytes"),
+                 ("buffers", "buffers_bytes"), ("peak", "peak_bytes"))
+
+
+def _stage_layers(scenario) -> list[int]:
+    """Layers of each pipeline stage, its chunks together (layout.layers is per virtual stage)."""
+    layout = layout_of(scenario)
+    return [sum(layout.layers[layout.virtual_stage(i, c)] for c in range(layout.virtual))
+            for i in range(layout.stages)]
+
+
+def _counts(values: list[int]) -> str:
+    """"12 each" when all are equal, else the list (an uneven pipeline_layers)."""
+    return f"{values[0]} each" if len(set(values)) == 1 else ", ".join(map(str, values))
+
+
+def _pipeline(scenario) -> str:
+    """The pipeline, for the header."""
+    layout = layout_of(scenario)
+    p, v, m = layout.stages, layout.virtual, layout.micro_batches
+    chunks = f" x {v} chunks" if v > 1 else ""
+    even = len(set(layout.layers)) == 1
+    per_chunk = ("" if v == 1 else f" ({layout.layers[0]} per chunk)" if even
+                 else f" (per chunk: {', '.join(map(str, layout.layers))})")
+    return (f"pipeline: {p} stages{chunks}, {layout.schedule}, {m} micro-batch"
+            f"{'es' * (m != 1)} per step, layers per stage {_counts(_stage_layers(scenario))}"
+            f"{per_chunk}")
+
+
+def _held_counts(scenario) -> list[int]:
+    """The most (micro-batch, chunk) activations each stage's order holds at once: the memory
+    model's walk (memory.peak_held) counting one per forward."""
+    layout = layout_of(scenario)
+    return [peak_held(order, [1] * layout.virtual) for order in stage_orders(layout)]
+
+
+def _pipeline_steps(scenario, results, times: tuple[str, float],
+                    sizes: tuple[str, float]) -> list[str]:
+    """Per ZeRO stage simulated, its pipeline stages (StageResult.pipeline) in the main table's
+    units: the main row holds the stage that finished last's times and the worst stage's memory;
+    these rows say where the time went and which stage holds the most."""
+    (unit, scale), (bunit, bscale) = times, sizes
+    header = ["pipeline stage", "layers", f"step {unit}", f"compute {unit}", f"idle {unit}",
+              "activations held", f"peak {bunit}", f"device {bunit}",
+              f"fits {scenario.cluster.hbm_GiB:g} GiB"]
+    lines = ["", "per pipeline stage (one representative rank each): idle = bubble + exposed "
+                 "comm; activations held = the most micro-batches (x chunks) alive at once"]
+    for r in results:
+        body = [[str(s["pipeline_stage"]), str(s["layers"]), _number(s["step_time_s"] * scale),
+                 _number(s["compute_s"] * scale), _number(s["idle_s"] * scale),
+                 str(s["activations_held"]), f"{s['peak_bytes'] / bscale:.2f}",
+                 f"{s['device_bytes'] / bscale:.2f}",
+                 "yes" if fits(scenario, s["device_bytes"]) else "NO"] for s in r.pipeline]
+        lines += [f"  {r.stage} {STAGE_NAMES[r.stage]}:"] + columns(header, body)
+    return lines
+
+
+def _pipeline_memory(scenario, rows: list[StageMemory], unit: str, scale: int) -> list[str]:
+    """Per ZeRO stage shown, each pipeline stage's memory (memory.pipeline_memory); the table
+    above holds the worst of them."""
+    header = ["pipeline stage", "layers", *(name for name, _ in _STAGE_MEMORY),
+              "activations held"]
+    layers, held = _stage_layers(scenario), _held_counts(scenario)
+    lines = ["", f"per pipeline stage, in {unit} (each row above is its ZeRO stage's worst)"]
+    for row in rows:
+        body = [[str(i), str(layers[i]), *(f"{getattr(s, key) / scale:.2f}"
+                                           for _, key in _STAGE_MEMORY), str(held[i])]
+                for i, s in enumerate(pipeline_memory(scenario, row.stage))]
+        lines += [f"  {row.stage} {STAGE_NAMES[row.stage]}:"] + columns(header, body)
+    return lines
+
+
+def _pipeline_json(scenario, stage: int, overhead: int) -> list[dict[str, Any]]:
+    """A ZeRO stage's pipeline stages for `zerosim memory --json`: each one's figures with its
+    layers, the activations it holds and whether it fits (as the row's fits_gpu_memory)."""
+    layers, held = _stage_layers(scenario), _held_counts(scenario)
+    return [{"pipeline_stage": i, "layers": layers[i], **s.as_dict(),
+             "activations_held": held[i],
+             "fits_gpu_memory": fits(scenario, s.peak_bytes + overhead)}
+            for i, s in enumerate(pipeline_memory(scenario, stage))]

@@ -47,7 +47,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             results.append(simulate(scenario, s, mode=args.mode, keep_events=keep, progress=bar))
     if args.trace is not None:
         with after_delay("zerosim simulate: --trace", start_s, unit="ranks traced") as bar:
-            trace = chrome_trace(results, progress=bar)
+            trace = chrome_trace(results, progress=bar, scenario=scenario)
             bar(0, 1, unit="trace files written")  # the JSON text: as long again at scale
             write_text(Path(args.trace), json.dumps(trace) + "\n", "--trace")
             bar(1, 1)

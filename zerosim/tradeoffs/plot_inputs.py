@@ -198,9 +198,41 @@ def read_trace(path: str | Path) -> dict[str, Any]:
                 by_category, dict) or not all(_is_number(v) for v in by_category.values()):
             raise InputError(f"{path}: memorySamples[{i}] needs a stage 0-3, a number t_s and "
                              f"bytes_by_category of numbers")
-    if not data["stepEvents"]:
+    if "pipelineEvents" in data:
+        _check_pipeline(path, data)
+    elif not data["stepEvents"]:
         raise InputError(f"{path}: the trace holds no step events")
     return data
+
+
+_PIPELINE_RECORDS = (
+    ("pipelineEvents", ("stage", "pipeline_stage", "lane", "kind", "name", "start_s", "end_s",
+                        "micro", "chunk"),
+     "numbers start_s <= end_s, micro and chunk, and text lane, kind and name"),
+    ("pipelineMemory", ("stage", "pipeline_stage", "t_s", "bytes"), "numbers t_s and bytes"))
+_TEXT = ("lane", "kind", "name")
+
+
+def _check_pipeline(path: Path, data: dict[str, Any]) -> None:
+    """What the pipeline's timeline reads of a pipelined trace (sim/trace.py, pipeline_trace):
+    its layout, and events and memory samples of numbers, each on a pipeline stage."""
+    if not isinstance(data.get("pipeline"), dict) or not data["pipelineEvents"]:
+        raise InputError(f"{path}: a pipelined trace needs its \"pipeline\" layout and "
+                         f"pipelineEvents")
+    for key, fields, needs in _PIPELINE_RECORDS:
+        records = data.get(key)
+        if not isinstance(records, list) or not all(
+                isinstance(r, dict) and all(f in r for f in fields) for r in records):
+            raise InputError(f"{path}: {key} must be a list of objects with "
+                             f"{', '.join(fields)}")
+        for i, r in enumerate(records):
+            numbers = [r[f] for f in fields[2:] if f not in _TEXT]
+            if (not _is_stage(r["stage"]) or type(r["pipeline_stage"]) is not int
+                    or r["pipeline_stage"] < 0 or not all(_is_number(n) for n in numbers)
+                    or not all(isinstance(r[f], str) for f in fields if f in _TEXT)
+                    or r.get("end_s", 0) < r.get("start_s", 0)):
+                raise InputError(f"{path}: {key}[{i}] needs a stage 0-3, a pipeline_stage >= 0 "
+                                 f"and {needs}")
 
 
 def _check_event(path: Path, i: int, e: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """The figures of the trade-offs (plotly): per-rank memory against GPU count, memory against
-communication, one simulated step as a timeline (simulated against measured is
-calibration_plot.py).
+communication, one simulated step as a timeline, a pipelined one as the pipeline diagram
+(simulated against measured is calibration_plot.py).
 
 Each function takes results that already exist (sweep rows, a trace, validate reports) and returns
 a `plotly.graph_objects.Figure`; nothing here simulates (STYLE.md 10). plot_inputs.py reads and
@@ -15,7 +15,8 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from zerosim.contract import OPS, OTHER, QUEUES, STAGE_NAMES, STEP_PHASES, STAGES
+from zerosim.contract import (ALL_GATHER, OPS, OTHER, P2P, QUEUES, REDUCE_SCATTER, STAGE_NAMES,
+                              STEP_PHASES, STAGES)
 from zerosim.errors import InputError
 from zerosim.tradeoffs.plot_inputs import key_of, series_columns
 from zerosim.units import GB, GiB, KiB, MiB  # communication in GB, as `zerosim simulate` prints
@@ -158,13 +159,11 @@ def _bytes_unit(size_bytes: float) -> tuple[int, str]:
 def timeline_figure(trace: dict[str, Any], stage: int | None = None,
                     max_ranks: int = 8) -> go.Figure:
     """One simulated step of `stage` (default: the trace's first): a lane per rank and queue with
-    a bar per event coloured by kind, and under it the first shown rank's memory by category."""
-    stages = list(dict.fromkeys(e["stage"] for e in trace["stepEvents"]))
-    if stage is None:
-        stage = stages[0]
-    elif stage not in stages:
-        raise InputError(f"stage {stage} is not in the trace (it holds stage "
-                         f"{', '.join(map(str, stages))})")
+    a bar per event coloured by kind, and under it the first shown rank's memory by category.
+    A pipelined trace draws the pipeline (pipeline_figure)."""
+    if trace.get("pipelineEvents"):
+        return pipeline_figure(trace, stage)
+    stage = _pick_stage(trace["stepEvents"], stage)
     events = [e for e in trace["stepEvents"] if e["stage"] == stage]
     ranks = sorted({e["rank"] for e in events})
     shown = ranks[:max_ranks]
@@ -202,6 +201,17 @@ def timeline_figure(trace: dict[str, Any], stage: int | None = None,
     return fig
 
 
+def _pick_stage(records: list[dict[str, Any]], stage: int | None) -> int:
+    """`stage`, or the trace's first; one the trace does not hold is the user's mistake."""
+    stages = list(dict.fromkeys(r["stage"] for r in records))
+    if stage is None:
+        return stages[0]
+    if stage not in stages:
+        raise InputError(f"stage {stage} is not in the trace (it holds stage "
+                         f"{', '.join(map(str, stages))})")
+    return stage
+
+
 def _memory_curve(fig: go.Figure, samples: list[dict[str, Any]], rank: int) -> None:
     """Memory by category stacked as steps in the second row, the total drawn on top."""
     totals = [sum(s["bytes_by_category"].values()) for s in samples]
@@ -217,3 +227,84 @@ def _memory_curve(fig: go.Figure, samples: list[dict[str, Any]], rank: int) -> N
                     line={"shape": "hv", "color": "black", "width": 1.5}, legendgroup="memory",
                     row=2, col=1)
     fig.update_yaxes(title_text=f"rank {rank} memory ({unit})", row=2, col=1)
+
+
+# ---- one pipelined step ------------------------------------------------------------------------
+
+# A pipeline stage's row: the compute bar across the middle, its comm and its sends as thin bars
+# below and above it (offset and width in rows; y grows downwards, autorange reversed).
+_PIPELINE_BARS = {"compute": (-0.3, 0.6), "comm": (0.32, 0.14), "send": (-0.46, 0.14)}
+_GATHER_QUEUE, _REDUCE_QUEUE = QUEUES[2:]  # the comm lane's kinds (sim/pipeline/events.py)
+_COMM_COLORS = {_GATHER_QUEUE: KIND_COLORS[ALL_GATHER], _REDUCE_QUEUE: KIND_COLORS[REDUCE_SCATTER],
+                ALL_GATHER: KIND_COLORS[ALL_GATHER], P2P: "#ff9da6"}  # p2p: no collective's colour
+_OPTIMIZER_COLOR = KIND_COLORS["step"]
+
+
+def pipeline_figure(trace: dict[str, Any], stage: int | None = None) -> go.Figure:
+    """The pipeline diagram of one simulated step of `stage` (default: the trace's first), as
+    Narayanan et al. 2021 draw their schedules (Figures 3 and 4): a row per pipeline stage, a bar
+    per forward and backward with its micro-batch's number (chunks shaded lighter), its comm and
+    its sends as thin bars; under it each stage's memory over the step."""
+    stage = _pick_stage(trace["pipelineEvents"], stage)
+    events = [e for e in trace["pipelineEvents"] if e["stage"] == stage]
+    rows = sorted({e["pipeline_stage"] for e in events})
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4],
+                        vertical_spacing=0.1)
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        by_kind[e["kind"]].append(e)
+    for kind in _ordered(by_kind, [*STEP_PHASES, "optimizer", *_COMM_COLORS]):
+        _pipeline_bars(fig, kind, by_kind[kind])
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"stage {i}" for i in rows],
+                     autorange="reversed", row=1, col=1)
+    end_s = max(e["end_s"] for e in events)
+    samples = [s for s in trace.get("pipelineMemory", ()) if s["stage"] == stage]
+    if samples:
+        scale, unit = _bytes_unit(max(s["bytes"] for s in samples))
+        for i in rows:
+            mine = sorted((s for s in samples if s["pipeline_stage"] == i),
+                          key=lambda s: s["t_s"])
+            mine += mine[-1:]  # held to the end of the step
+            fig.add_scatter(x=[s["t_s"] * MS_PER_S for s in mine[:-1]] + [end_s * MS_PER_S],
+                            y=[s["bytes"] / scale for s in mine], name=f"stage {i}",
+                            mode="lines", line={"shape": "hv"}, legendgroup="memory",
+                            legendgrouptitle_text="memory", row=2, col=1)
+        fig.update_yaxes(title_text=f"memory per rank ({unit})", row=2, col=1)
+    fig.update_xaxes(title_text="time in the step (ms)", row=2, col=1)
+    fig.update_layout(barmode="overlay", hovermode="closest",
+                      title_text=_pipeline_title(trace.get("pipeline", {}), stage, end_s))
+    return fig
+
+
+def _pipeline_bars(fig: go.Figure, kind: str, members: list[dict[str, Any]]) -> None:
+    """One legend entry per kind: forwards and backwards numbered by micro-batch, each chunk
+    past the first lighter; comm and sends thin."""
+    lane = members[0]["lane"]
+    offset, width = _PIPELINE_BARS.get(lane, _PIPELINE_BARS["comm"])
+    passes = kind in STEP_PHASES
+    color = (KIND_COLORS[kind] if passes else _OPTIMIZER_COLOR if lane == "compute"
+             else _COMM_COLORS.get(kind, "#888888"))
+    fig.add_bar(
+        orientation="h", name=kind, marker_color=color,
+        marker_opacity=[1.0 / (1 + max(e["chunk"], 0)) if passes else 1.0 for e in members],
+        base=[e["start_s"] * MS_PER_S for e in members],
+        x=[(e["end_s"] - e["start_s"]) * MS_PER_S for e in members],
+        y=[f"stage {e['pipeline_stage']}" for e in members], offset=offset, width=width,
+        text=[str(e["micro"]) for e in members] if passes else None,
+        textposition="inside", insidetextanchor="middle", hoverinfo="text",
+        hovertext=[f"{e['name']} ({e['lane']})<br>{e['start_s'] * MS_PER_S:.4g} to "
+                   f"{e['end_s'] * MS_PER_S:.4g} ms" for e in members], row=1, col=1)
+
+
+def _pipeline_title(layout: dict[str, Any], stage: int, end_s: float) -> str:
+    """The model, the layout (Narayanan et al. 2021's t, p, d; the schedule, v; m micro-batches)
+    and the step time; what the trace does not say (written without the scenario) is left out."""
+    axes = [f"{name}={layout[key]}" for name, key in (
+        ("t", "tensor_parallel"), ("p", "pipeline_parallel"), ("d", "data_parallel"))
+            if key in layout]
+    axes += [str(layout["schedule"])] if "schedule" in layout else []
+    axes += [f"v={layout['virtual_stages']}"] if layout.get("virtual_stages", 1) != 1 else []
+    axes += [f"m={layout['micro_batches']}"] if "micro_batches" in layout else []
+    model = f"{layout['model']}, " if layout.get("model") else ""
+    return (f"{model}{STAGE_NAMES[stage]}: {', '.join(axes)}; one step "
+            f"{end_s * MS_PER_S:.4g} ms")
