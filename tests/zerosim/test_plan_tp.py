@@ -293,8 +293,8 @@ def test_sweep_refuses_a_t_the_world_does_not_take_in_one_line(write, tmp_path):
 
 
 def test_bad_allow_and_bad_t_are_one_line(write):
-    assert_one_line_error(run_zerosim("plan", scenario_file(write), "--allow", "tp,pp"),
-                          "'pp'", "offload, hybrid, zeropp, tp")
+    assert_one_line_error(run_zerosim("plan", scenario_file(write), "--allow", "tp,ep"),
+                          "'ep'", "offload, hybrid, zeropp, tp, pp")
     assert_one_line_error(run_zerosim("plan", scenario_file(write), "--set",
                                       "parallelism.tensor_parallel=0"), "tensor_parallel")
     assert_one_line_error(run_zerosim("plan", scenario_file(write), "--set",

@@ -118,7 +118,13 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "with Megatron's sequence parallelism; a t the model or the world "
                              "refuses is a note saying why); a scenario's own t stays with "
                              "offload, while hybrid and zeropp, refused beside it, run at t = 1 "
-                             "on its global batch; each with its step time, "
+                             "on its global batch; pp (pipelines: every t x p x d on the "
+                             "scenario's GPUs, p dividing N / t and the layers, ZeRO-0/1 or FSDP "
+                             "as the framework runs beside a pipeline, 1F1B and interleaved "
+                             "v = 2, 4, every micro-batch split of the global batch; pruned by "
+                             "the memory model, the best by a bubble bound simulated; with the "
+                             "largest model, the fewest GPUs, the fastest and the cheapest "
+                             "layout); each with its step time, "
                              "its time cost against the fastest plain stage and host memory per "
                              "node (default: none)")
     add_mode(parser, "as for zerosim simulate")
@@ -142,7 +148,8 @@ def _plot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", required=True, metavar="FIG.html",
                         help="output: .html (self-contained, works offline) or .png")
     parser.add_argument("--stage", type=int, choices=STAGES,
-                        help="timeline: the stage to draw (default: the trace's first)")
+                        help="timeline: the stage to draw (default: the trace's first); a "
+                             "pipelined trace draws the pipeline, a row per pipeline stage")
     parser.add_argument("--title", help="the figure's title (default: one that says what it shows)")
 
 

@@ -7,8 +7,10 @@ caching allocator rounds buffers up) passes the GPU's is not called fitting, nor
 count (review I5b). Per-rank memory depends on the world size alone and never grows with it, and
 model memory never shrinks as the model grows, so each search is a bisection. What
 `--allow` adds, offload, hybrid sharding, ZeRO++ and tensor parallelism on the scenario's GPUs
-with the time each costs, is plan_family.py. A scenario with its own tensor_parallel = t is
-planned on the world sizes t divides.
+with the time each costs, is plan_family.py; pipelines over t x p x d (`--allow pp`) are
+plan_space.py. A scenario with its own tensor_parallel = t and pipeline_parallel = p is planned
+on the world sizes t p divides, at the stages its framework runs beside a pipeline, its largest
+model grown by p v layers at a time (an even split of the stages' chunks).
 """
 
 from __future__ import annotations
@@ -26,37 +28,13 @@ from zerosim.scenario.checks import MAX_VALUE
 from zerosim.parallel.mesh import mesh_of
 from zerosim.sim.device import overhead_bytes
 from zerosim.scenario.config import SHAPE_KEYS, Scenario
-from zerosim.tradeoffs import plan_family
+from zerosim.tradeoffs import plan_family, plan_space
+from zerosim.tradeoffs.plan_axes import largest, model_ways, plan_stages, with_world, without_pipeline
 from zerosim.tradeoffs.plan_family import gib, gpus_text, over_text, overflow
 from zerosim.tradeoffs.sweep import rows_of
 
 MAX_GPUS = 1 << 20  # a million GPUs: past any real cluster, so "never fits" means never
 CONFIRM_STEPS = 8  # GPU counts simulated past the memory model's fewest before giving up
-
-
-def largest(fits: Callable[[int], bool], hi: int) -> int:
-    """Largest x in 1..hi with fits(x), for fits true up to some x and false after; 0 if none."""
-    if not fits(1):
-        return 0
-    lo = 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
-
-
-def with_world(scenario: Scenario, gpus: int) -> Scenario:
-    """The scenario on `gpus` GPUs: part of one node below a node's worth, else whole nodes.
-    Stragglers and degraded links the scenario names beyond the last rank are left out."""
-    per_node = scenario.cluster.gpus_per_node
-    if gpus <= per_node:
-        cluster = replace(scenario.cluster, nodes=1, gpus_per_node=gpus)
-    else:
-        cluster = replace(scenario.cluster, nodes=gpus // per_node)
-    v = scenario.variation
-    variation = replace(v, slow_ranks=tuple(r for r in v.slow_ranks if r < gpus),
-                        degraded_links=tuple(r for r in v.degraded_links if r < gpus))
-    return replace(scenario, cluster=cluster, variation=variation)
 
 
 def gpu_count(scenario: Scenario, index: int) -> int:
@@ -84,7 +62,7 @@ def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str
     Under tensor parallelism a rank's states depend on the shape (its Megatron slice), so the
     model states' largest model grows by layers too."""
     m = scenario.model
-    if scenario.parallelism.tensor_parallel > 1:
+    if model_ways(scenario) > 1:
         return _largest_layers(scenario, stage, budget_bytes)
     states = largest(lambda psi: stage_memory(_bare(scenario, psi), stage).model_states_bytes
                      <= budget_bytes, MAX_VALUE)
@@ -104,15 +82,18 @@ def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str
 
 
 def _largest_layers(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
-    """largest_model of a tensor-parallel scenario: whole layers of its own shape, for the model
-    states alone and for the whole."""
-    m = scenario.model
+    """largest_model of a tensor- or pipeline-parallel scenario: whole layers of its own shape
+    (p v at a time beside a pipeline, split evenly), for the model states alone and for the
+    whole."""
+    m, par = scenario.model, scenario.parallelism
     counts = param_counts(m)
+    chunks = par.pipeline_parallel * par.virtual_stages if par.pipeline_parallel > 1 else 1
+    even = replace(par, pipeline_layers=())
 
-    def deep(layers: int) -> Scenario:
-        return replace(scenario, model=replace(m, layers=layers))
+    def deep(n: int) -> Scenario:
+        return replace(scenario, model=replace(m, layers=n * chunks), parallelism=even)
 
-    top = max(1, (MAX_VALUE - counts.total) // counts.per_layer)
+    top = max(1, (MAX_VALUE - counts.total) // (counts.per_layer * chunks))
     states, layers = (largest(lambda n: getattr(stage_memory(deep(n), stage), term)
                               <= budget_bytes, top)
                       for term in ("model_states_bytes", "peak_bytes"))
@@ -139,7 +120,7 @@ def allowed_index(scenario: Scenario, index: int) -> int:
     multiple of g every g / gcd(g, n) nodes, of t every t / gcd(t, n)."""
     per_node = scenario.cluster.gpus_per_node
     group = scenario.parallelism.shard_group or 1
-    tp = scenario.parallelism.tensor_parallel
+    tp = model_ways(scenario)
     if index < per_node - 1:
         step = math.lcm(group, max(1, scenario.parallelism.hpz_partition), tp)
         size = -(-(index + 1) // step) * step
@@ -189,14 +170,14 @@ def candidate_gpus(scenario: Scenario, fewest: list[int | None]) -> list[int]:
     while doubling <= nodes:
         sizes.add(doubling * per_node)
         doubling *= 2
-    return sorted(n for n in sizes if n % scenario.parallelism.tensor_parallel == 0)
+    return sorted(n for n in sizes if n % model_ways(scenario) == 0)
 
 
 def _stage_rows(scenario: Scenario, budget_bytes: int, budget: int) -> list[dict[str, Any]]:
     """Per stage the framework runs: the largest model, the fewest GPUs, and whether it fits the
     scenario's GPUs."""
     stages = []
-    for stage in framework_of(scenario.training).stages:
+    for stage in plan_stages(scenario):
         row = stage_memory(scenario, stage)
         stages.append({"stage": stage, "name": STAGE_NAMES[stage],
                        **largest_model(scenario, stage, budget),
@@ -230,7 +211,7 @@ def _rank(scenario: Scenario, sizes: list[int], budget_bytes: int, mode: str,
             world = with_world(scenario, gpus)
             room = budget_bytes - overhead_bytes(world)
             rows = [_simulated(scenario, gpus, stage, mode, cache)
-                    for stage in framework_of(scenario.training).stages
+                    for stage in plan_stages(scenario)
                     if stage_memory(world, stage).peak_bytes <= room]
             configs.extend(r for r in rows if r["device_bytes"] <= budget_bytes)
             over.extend(r for r in rows if r["device_bytes"] > budget_bytes)
@@ -329,7 +310,8 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
     overhead = overhead_bytes(scenario)
     budget = budget_bytes - overhead  # what the buffers may take on the scenario's GPUs
     stages = _stage_rows(scenario, budget_bytes, budget)
-    entries, fitting, family_notes = plan_family.consider(scenario, allow, budget, budget_bytes)
+    flat = without_pipeline(scenario) if "pp" in allow else scenario
+    entries, fitting, family_notes = plan_family.consider(flat, allow, budget, budget_bytes)
     timed = scenario.training.seq_len is not None  # a bare Ψ without a sequence has no step time
     cache: dict[tuple[int, int], dict] = {}
     confirmed = (_confirm_fewest(scenario, stages, budget_bytes, mode, cache, progress)
@@ -354,10 +336,16 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
                                                 r["stage"]), default=None)}
     family = {}
     if allow:
+        space = (plan_space.search(scenario, allow, budget_bytes, mode, progress)
+                 if "pp" in allow else None)
         base = plan_family.cost(entries, configs, scenario.world_size)
         family = {"allow": list(allow), "candidates": entries,
                   "baseline": _config(base) if base else None,
-                  **plan_family.picks([_config(r) for r in configs], entries)}
+                  **plan_family.picks([_config(r) for r in configs],
+                                      entries + (space["layouts"] if space else []))}
+        if space is not None:
+            family["pipeline"] = space
+            family_notes += space["notes"]
     return {"scenario": scenario.source, "model": scenario.model.name,
             "params": total_params(scenario.model), "world_size": scenario.world_size,
             "gpus_per_node": scenario.cluster.gpus_per_node,
@@ -366,6 +354,9 @@ def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
             "seq_len": scenario.training.seq_len, "stages": stages,
             **({"tensor_parallel": tp} if (tp := scenario.parallelism.tensor_parallel) > 1
                else {}),
+            **({"pipeline_parallel": pp, "pipeline_schedule":
+                scenario.parallelism.pipeline_schedule}
+               if (pp := scenario.parallelism.pipeline_parallel) > 1 else {}),
             "configurations": [_config(r) for r in configs], "notes": notes + family_notes,
             **{k: _config(r) if r else None for k, r in pick.items()}, **family}
 
@@ -388,6 +379,8 @@ def format_plan(p: dict[str, Any]) -> str:
     seq = f" x {p['seq_len']} tokens" if p["seq_len"] else ""
     tp = p.get("tensor_parallel", 1)
     seq += f", tensor parallel t = {tp}" if tp > 1 else ""
+    pp = p.get("pipeline_parallel", 1)
+    seq += f", pipeline p = {pp} ({p['pipeline_schedule']})" if pp > 1 else ""
     lines = [f"zerosim plan: {p['model'] or p['scenario']} (Ψ = {params_text(p['params'])}) on "
              f"{n} GPUs, {gib(budget)} per GPU, micro-batch {p['micro_batch']}{seq}",
              f"({gib(p['overhead_bytes'])} of each GPU is the CUDA context and NCCL's buffers: "
@@ -430,5 +423,7 @@ def format_plan(p: dict[str, Any]) -> str:
                   f"{cheap['gpu_seconds_per_step']:.4g} GPU-s"]
     if "allow" in p:
         lines += plan_family.format_candidates(p)
+    if "pipeline" in p:
+        lines += plan_space.format_space(p["pipeline"], n)
     lines += [f"note: {note}" for note in p["notes"]]
     return "\n".join(lines)

@@ -24,7 +24,10 @@ the same GPUs.
               an implementation's switch (Megatron's --sequence-parallel and
               --tp-comm-overlap are opt-in), and sequence parallelism moves the bytes of the
               all-reduces it replaces (Korthikanti et al. 2022, §4.2.2: a reduce-scatter and
-              an all-gather), so set it to plan with it
+              an all-gather), so set it to plan with it; the t and the batch splits are
+              plan_axes.py's
+    pp        pipelines beside t and d over the scenario's GPUs: plan_space.py, not a
+              candidate here
 
 Candidates start from the scenario's [training] with every key of these schemes at its default
 (PLAIN), so each candidate is exactly its scheme, at the scenario's own tensor_parallel t0 with
@@ -39,7 +42,7 @@ module say them alike.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 from zerosim.contract import STAGE_NAMES
@@ -49,10 +52,13 @@ from zerosim.frameworks import framework_of
 from zerosim.scenario.config import Scenario
 from zerosim.scenario.parallelism_table import PARALLELISM_KEYS
 from zerosim.sim.device import overhead_bytes
+from zerosim.tradeoffs.plan_axes import (Candidate, batch_splits, split_label, t_label,
+                                         tp_candidates, tp_notes)
+from zerosim.tradeoffs.plan_axes import tp_degrees  # noqa: F401  (where tests and benches read it)
 from zerosim.tradeoffs.sweep import rows_of
 from zerosim.units import GiB, KiB, MiB
 
-ALLOWS = ("offload", "hybrid", "zeropp", "tp")
+ALLOWS = ("offload", "hybrid", "zeropp", "tp", "pp")
 MAX_SHARD_GROUPS = 4
 MAX_RATIO = 1 << 12  # shard groups from a 4096th of a node to 4096 nodes
 PLAIN = {"optimizer_offload": "none", "param_offload": "none", "delayed_update": False,
@@ -103,32 +109,6 @@ def parse_allow(text: str) -> tuple[str, ...]:
     return tuple(a for a in ALLOWS if a in names)
 
 
-@dataclass(frozen=True)
-class Candidate:
-    allow: str
-    stage: int
-    settings: tuple[tuple[str, Any], ...]
-    """The keys it sets beyond PLAIN, in order ([training]'s, or [parallelism]'s: table_of)."""
-    label: str
-    group: str = ""
-    """What a refusal names in plan's notes, when it refuses more than this candidate (a t
-    that the model or the world refuses refuses every stage): "t = 16"; "" names the label."""
-    splits: tuple[tuple[int, int], ...] = field(default=(), compare=False)
-    """(micro-batch, micro-steps) pairs to try, the smallest micro-batch first; () keeps the
-    scenario's."""
-
-
-def tp_degrees(scenario: Scenario) -> list[int]:
-    """The t --allow tp tries: every divisor of gpus_per_node; the scenario's own t too when its
-    sequences per rank split more than one way (the plain stages run its own split, so every
-    row searches the same micro-batches). Ranks of one tensor-parallel group stay inside a node,
-    where NVLink carries their per-layer collectives (Narayanan et al. 2021, §3.3, Takeaway #1:
-    tensor model parallelism up to degree g on g-GPU servers)."""
-    n, own = scenario.cluster.gpus_per_node, scenario.parallelism.tensor_parallel
-    return [t for t in range(1, n + 1)
-            if n % t == 0 and (t != own or len(batch_splits(scenario, own)) > 1)]
-
-
 def shard_groups(world: int, per_node: int) -> list[int]:
     """The shard groups --allow hybrid tries on `world` GPUs (module docstring)."""
     below, above = [], []  # the nearest a node by ratio: n / j and k n for the smallest j, k
@@ -162,52 +142,8 @@ def candidates(scenario: Scenario, allow: tuple[str, ...]) -> list[Candidate]:
                                            ("quantized_gradients", True)),
                              f"{STAGE_NAMES[3]} ZeRO++ ({', '.join(parts)})"))
     if "tp" in allow:
-        out.extend(_tp_candidates(scenario))
+        out.extend(tp_candidates(scenario))
     return out
-
-
-def _tp_candidates(scenario: Scenario) -> list[Candidate]:
-    """tensor_parallel = t at each of the framework's stages, with the scenario's global batch
-    in each of batch_splits' micro-batches; a t whose sequences per rank are not whole is left
-    out (consider's note)."""
-    out = []
-    for t in tp_degrees(scenario):
-        splits = batch_splits(scenario, t)
-        out.extend(Candidate("tp", stage, (("tensor_parallel", t),),
-                             f"{STAGE_NAMES[stage]}{t_label(scenario, t)}", f"t = {t}", splits)
-                   for stage in framework_of(scenario.training).stages if splits)
-    return out
-
-
-def t_label(scenario: Scenario, t: int) -> str:
-    """A candidate label's tensor parallelism: ", t = 8", with ", SP" where the scenario's
-    sequence parallelism applies (t > 1)."""
-    sp = t > 1 and scenario.parallelism.sequence_parallel
-    return f", t = {t}" + (", SP" if sp else "")
-
-
-def batch_splits(scenario: Scenario, t: int) -> tuple[tuple[int, int], ...]:
-    """(micro-batch, micro-steps) pairs that train the scenario's global batch at t, the
-    smallest micro-batch first; () where it is not whole. At t0 the N / t0 data-parallel ranks
-    take micro_batch x gradient_accumulation sequences each; at t the N / t ranks take t / t0
-    times those (Megatron's num_microbatches = global_batch_size / (micro_batch_size x
-    data_parallel_size): megatron/core/num_microbatches_calculator.py), as any divisor of
-    them from the scenario's micro-batch up (or the whole, where they are fewer) times the
-    rest in micro-steps. Keeping the micro-batch would give ZeRO-3 t / t0 times the
-    micro-steps, each regathering every parameter (Rajbhandari et al. 2020, §7.2.2: a
-    parameter all-gather per micro-step's forward and backward)."""
-    own, training = scenario.parallelism.tensor_parallel, scenario.training
-    sequences, odd = divmod(training.micro_batch * training.gradient_accumulation * t, own)
-    if odd:
-        return ()
-    least = min(training.micro_batch, sequences)
-    small = [d for d in range(1, math.isqrt(sequences) + 1) if sequences % d == 0]
-    every = sorted({*small, *(sequences // d for d in small)})
-    return tuple((d, sequences // d) for d in every if d >= least)
-
-
-def split_label(label: str, micro_batch: int, steps: int) -> str:
-    return f"{label}, micro-batch {micro_batch}, {steps} micro-step{'s' * (steps > 1)}"
 
 
 def table_of(key: str) -> str:
@@ -266,7 +202,7 @@ def consider(scenario: Scenario, allow: tuple[str, ...], room: int,
     notes += [f"--allow {kind}: zerosim refuses it beside tensor parallelism ({why}), so it is "
               f"tried at t = 1 on the scenario's global batch" for kind, why in refused.items()]
     if "tp" in allow:
-        notes += _tp_notes(scenario)
+        notes += tp_notes(scenario)
     if "hybrid" in allow and not shard_groups(scenario.world_size, scenario.cluster.gpus_per_node):
         notes.append(f"--allow hybrid: no shard group on {scenario.world_size} GPUs (one >= 2 "
                      f"that properly divides the world size and divides gpus_per_node = "
@@ -316,25 +252,6 @@ def _versions(scenario: Scenario, candidate: Candidate, refused: dict[str, str],
         if not versions[-1][0]["fits"]:
             break
     return versions
-
-
-def _tp_notes(scenario: Scenario) -> list[str]:
-    """What --allow tp says beside its candidates: the t it left out, and how it compares."""
-    own, training = scenario.parallelism.tensor_parallel, scenario.training
-    per_rank = f"{training.micro_batch} x {training.gradient_accumulation}"
-    notes = [f"--allow tp: skipped t = {t}: the scenario's global batch at t = {own} (micro-"
-             f"batch x micro-steps = {per_rank} sequences per data-parallel rank) is {per_rank} "
-             f"x {t} / {own} "
-             f"sequences per rank at t = {t}, not a whole number"
-             for t in tp_degrees(scenario) if not batch_splits(scenario, t)]
-    times = "t" if own == 1 else f"t / {own}"
-    if not any(batch_splits(scenario, t) for t in tp_degrees(scenario)):
-        return notes
-    return notes + [f"--allow tp: each tensor-parallel candidate trains the scenario's global "
-                    f"batch: its N / t data-parallel ranks take {times} times the sequences, "
-                    f"in the micro-batch and micro-steps its label names (the fastest of those "
-                    f"that fit), so its step time compares with the plain stages' on "
-                    f"{scenario.world_size:,} GPUs"]
 
 
 def rank(entries: list[dict], fitting: list[list], mode: str,

@@ -1,0 +1,414 @@
+"""`zerosim plan --allow pp` (and tp,pp): the planner over the 3-D space, t x p x d with the ZeRO
+stage a framework runs beside a pipeline, on the scenario's GPUs at its global batch.
+
+A cell is (t, p, stage) with d = N / (t p) (plan_axes.py says which t and p exist); its
+versions are each (schedule, v) of plan_axes.schedules at each batch split of the global batch
+(plan_axes.batch_splits: micro-batch x m micro-batches). The search in four steps:
+
+1. Memory prunes (analytic/memory.stage_memory: the worst pipeline stage, exact and cheap). A
+   cell fits when its smallest version does, 1F1B at the smallest micro-batch: 1F1B holds
+   p - i micro-batches' activations on stage i, the interleaved schedule the activations of
+   w + 1 chunks of 1/v of a stage's layers, w = 2(p - i - 1) + (v - 1) p, more on stage 0
+   (parallel/schedule.py), and every term grows with the micro-batch. A cell that does not fit
+   is a why-not line with the memory that rules it out.
+2. A bound ranks the fitting versions: the ideal step, the model's FLOPs of a GPU's tokens over
+   its peak (the same on every layout of N GPUs at one global batch), times 1 + the bubble
+   (p - 1) / (v m) (Narayanan et al. 2021, §2.2.1-2.2.2), plus a ring all-reduce of a stage's
+   gradients over its d ranks, 2 (d - 1) / d of its bytes over the link that carries them
+   (Thakur et al. 2005), none of it hidden.
+3. The first PP_SIMULATED versions by the bound are simulated (sim/engine.simulate), one per
+   schedule of a cell at its smallest micro-batch that fits; each cell's row is its fastest.
+   Then each of the REFINED fastest cells walks its micro-batch up (same schedule) while that
+   is faster, as plan_family.rank does: the bound ignores that small GEMMs run slower.
+4. The largest model (whole layers of the scenario's width, a multiple of p) and the fewest GPUs
+   (t p d for the least d) over every (t, p) at the highest stage the framework runs beside a
+   pipeline, in the memory model; the fewest simulated once, on the same sequences per rank.
+
+Safe and not: a version past the first PP_SIMULATED by the bound is not simulated, so a layout
+whose bubble is larger but whose communication the bound overcounts (a reduction the last
+micro-batch's backward hides, the tensor-parallel collectives it leaves out) may be missed; the
+unsimulated cells are counted in a note. Simulating is cheap (tens of milliseconds a version at
+175B), so the bound only keeps the search's time independent of the number of layouts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Callable
+
+from zerosim.analytic.memory import stage_memory
+from zerosim.analytic.model import model_flops_per_token, param_counts, total_params
+from zerosim.contract import STAGE_NAMES
+from zerosim.errors import InputError
+from zerosim.frameworks import framework_of
+from zerosim.parallel.tensor import rank_model
+from zerosim.scenario.checks import MAX_VALUE
+from zerosim.scenario.config import Scenario
+from zerosim.sim.device import overhead_bytes
+from zerosim.tradeoffs.plan_axes import (ONE_F_ONE_B, Candidate, batch_splits, largest,
+                                         layout_label, layout_settings, pipeline_degrees,
+                                         schedules, sequences_per_rank, space_degrees, with_world)
+from zerosim.tradeoffs.plan_family import RANKED, build, gib, gpus_text, over_text, overflow
+from zerosim.tradeoffs.sweep import rows_of
+from zerosim.units import BYTES_PER_ELEMENT
+
+PP_SIMULATED = 24
+"""Versions simulated by the bound's order (module docstring, step 3)."""
+REFINED = 3
+"""Fastest cells whose larger micro-batches are simulated too."""
+MAX_GPUS = 1 << 20  # as plan.py's: past any real cluster
+
+
+def _cells(scenario: Scenario, allow: tuple[str, ...]):
+    """(t, p, stage) of every cell on the scenario's GPUs, t and p as plan_axes names them."""
+    world, layers = scenario.world_size, scenario.model.n_layers
+    stages = framework_of(scenario.training).pipeline_stages
+    return [(t, p, stage) for t in space_degrees(scenario, allow) if world % t == 0
+            for p in pipeline_degrees(world // t, layers) for stage in stages]
+
+
+def _version(scenario: Scenario, t: int, p: int, stage: int, schedule: str, v: int,
+             micro_batch: int, micro_batches: int) -> dict[str, Any]:
+    """One version built and judged by the memory model against what its own communicators
+    leave of the GPU; InputError where zerosim refuses it."""
+    d = scenario.world_size // (t * p)
+    label = layout_label(stage, t, p, d, schedule, v)
+    built = build(scenario, Candidate("pp", stage, layout_settings(
+        t, p, schedule, v, micro_batch, micro_batches), label))
+    row = stage_memory(built, stage)
+    return {"allow": "pp", "label": label, "stage": stage, "stage_name": STAGE_NAMES[stage],
+            "tensor_parallel": t, "pipeline_parallel": p, "data_parallel": d,
+            "schedule": schedule, "virtual_stages": v, "micro_batch": micro_batch,
+            "micro_batches": micro_batches, "bubble": (p - 1) / (v * micro_batches),
+            "world_size": scenario.world_size, "peak_bytes": row.peak_bytes, "row": row,
+            "built": built,
+            **{key: None for key in RANKED}}
+
+
+def _judged(version: dict[str, Any], gpu_bytes: int) -> dict[str, Any]:
+    """The version with what its GPUs leave for it and whether its memory fits there."""
+    room = gpu_bytes - overhead_bytes(version["built"], version["stage"])
+    fits = version["peak_bytes"] <= room
+    return {**version, "room": room, "fits": fits,
+            "why_not": None if fits else f"needs {overflow(version['row'], room)}"}
+
+
+def _bound_s(version: dict[str, Any]) -> float:
+    """Step 2's bound, in seconds."""
+    built, p = version["built"], version["pipeline_parallel"]
+    t, d = version["tensor_parallel"], version["data_parallel"]
+    c, training = built.cluster, built.training
+    tokens = version["micro_batch"] * version["micro_batches"] * training.seq_len / (t * p)
+    ideal = model_flops_per_token(built.model, training) * tokens / (c.peak_tflops * 1e12)
+    grads = BYTES_PER_ELEMENT[training.precision] * total_params(rank_model(built)) / p
+    inside = t * d <= c.gpus_per_node  # a stage's d ranks, t apart, in one node
+    link = (c.intra_node_bandwidth_GBps if inside else c.inter_node_bandwidth_GBps) * 1e9
+    return ideal * (1 + version["bubble"]) + 2 * (d - 1) / d * grads / link
+
+
+def consider(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
+             ) -> tuple[list[dict], list[dict], list[str]]:
+    """Step 1: each cell's entry (its smallest version, judged), the fitting versions to rank
+    (each schedule's smallest micro-batch that fits), and notes on the cells zerosim refuses."""
+    entries, fitting, refused = [], [], {}
+    for t, p, stage in _cells(scenario, allow):
+        splits = batch_splits(scenario, t, p)
+        if not splits:
+            refused.setdefault(f"t = {t}, p = {p}: the global batch is not a whole number of "
+                               f"sequences per data-parallel rank", None)
+            continue
+        try:
+            found = [_first_fit(scenario, t, p, stage, schedule, v, splits, gpu_bytes)
+                     for schedule, v in schedules(scenario.model.n_layers, p, splits[0][1])]
+        except InputError as exc:
+            refused.setdefault(f"t = {t}, p = {p}: {' '.join(str(exc).split())}", None)
+            continue
+        first = found[0][0]
+        entries.append(first)
+        fitting += [fit for _, fit in found if fit is not None]
+    notes = [f"--allow pp: skipped {why}" for why in refused]
+    return entries, fitting, notes
+
+
+def _first_fit(scenario: Scenario, t: int, p: int, stage: int, schedule: str, v: int,
+               splits: tuple[tuple[int, int], ...], gpu_bytes: int):
+    """(the schedule's version at the smallest micro-batch, the smallest that fits or None):
+    a larger micro-batch only holds more (step 1), so the walk stops at the first misfit."""
+    first = None
+    for micro_batch, m in splits:
+        if schedule != ONE_F_ONE_B and m % p:
+            continue
+        version = _judged(_version(scenario, t, p, stage, schedule, v, micro_batch, m),
+                          gpu_bytes)
+        first = first or version
+        if version["fits"]:
+            return first, version
+        break
+    return first, None
+
+
+def rank(scenario: Scenario, fitting: list[dict], entries: list[dict], gpu_bytes: int,
+         mode: str, done: Callable[[], None]) -> tuple[list[dict], list[str]]:
+    """Steps 2 and 3: the ranked rows (fastest first) and notes; `done()` after each
+    simulation."""
+    order = sorted(fitting, key=lambda f: (_bound_s(f), f["tensor_parallel"], -f["stage"]))
+    best: dict[tuple, dict] = {}
+    notes: list[str] = []
+    for version in order[:PP_SIMULATED]:
+        _keep(best, _simulated(version, gpu_bytes, mode, notes), done)
+    for row in sorted((r for r in best.values() if r["fits"]),
+                      key=lambda r: r["step_time_s"])[:REFINED]:
+        _refine(scenario, row, best, gpu_bytes, mode, notes, done)
+    over = {key[1:]: best.pop(key) for key in [k for k in best if k[0] == "over"]}
+    ranked = sorted(best.values(), key=lambda r: (r["step_time_s"], r["label"]))
+    left = len({_cell(f) for f in order} - set(best) - set(over))
+    if left:
+        notes.append(f"--allow pp: {left} fitting layout(s) not simulated: past the first "
+                     f"{PP_SIMULATED} by the bound (ideal compute x (1 + bubble) + the "
+                     f"stage's gradient all-reduce)")
+    for entry in entries:
+        entry.update(best.get(_cell(entry)) or over.get(_cell(entry)) or {})
+    return ranked, notes
+
+
+def _cell(version: dict[str, Any]) -> tuple[int, int, int]:
+    return version["tensor_parallel"], version["pipeline_parallel"], version["stage"]
+
+
+def _keep(best: dict, row: dict | None, done: Callable[[], None]) -> None:
+    done()
+    if row is not None and not row["fits"]:
+        best.setdefault(("over", *_cell(row)), row)
+    elif row is not None and (
+            _cell(row) not in best or row["step_time_s"] < best[_cell(row)]["step_time_s"]):
+        best[_cell(row)] = row
+
+
+def _simulated(version: dict[str, Any], gpu_bytes: int, mode: str,
+               notes: list[str]) -> dict[str, Any] | None:
+    """The version with its simulated step; not fitting where the simulated device memory
+    passes the GPU's, as simulate judges it; None where zerosim cannot simulate it."""
+    try:
+        sim = rows_of(version["built"], [version["stage"]], {}, mode)[0]
+    except InputError as exc:
+        notes.append(f"{version['label']} not ranked: {exc}")
+        return None
+    row = {**version, **{key: sim[key] for key in RANKED}}
+    if sim["device_bytes"] > gpu_bytes:
+        row.update(fits=False, why_not=f"needs {over_text(sim['device_bytes'], gpu_bytes)} of "
+                                       f"device memory as simulated")
+    return row
+
+
+def _refine(scenario: Scenario, row: dict, best: dict, gpu_bytes: int, mode: str,
+            notes: list[str], done: Callable[[], None]) -> None:
+    """Step 3's walk: the cell's larger micro-batches at its schedule, while each fits and is
+    faster than the one before."""
+    t, p, stage = _cell(row)
+    previous = row
+    for micro_batch, m in batch_splits(scenario, t, p):
+        if micro_batch <= row["micro_batch"] or (row["schedule"] != ONE_F_ONE_B and m % p):
+            continue
+        version = _judged(_version(scenario, t, p, stage, row["schedule"],
+                                   row["virtual_stages"], micro_batch, m), gpu_bytes)
+        if not version["fits"]:
+            return
+        found = _simulated(version, gpu_bytes, mode, notes)
+        _keep(best, found, done)
+        if found is None or not found["fits"] or \
+                found["step_time_s"] >= previous["step_time_s"]:
+            return
+        previous = found
+
+
+def _layers_that_fit(scenario: Scenario, t: int, p: int, stage: int, gpu_bytes: int) -> int:
+    """The most layers (a multiple of p) of the scenario's width that fit at t x p on its GPUs,
+    1F1B at the smallest micro-batch; 0 if none. The memory model reads m only through the
+    micro-batches a stage holds, min(p - i, m) under 1F1B, so it runs at m = min(m, p)."""
+    splits = batch_splits(scenario, t, p)
+    if not splits:
+        return 0
+    micro_batch, m = splits[0]
+    counts = param_counts(scenario.model)
+    top = max(1, (MAX_VALUE - counts.total) // counts.per_layer // p)
+
+    # The scenario's own pipeline, whose split the deeper model may not fit, goes: _version
+    # sets the layout's own keys.
+    flat = replace(scenario.parallelism, pipeline_parallel=1, virtual_stages=1,
+                   pipeline_layers=())
+
+    def fits(k: int) -> bool:
+        deep = replace(scenario, model=replace(scenario.model, layers=k * p), parallelism=flat)
+        try:
+            version = _version(deep, t, p, stage, ONE_F_ONE_B, 1, micro_batch, min(m, p))
+        except InputError:
+            return False
+        return _judged(version, gpu_bytes)["fits"]
+    return _most(fits, top) * p
+
+
+def _most(fits: Callable[[int], bool], hi: int) -> int:
+    """plan_axes.largest, doubling from 1 first: the memory model walks every layer of a stage,
+    so a bisection from 2**53 / (a layer's parameters) would price models of millions of
+    layers before it narrows."""
+    if not fits(1):
+        return 0
+    low = 1
+    while low * 2 <= hi and fits(low * 2):
+        low *= 2
+    return low - 1 + largest(lambda k: fits(low - 1 + k), min(low, hi - low + 1))
+
+
+def largest_model(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
+                  ) -> dict[str, Any] | None:
+    """Step 4's largest model on the scenario's GPUs: the (t, p) whose layers are most, at the
+    framework's highest stage beside a pipeline (it shards the most)."""
+    stage, best = max(framework_of(scenario.training).pipeline_stages), None
+    world = scenario.world_size
+    for t in space_degrees(scenario, allow):
+        for p in (p for p in range(2, min(world // t, scenario.model.n_layers) + 1)
+                  if world % (t * p) == 0):  # no deeper than the scenario's own layers
+            layers = _layers_that_fit(scenario, t, p, stage, gpu_bytes)
+            if layers and (best is None or layers > best["layers"]):
+                best = {"layers": layers, "tensor_parallel": t, "pipeline_parallel": p,
+                        "stage": stage, "params": total_params(
+                            replace(scenario.model, layers=layers))}
+    return best
+
+
+def fewest_gpus(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
+                ) -> dict[str, Any] | None:
+    """Step 4's fewest GPUs for the scenario's model: per (t, p), p dividing the layers, the
+    least d whose memory fits on the same sequences per data-parallel rank (per-rank memory
+    never grows with d: a bisection over the d that make a valid world, _valid_d); the fewest
+    GPUs of them, the smaller bound on a tie."""
+    stage, found = max(framework_of(scenario.training).pipeline_stages), None
+    layers = scenario.model.n_layers
+    for t in space_degrees(scenario, allow):
+        for p in pipeline_degrees(layers, layers):
+            seqs = sequences_per_rank(scenario, t, p)
+            micro_batch = min(scenario.training.micro_batch, seqs or 1)
+            if seqs is None or seqs % micro_batch:
+                continue
+            m = seqs // micro_batch
+
+            def at(j: int, m: int = m, t: int = t, p: int = p) -> dict | None:
+                d = _valid_d(t * p, scenario.cluster.gpus_per_node, j)
+                try:  # the memory model holds min(p - i, m) under 1F1B: m = p reads the same
+                    return _judged(_version(with_world(scenario, t * p * d), t, p, stage,
+                                            ONE_F_ONE_B, 1, micro_batch, min(m, p)), gpu_bytes)
+                except InputError:
+                    return None
+            j = _least(lambda j: (v := at(j)) is not None and v["fits"],
+                       _valid_index(t * p, scenario.cluster.gpus_per_node))
+            if j is None:
+                continue
+            gpus = t * p * _valid_d(t * p, scenario.cluster.gpus_per_node, j)
+            row = _judged(_version(with_world(scenario, gpus), t, p, stage, ONE_F_ONE_B, 1,
+                                   micro_batch, m), gpu_bytes)
+            if found is None or (gpus, _bound_s(row)) < (found["world_size"], _bound_s(found)):
+                found = row
+    return found
+
+
+def _valid_d(ways: int, per_node: int, index: int) -> int:
+    """The index-th d (from 0) whose world ways x d plan_axes.with_world can make: any within
+    one node, past it whole nodes (multiples of per_node / gcd(per_node, ways))."""
+    below = per_node // ways
+    if index < below:
+        return index + 1
+    step = per_node // math.gcd(per_node, ways)
+    return (below // step + 1) * step + (index - below) * step
+
+
+def _valid_index(ways: int, per_node: int) -> int:
+    """The last index _valid_d takes below MAX_GPUS GPUs."""
+    below, step = per_node // ways, per_node // math.gcd(per_node, ways)
+    return below + max(0, (MAX_GPUS // ways - (below // step + 1) * step) // step)
+
+
+def _least(fits: Callable[[int], bool], hi: int) -> int | None:
+    """Least x in 0..hi with fits(x), for fits false up to some x and true after; None if
+    none."""
+    if not fits(hi):
+        return None
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return lo
+
+
+def search(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int, mode: str = "auto",
+           progress: Callable[..., None] | None = None) -> dict[str, Any]:
+    """The four steps on the scenario (module docstring); `progress(done, total, unit)` after
+    each simulation."""
+    if scenario.model.is_bare or scenario.training.seq_len is None:
+        return {"layouts": [], "misfits": [], "largest": None, "fewest": None, "fastest": None,
+                "cheapest": None, "notes": ["--allow pp: a pipeline splits a shaped model's "
+                                            "layers and is simulated at a sequence length: "
+                                            "give [model]'s shape and training.seq_len"]}
+    entries, fitting, notes = consider(scenario, allow, gpu_bytes)
+    count = iter(range(1, 1 << 30))
+    total = min(len(fitting), PP_SIMULATED) + REFINED + 1
+
+    def done() -> None:
+        step = next(count)
+        if progress is not None:
+            progress(min(step, total), total, "pipeline layouts simulated")
+    ranked, more = rank(scenario, fitting, entries, gpu_bytes, mode, done)
+    fewest = fewest_gpus(scenario, allow, gpu_bytes)
+    if fewest is not None:
+        fewest = _simulated(fewest, gpu_bytes, mode, more)
+        done()
+    priced = ranked + ([fewest] if fewest is not None and fewest["fits"] else [])
+    cheapest = min(priced, key=lambda r: (r["gpu_seconds_per_step"] / r["tokens_per_step"],
+                                          r["world_size"]), default=None)
+    return {"layouts": [public(r) for r in ranked],
+            "misfits": [public(e) for e in entries if not e["fits"]],
+            "largest": largest_model(scenario, allow, gpu_bytes),
+            "fewest": public(fewest) if fewest else None,
+            "fastest": public(ranked[0]) if ranked else None,
+            "cheapest": public(cheapest) if cheapest else None, "notes": notes + more}
+
+
+def public(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as plan's result shows it: no scenario or memory object (JSON)."""
+    return {k: v for k, v in row.items() if k not in ("built", "row", "room")}
+
+
+def format_space(space: dict[str, Any], world: int) -> list[str]:
+    """The lines of the 3-D search: the ranked layouts, the largest model, the fewest GPUs,
+    the fastest and the cheapest, and why each cell that does not fit does not."""
+    lines = ["", f"Pipeline layouts on {gpus_text(world)} (t x p x d, the scenario's global "
+                 f"batch), ranked by simulated step (memory: the worst pipeline stage):"]
+    rows = space["layouts"]
+    if rows:
+        width = max(len(r["label"]) for r in rows) + 2
+        lines.append(f"  {'layout':<{width}}{'mb':>4}{'m':>6}{'bubble':>8}{'peak/GPU':>12}"
+                     f"{'step':>11}{'GPU-s/step':>12}")
+        lines += [f"  {r['label']:<{width}}{r['micro_batch']:>4}{r['micro_batches']:>6}"
+                  f"{r['bubble']:>8.1%}{gib(r['peak_bytes']):>12}{r['step_time_s']:>10.4g}s"
+                  f"{r['gpu_seconds_per_step']:>12.4g}" for r in rows]
+    else:
+        lines.append("  none fits")
+    lines += [f"  {e['label']} does not fit: it {e['why_not']}" for e in space["misfits"]]
+    big, few = space["largest"], space["fewest"]
+    if big:
+        lines.append(f"Largest model with a pipeline on {gpus_text(world)}: {big['params']:,} "
+                     f"parameters ({big['layers']} layers), t = {big['tensor_parallel']}, "
+                     f"p = {big['pipeline_parallel']}, 1F1B")
+    if few:
+        step = (f", {few['step_time_s']:.4g} s/step" if few["step_time_s"] is not None else "")
+        lines.append(f"Fewest GPUs with a pipeline: {gpus_text(few['world_size'])}, "
+                     f"{few['label']}, peak {gib(few['peak_bytes'])}{step}")
+    for name in ("fastest", "cheapest"):
+        r = space[name]
+        if r:
+            lines.append(f"{name.capitalize()} with a pipeline: {r['label']} on "
+                         f"{gpus_text(r['world_size'])}, micro-batch {r['micro_batch']} x "
+                         f"{r['micro_batches']}, {r['step_time_s']:.4g} s/step, "
+                         f"{r['gpu_seconds_per_step'] / r['tokens_per_step'] * 1e3:.4g} "
+                         f"GPU-ms/token, peak {gib(r['peak_bytes'])}")
+    return lines
