@@ -17,6 +17,7 @@ LLAMA = "scenarios/llama2_7b_64gpu.toml"            # shaped, 64 A100-80GB
 LLAMA_HF = "scenarios/llama2_7b_hf_64gpu.toml"      # shaped from a Hugging Face config.json
 MEGATRON = "scenarios/megatron_7b5_64gpu.toml"      # shaped, 64 V100, full checkpointing
 GPT3 = "scenarios/gpt3_175b_1024gpu.toml"           # 1024 ranks, one representative
+GPT3_3D = "scenarios/gpt3_175b_1024gpu_3d.toml"     # t 8 x p 8 x d 16, 1F1B, ZeRO-1
 TINY = "scenarios/tiny_gpt_4rank_cpu.toml"          # 4 CPU ranks, gloo
 OFFLOAD = "scenarios/family_zero_offload_10b_v100.toml"    # ZeRO-Offload, one V100
 INFINITY = "scenarios/family_zero_infinity_1xdgx2.toml"    # ZeRO-Infinity, 16 V100
@@ -254,6 +255,33 @@ PLAN = [
     case("plan_offload_10b_allow", "plan", OFFLOAD, "--allow", "offload"),
 ]
 
+AXES = [  # tensor and pipeline parallelism (issues 29 and 30)
+    case("sim_gpt3_tp8", "simulate", GPT3, "--stage", "3", "--json",
+         *sets("parallelism.tensor_parallel=8", "parallelism.sequence_parallel=true")),
+    case("sim_gpt3_3d", "simulate", GPT3_3D, "--json"),
+    case("sim_gpt3_3d_text", "simulate", GPT3_3D),
+    case("sim_gpt3_3d_gpipe", "simulate", GPT3_3D, "--stage", "1", "--json",
+         *sets("parallelism.pipeline_schedule=gpipe", "training.gradient_accumulation=16")),
+    case("sim_gpt3_3d_interleaved", "simulate", GPT3_3D, "--stage", "1", "--json",
+         *sets("parallelism.pipeline_schedule=interleaved_1f1b", "parallelism.virtual_stages=2")),
+    case("sim_gpt3_3d_deepspeed", "simulate", GPT3_3D, "--stage", "1", "--json",
+         *sets("training.framework=deepspeed")),
+    case("sim_llama2_fsdp2_pp4", "simulate", LLAMA, "--json",
+         *sets("training.framework=fsdp2", "training.zero_stage=2",
+               "parallelism.pipeline_parallel=4", "training.gradient_accumulation=8")),
+    case("mem_gpt3_3d", "memory", GPT3_3D, "--json"),
+    case("mem_gpt3_3d_text", "memory", GPT3_3D),
+    case("mem_gpt3_3d_uneven", "memory", GPT3_3D, "--json",
+         *sets("parallelism.pipeline_layers=[11,12,12,13,13,12,12,11]")),
+    case("bad_pp_world", "memory", GPT3_3D, *sets("parallelism.pipeline_parallel=3")),
+    case("bad_pp_deepspeed_stage2", "simulate", GPT3_3D,
+         *sets("training.framework=deepspeed", "training.zero_stage=2")),
+    case("bad_pp_stage2_flag", "simulate", GPT3_3D, "--stage", "2"),
+    case("bad_pp_uneven", "memory", GPT3_3D, *sets("parallelism.pipeline_parallel=64")),
+    case("bad_pp_interleaved_v1", "memory", GPT3_3D,
+         *sets("parallelism.pipeline_schedule=interleaved_1f1b")),
+]
+
 COLLECTIVE = [
     *(case(f"coll_llama2_{op}", "collective", LLAMA, "--op", op, "--size-bytes", "1e9", "--json")
       for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")),
@@ -320,6 +348,7 @@ BAD_INPUT = [  # exit 2: the one error line is recorded too
     case("bad_references_dir", "validate", "--references", "no_such_dir/"),
 ]
 
-CASES = [*README_SAMPLES, *SIMULATE, *MEMORY, *PLAN, *COLLECTIVE, *WRITES, *VALIDATE, *BAD_INPUT]
+CASES = [*README_SAMPLES, *SIMULATE, *MEMORY, *PLAN, *AXES, *COLLECTIVE, *WRITES, *VALIDATE,
+         *BAD_INPUT]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
