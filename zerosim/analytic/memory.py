@@ -216,12 +216,12 @@ def pipeline_memory(scenario: Scenario, stage: int) -> list[StageMemory]:
     layer's recomputation during a backward (where the chunk holds the head, after the head's
     backward has freed its logits: Activations.peak_bytes' order) and, on the stage of the
     head, the loss's transients; the point-to-point buffers of its transfers; FSDP2's kept units
-    and layer gradients at stage 2."""
+    and its unsharded gradients at stage 2 (Framework.pipeline_unsharded_gradients)."""
     m, t = rank_model(scenario), scenario.training
     mesh, layout = mesh_of(scenario, stage), layout_of(scenario)
     units, acts = gather_units(m), activations(m, t)
     held_per_unit = unit_activation_bytes(m, t)
-    fw, bp, bg = framework_of(t), BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
+    fw, bp = framework_of(t), BYTES_PER_ELEMENT[t.precision]
     p2p = p2p_bytes(scenario)
     rows = []
     for i, order in enumerate(stage_orders(layout)):
@@ -234,8 +234,8 @@ def pipeline_memory(scenario: Scenario, stage: int) -> list[StageMemory]:
                                               for c in chunks])
         head = len(units) - 1 in mine
         kept = bp * psi if fw.keeps_gathered_parameters(t, stage) else 0
-        window = max((units[u] for u in mine), default=0) * STAGE3_LIVE_LAYER_GRADS
-        buffers = kept + (bg * window if kept else 0)
+        # FSDP2 beside a pipeline: every unit's gradient, unsharded, until the reduction
+        buffers = kept + (bp * psi if fw.pipeline_unsharded_gradients(t, stage) else 0)
         persistent = fw.persistent_buffer_bytes(t, stage, psi)
         directions = (i > 0 or layout.virtual > 1) + (i < layout.stages - 1 or layout.virtual > 1)
         buffers += persistent + 2 * directions * p2p + (fw.loss_transient_bytes(m, t) if head

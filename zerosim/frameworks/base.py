@@ -32,6 +32,10 @@ class Framework:
     pipeline_refusal: str = ("Megatron-LM shards at most the optimizer states beside a pipeline "
                              "(its distributed optimizer)")
     """Why a stage outside pipeline_stages is refused, in one clause."""
+    pipeline_schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved_1f1b")
+    """The pipeline schedules it runs (Megatron-LM's schedules.py: forward_backward_no_
+    pipelining aside, 1F1B with and without interleaving; GPipe's order is its 1F1B with every
+    forward as warmup, as torch.distributed.pipelining's ScheduleGPipe runs it)."""
     step_transient_whole: str | None = None
     """The memory category of the optimizer step's transient when it is one buffer (DeepSpeed's
     fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""
@@ -62,6 +66,12 @@ class Framework:
         collective starts when its last gradient is made, and only in the last micro-batch,
         under no_sync for the others), training.overlap_comm here."""
         return t.overlap_comm
+
+    def pipeline_unsharded_gradients(self, t, stage: int) -> bool:
+        """Whether a stage's whole gradient is held unsharded beside a pipeline, beyond its
+        model states (FSDP2's accumulation without sync); stages 0-1 keep a full gradient
+        buffer anyway (the ZeRO paper's Table 1)."""
+        return False
 
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
         """Buffers alive all step beyond the model states (none but DDP's)."""

@@ -13,6 +13,8 @@ class DeepSpeed(Framework):
     name = "deepspeed"
     step_transient_whole = "grads"  # one fp32 buffer per partition
     pipeline_stages = (0, 1)
+    pipeline_schedules = ("1f1b",)  # PipelineEngine.train_batch always builds TrainSchedule
+    # (deepspeed/runtime/pipe/engine.py, schedule.py): 1F1B, one chunk per stage
     pipeline_refusal = ("DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible "
                         "with pipeline parallelism' (deepspeed/runtime/pipe/engine.py)")
 

@@ -19,11 +19,21 @@ class FSDP2(Framework):
                         "each all-gather again (torchtitan's apply_fsdp); resharding after every "
                         "micro-batch's forward beside a pipeline is not modelled")
 
+    pipeline_schedules = ("gpipe", "1f1b", "interleaved_1f1b")  # ScheduleGPipe, Schedule1F1B,
+    # ScheduleInterleaved1F1B of torch.distributed.pipelining (schedules.py), torchtitan's choices
+
     def pipeline_overlaps_reduction(self, t) -> bool:
-        """Yes: each unit's reduce-scatter starts as its backward ends, in the last micro-batch
-        only (torch.distributed.pipelining's stage sets requires_gradient_sync for the last
-        backward alone: torch/distributed/pipelining/stage.py, backward_maybe_with_nosync)."""
-        return True
+        """No: beside torch.distributed.pipelining every micro-batch's backward runs without
+        gradient sync, each unit's unsharded gradient accumulating, and the reduce-scatters run
+        once the schedule is done (torch/distributed/pipelining/stage.py, perform_reduce_grad:
+        "REDUCE_GRAD action is scheduled after all microbatches W, B actions", calling FSDP's
+        post-backward by hand)."""
+        return False
+
+    def pipeline_unsharded_gradients(self, t, stage: int) -> bool:
+        """Yes at stage 2: that accumulation holds the stage's whole gradient unsharded, in the
+        parameters' 16-bit dtype, from the first backward to the reduction (module above)."""
+        return stage == 2
 
     def foreach_adam(self, t) -> bool:
         return t.optimizer in ("adam", "adamw")

@@ -103,6 +103,10 @@ def _check_pipeline(scenario) -> None:
                          f"multiple of {pp}")
     _check_layer_split(m.n_layers, pp, v, p.pipeline_layers)
     fw = framework_of(t)
+    if p.pipeline_schedule not in fw.pipeline_schedules:
+        raise InputError(f"parallelism.pipeline_schedule = {p.pipeline_schedule!r} with "
+                         f"training.framework = {fw.name!r}, which runs "
+                         f"{' or '.join(map(repr, fw.pipeline_schedules))} only")
     if t.zero_stage not in fw.pipeline_stages:
         allowed = " or ".join(map(str, fw.pipeline_stages))
         raise InputError(f"{key} with training.framework = {fw.name!r} runs zero_stage {allowed}, "

@@ -285,6 +285,8 @@ def _cut_backward(env: simpy.Environment, sp: StagePlan, c: int, micro: int, sta
         # The last piece ends where the whole backward does (no drift from summed fractions).
         end = start + backward_s if index == len(pieces) - 1 else start + backward_s * done
         yield env.timeout(_until(env, end))
+        if not comm_s:  # nothing to reduce after this piece (another chunk's reduces it)
+            continue
         comm_start = end if end > comm_free else comm_free
         comm_free = comm_start + comm_s
         run.comm_s += comm_s

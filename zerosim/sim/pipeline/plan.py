@@ -11,10 +11,10 @@ the chunks each stage holds (parallel/pipeline.py):
 - the data-parallel collectives of a stage (its d ranks, t apart: groups.world_group), each at
   its closed form among them: stage 0's all-reduce and ZeRO-1's reduce-scatter of the stage's
   gradients in buckets (training.reduce_bucket_MiB), during the last micro-batch's backward where
-  the framework overlaps them (Framework.pipeline_overlaps_reduction) or after it; ZeRO-1's
-  parameter all-gather after the optimizer step; FSDP2's all-gather of each unit before the
-  chunk's first forward and its reduce-scatter as the unit's last backward ends (torchtitan's
-  FSDP2 beside a pipeline: reshard_after_forward=False);
+  the framework overlaps them (Framework.pipeline_overlaps_reduction) or after the stage's last
+  backward; ZeRO-1's parameter all-gather after the optimizer step; FSDP2's all-gather of each
+  unit before the chunk's first forward and its reduce-scatters after the schedule (torchtitan's
+  FSDP2 beside a pipeline: reshard_after_forward=False, torch's REDUCE_GRAD);
 - a point-to-point transfer between neighbouring stages: latency + bytes over the link the two
   ranks share (the NVLink of a node, or each GPU's share of its node's NICs), as nccl-tests'
   sendrecv reports it (busbw = algbw: the bytes cross one link once).
@@ -35,7 +35,7 @@ from zerosim.analytic.memory import p2p_bytes, pipeline_memory, shard_elements
 from zerosim.analytic.model import gather_units, unit_activation_bytes
 from zerosim.contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from zerosim.frameworks import framework_of
-from zerosim.parallel.pipeline import PipelineLayout, layout_of
+from zerosim.parallel.pipeline import PipelineLayout, layout_of, stage_orders
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.collectives import Collectives
 from zerosim.sim.collectives.nccl_tables import (BASE_LATENCY_US, HW_LATENCY_US, NET, NVLINK,
@@ -162,26 +162,33 @@ def _buckets(total: int, bucket: int) -> list[int]:
 
 
 def _reduce_pieces(scenario, shape: StepShape, pricer: Pricer, stage: int, units: list[int],
-                   backward: list[float], elements: list[int]) -> tuple[tuple[float, float], ...]:
-    """The last backward of a chunk cut where its gradients' collectives start, with their
-    seconds: per unit under FSDP2 (a reduce-scatter as each unit's backward ends); per bucket
-    for stages 0-1 (gradients made evenly through the backward), during it where the framework
-    overlaps the reduction, else all after it."""
+                   backward: list[float], elements: list[int]) -> list[tuple[float, float]]:
+    """A chunk's gradient collectives, each with the fraction of the chunk's last backward
+    after which it starts where the framework overlaps them (Framework.
+    pipeline_overlaps_reduction: per bucket, gradients made evenly through the backward):
+    FSDP2's reduce-scatter per unit, stages 0-1's all-reduce or reduce-scatter per bucket."""
     t = scenario.training
-    total_s = sum(backward[u] for u in units)
-    if framework_of(t).keeps_gathered_parameters(t, shape.stage):
-        return tuple((backward[u] / total_s if total_s else 1 / len(units), pricer.count(
+    if framework_of(t).keeps_gathered_parameters(t, shape.stage):  # FSDP2: unit by unit
+        total_s = sum(backward[u] for u in units)
+        return [(backward[u] / total_s if total_s else 1 / len(units), pricer.count(
             stage, REDUCE_SCATTER, shape.grad_bytes_per_element * elements[u]))
-            for u in reversed(units))
+            for u in reversed(units)]
     op = ALL_REDUCE if shape.stage == 0 else shape.gradient_reduction
     grad = shape.grad_bytes_per_element * sum(elements[u] for u in units)
     sizes = _buckets(grad, shape.bucket_bytes)
-    comm = [pricer.count(stage, op, size) for size in sizes]
-    if not comm:
-        return ((1.0, 0.0),)
-    if not framework_of(t).pipeline_overlaps_reduction(t):
-        return ((1.0, sum(comm)),)
-    return tuple((size / grad, seconds) for size, seconds in zip(sizes, comm))
+    return [(size / grad, pricer.count(stage, op, size)) for size in sizes]
+
+
+def _reductions(scenario, pieces: list[list[tuple[float, float]]],
+                last_chunk: int) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """StagePlan.reduce: each chunk's pieces during its last backward where the framework
+    overlaps the reduction; else every chunk's after the stage's last backward (the chunk
+    `last_chunk` runs it: Megatron's finish_grad_sync after forward_backward_func returns,
+    DeepSpeed's ReduceGrads, torch's REDUCE_GRAD after every micro-batch)."""
+    if framework_of(scenario.training).pipeline_overlaps_reduction(scenario.training):
+        return tuple(tuple(p) if p else ((1.0, 0.0),) for p in pieces)
+    after = sum(seconds for chunk in pieces for _, seconds in chunk)
+    return tuple(((1.0, after if c == last_chunk else 0.0),) for c in range(len(pieces)))
 
 
 def _count_tensor(shape: StepShape, pricer: Pricer, stage: int, units: list[int],
@@ -217,8 +224,9 @@ def pipeline_plan(scenario, stage: int) -> tuple[PipelinePlan, Pricer]:
         optimizer = shape.optimizer.seconds(psi if stage == 0 else
                                             shard_elements(psi, shape.mesh.dp_shard))
         optimizer += sum(pricer.count(i, c.op, c.size_bytes, TP) for c in shape.tensor.step)
-        reduce = tuple(_reduce_pieces(scenario, shape, pricer, i, c, backward, elements)
-                       for c in chunks)
+        reduce = _reductions(scenario, [_reduce_pieces(scenario, shape, pricer, i, c, backward,
+                                                       elements) for c in chunks],
+                             stage_orders(layout)[i][-1].chunk)
         gathered = bp * psi if stage == 1 else 0  # ZeRO-1: every rank's updated shard
         after = tuple(pricer.count(i, ALL_GATHER, size)
                       for size in _buckets(gathered, shape.allgather_bucket_bytes))

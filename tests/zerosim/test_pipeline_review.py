@@ -1,0 +1,131 @@
+"""Review of issue 30's pipeline (sim/pipeline/, analytic/memory.py's pipeline_memory): when a
+pipeline stage's data-parallel gradient reduction may start, and what FSDP2 beside a pipeline
+holds, against the frameworks' source.
+
+- Megatron-LM without --overlap-grad-reduce reduces every model chunk's gradients after the
+  whole schedule: megatron/core/distributed/finalize_model_grads.py, finalize_model_grads calls
+  each chunk's finish_grad_sync once forward_backward_func has returned, and
+  megatron/core/distributed/distributed_data_parallel.py, finish_grad_sync, starts the
+  reduction there when overlap_grad_reduce is False. So with training.overlap_comm = false no
+  chunk's reduction may start before the stage's last forward or backward has ended, however
+  many chunks the interleaved schedule gives a stage.
+- torch.distributed.pipelining runs every backward of an FSDP2 stage with gradient sync off
+  (torch/distributed/pipelining/stage.py, backward_maybe_with_nosync:
+  set_requires_gradient_sync(False) on every micro-batch, the last included) and reduces in
+  _PipelineStageBase.perform_reduce_grad, "scheduled after all microbatches W, B actions"
+  (PyTorch 2.5's backward_maybe_with_nosync ran the same post_backward after the last backward's
+  autograd call returned). So (a) no reduce-scatter starts before the stage's last backward has
+  ended, and (b) between micro-batches FSDP2 accumulates each parameter's *unsharded* gradient
+  (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: without
+  reduce_grads it keeps the unsharded gradient and returns): from the first backward on, a rank
+  holds its stage's whole gradient, at least 2 bytes an element in bf16, beside its kept bf16
+  parameters (reshard_after_forward=False: 2 bytes an element).
+"""
+
+from zerosim.analytic.memory import pipeline_memory
+from zerosim.scenario.load import load_scenario
+from zerosim.sim.pipeline.step import simulate_pipeline
+
+# 8 layers, h = 1024, V = 16384, s = 2048 learned positions; 16 GPUs, p = 2 (d = 8 at t = 1).
+BASE = """
+[model]
+layers = 8
+hidden = 1024
+heads = 16
+vocab = 16384
+max_seq_len = 2048
+[cluster]
+nodes = 2
+gpus_per_node = 8
+gpu = "A100-80GB"
+peak_tflops = 312
+compute_efficiency = 0.5
+hbm_bandwidth_GBps = 2000
+intra_node_bandwidth_GBps = 100
+intra_node_latency_us = 5
+inter_node_bandwidth_GBps = 25
+inter_node_latency_us = 10
+[training]
+zero_stage = 1
+precision = "bf16"
+micro_batch = 1
+seq_len = 2048
+gradient_accumulation = 4
+flash_attention = false
+[parallelism]
+pipeline_parallel = 2
+pipeline_schedule = "1f1b"
+"""
+
+H, V, S = 1024, 16384, 2048
+LAYER = 12 * H * H + 13 * H  # QKV, projection, two MLP matrices, their biases, two layer norms
+EMBEDDING = V * H + S * H  # word + learned positions
+PSI_STAGE0 = EMBEDDING + 4 * LAYER  # the embedding and layers 1-4
+assert PSI_STAGE0 == 69_259_264
+
+
+def scenario(write, *sets: str):
+    return load_scenario(write("pp.toml", BASE), list(sets))
+
+
+def reductions_and_last_op(run) -> tuple[list[float], float]:
+    """(start of each data-parallel gradient reduction, end of the stage's last forward or
+    backward) of one stage's simulated step."""
+    starts = [e[2] for e in run.events if e[0] == "comm" and e[1] == "reduce"]
+    last = max(e[3] for e in run.events if e[0] == "compute" and e[1] in ("forward", "backward"))
+    return starts, last
+
+
+def test_interleaved_chunks_reduce_after_the_schedule_without_overlap(write):
+    """p = 2, v = 2, m = 4, overlap_comm = false: Megatron's finalize_model_grads reduces every
+    chunk after the schedule, so each reduction starts at or after the stage's last op."""
+    sc = scenario(write, "training.overlap_comm=false",
+                  "parallelism.pipeline_schedule=interleaved_1f1b", "parallelism.virtual_stages=2")
+    result = simulate_pipeline(sc, 1)
+    for stage, run in enumerate(result.pipeline_runs):
+        starts, last = reductions_and_last_op(run)
+        assert starts, f"stage {stage} reduces nothing"
+        early = [s for s in starts if s < last - 1e-12]
+        assert not early, (f"stage {stage}: reductions start at {early}, before its last op "
+                           f"ends at {last}")
+
+
+def test_fsdp2_reduce_scatters_after_the_last_backward(write):
+    """FSDP2 (zero_stage 2, reshard_after_forward=False) beside a 1F1B pipeline:
+    torch.distributed.pipelining's perform_reduce_grad runs after every backward, so no
+    reduce-scatter starts before the stage's last backward has ended."""
+    sc = scenario(write, "training.framework=fsdp2", "training.zero_stage=2")
+    result = simulate_pipeline(sc, 2)
+    for stage, run in enumerate(result.pipeline_runs):
+        starts, last = reductions_and_last_op(run)
+        assert starts, f"stage {stage} reduces nothing"
+        early = [s for s in starts if s < last - 1e-12]
+        assert not early, (f"stage {stage}: reduce-scatters start at {early}, before its last "
+                           f"backward ends at {last}")
+
+
+def test_fsdp2_beside_a_pipeline_holds_the_stage_s_unsharded_gradients(write):
+    """Stage 0 of p = 2 (Ψ_0 = 69,259,264, d = 8), 1F1B, m = 4: its order F0 F1 B0 F2 B1 F3 B2
+    B3 holds two micro-batches' activations at B1's start, after B0 made every unsharded
+    gradient. What is held beside the activations then is at least the parameter and optimizer
+    shards, the kept bf16 parameters (2 Ψ_0) and the accumulated bf16 gradients (2 Ψ_0)."""
+    sc = scenario(write, "training.framework=fsdp2", "training.zero_stage=2")
+    row = pipeline_memory(sc, 2)[0]
+    beside_activations = row.peak_bytes - row.activations_bytes
+    least = row.params_bytes + row.optimizer_bytes + 2 * PSI_STAGE0 + 2 * PSI_STAGE0
+    assert beside_activations >= least, (beside_activations, least)
+
+
+def test_deepspeed_runs_only_its_1f1b_schedule_beside_a_pipeline(write):
+    """DeepSpeed's PipelineEngine.train_batch always runs schedule.TrainSchedule (deepspeed/
+    runtime/pipe/engine.py; deepspeed/runtime/pipe/schedule.py: TrainSchedule is its one
+    training schedule, 1F1B, with no model chunks): an interleaved schedule under
+    training.framework = "deepspeed" is a combination the framework cannot run, one line and
+    exit 2 (issue 30: "A combination a framework refuses ... is one line and exit 2")."""
+    from tests.conftest import run_zerosim
+    path = write("pp.toml", BASE)
+    result = run_zerosim("memory", str(path), "--set", "training.framework=deepspeed",
+                         "--set", "parallelism.pipeline_schedule=interleaved_1f1b",
+                         "--set", "parallelism.virtual_stages=2")
+    assert result.code == 2, result.stdout[:300]
+    assert len(result.stderr.strip().splitlines()) == 1
