@@ -38,6 +38,7 @@ def test_readme_has_its_samples():
         ("README.md", "simulate scenarios/zero_paper_7b5_64gpu.toml"),
         ("docs/collectives.md",
          "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4"),
+        ("docs/pipeline-parallel.md", "simulate scenarios/gpt3_175b_1024gpu_3d.toml --stage 1"),
         ("docs/scenarios.md", "memory scenarios/zero_paper_7b5_64gpu.toml"),
         ("docs/tensor-parallel.md",
          "simulate scenarios/gpt3_175b_1024gpu.toml --stage 3 --set "
@@ -67,8 +68,9 @@ def test_readme_has_its_excerpts():
 def test_readme_shows_the_figures():
     images = [(page, image) for page, markdown in PAGES.items()
               for image in re.findall(r"!\[[^\]]+\]\(([^)\s]+\.png)\)", markdown)]
-    assert images == [("docs/tradeoffs.md", f"figures/{kind}.png") for kind in
-                      ("memory", "tradeoff", "timeline", "calibration")]
+    assert images == [("docs/pipeline-parallel.md", "figures/pipeline.png")] + [
+        ("docs/tradeoffs.md", f"figures/{kind}.png") for kind in
+        ("memory", "tradeoff", "timeline", "calibration")]
     for page, image in images:
         assert ((ROOT / page).parent / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
