@@ -12,29 +12,10 @@ from tests.conftest import ZERO_PAPER, assert_one_line_error, run_zerosim
 from zerosim.parallel.mesh import mesh_of
 from zerosim.parallel.pipeline import layout_of
 from zerosim.scenario.load import load_scenario
+from tests.zerosim.pipeline_scenarios import GPT_8L
 
 # 2 nodes x 8 GPUs; a GPT of 8 layers (h 1024, 16 heads, tied head); 8 micro-batches, p = 4.
-BASE = """
-[model]
-layers = 8
-hidden = 1024
-heads = 16
-vocab = 32768
-max_seq_len = 2048
-[cluster]
-nodes = 2
-gpus_per_node = 8
-gpu = "A100-80GB"
-[training]
-zero_stage = 1
-precision = "bf16"
-micro_batch = 2
-seq_len = 2048
-gradient_accumulation = 8
-[parallelism]
-pipeline_parallel = 4
-pipeline_schedule = "1f1b"
-"""
+BASE = GPT_8L
 
 
 def command(write, name: str, *sets: str, extra: tuple[str, ...] = ()):

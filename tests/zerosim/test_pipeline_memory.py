@@ -17,31 +17,11 @@ import pytest
 from tests.conftest import run_zerosim
 from zerosim.analytic.memory import p2p_bytes, pipeline_memory, stage_memory
 from zerosim.scenario.load import load_scenario
+from tests.zerosim.pipeline_scenarios import GPT_8L
 
 # A GPT (learned positions, layer norms and biases, tied head) of 8 layers, h = 1024, a = 16,
 # v = 32768, positions 2048; 2 nodes x 8 GPUs; b = 2, s = 2048, bf16, Adam; m = 8, p = 4.
-BASE = """
-[model]
-layers = 8
-hidden = 1024
-heads = 16
-vocab = 32768
-max_seq_len = 2048
-[cluster]
-nodes = 2
-gpus_per_node = 8
-gpu = "A100-80GB"
-[training]
-zero_stage = 1
-precision = "bf16"
-micro_batch = 2
-seq_len = 2048
-gradient_accumulation = 8
-flash_attention = false
-[parallelism]
-pipeline_parallel = 4
-pipeline_schedule = "1f1b"
-"""
+BASE = GPT_8L
 
 H, V, S, B, A, L = 1024, 32768, 2048, 2, 16, 8
 LAYER = 12 * H * H + 13 * H  # QKV 3h^2 + 3h, proj h^2 + h, fc1 4h^2 + 4h, fc2 4h^2 + h, 2 LN 4h

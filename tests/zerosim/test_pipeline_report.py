@@ -14,31 +14,10 @@ from tests.conftest import run_zerosim
 from zerosim.analytic.memory import pipeline_memory
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import simulate
+from tests.zerosim.pipeline_scenarios import GPT_8L
 
 # 8 layers, h = 1024; 2 nodes x 8 A100s; m = 8 micro-batches over p = 4 stages (d = 4).
-BASE = """
-[model]
-name = "GPT 8L"
-layers = 8
-hidden = 1024
-heads = 16
-vocab = 32768
-max_seq_len = 2048
-[cluster]
-nodes = 2
-gpus_per_node = 8
-gpu = "A100-80GB"
-[training]
-zero_stage = 1
-precision = "bf16"
-micro_batch = 2
-seq_len = 2048
-gradient_accumulation = 8
-flash_attention = false
-[parallelism]
-pipeline_parallel = 4
-pipeline_schedule = "1f1b"
-"""
+BASE = GPT_8L
 INTERLEAVED = ("parallelism.pipeline_schedule=interleaved_1f1b", "parallelism.virtual_stages=2")
 HELD_1F1B = [4, 3, 2, 1]  # min(p - i, m), p = 4, m = 8
 HELD_INTERLEAVED = [11, 9, 7, 5]  # w + 1, w = 2(3 - i) + 4

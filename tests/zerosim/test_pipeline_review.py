@@ -25,37 +25,10 @@ holds, against the frameworks' source.
 from zerosim.analytic.memory import pipeline_memory
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.pipeline.step import simulate_pipeline
+from tests.zerosim.pipeline_scenarios import flat_gpt
 
 # 8 layers, h = 1024, V = 16384, s = 2048 learned positions; 16 GPUs, p = 2 (d = 8 at t = 1).
-BASE = """
-[model]
-layers = 8
-hidden = 1024
-heads = 16
-vocab = 16384
-max_seq_len = 2048
-[cluster]
-nodes = 2
-gpus_per_node = 8
-gpu = "A100-80GB"
-peak_tflops = 312
-compute_efficiency = 0.5
-hbm_bandwidth_GBps = 2000
-intra_node_bandwidth_GBps = 100
-intra_node_latency_us = 5
-inter_node_bandwidth_GBps = 25
-inter_node_latency_us = 10
-[training]
-zero_stage = 1
-precision = "bf16"
-micro_batch = 1
-seq_len = 2048
-gradient_accumulation = 4
-flash_attention = false
-[parallelism]
-pipeline_parallel = 2
-pipeline_schedule = "1f1b"
-"""
+BASE = flat_gpt(8, 4, 2)
 
 H, V, S = 1024, 16384, 2048
 LAYER = 12 * H * H + 13 * H  # QKV, projection, two MLP matrices, their biases, two layer norms
@@ -76,12 +49,8 @@ def reductions_and_last_op(run) -> tuple[list[float], float]:
     return starts, last
 
 
-def test_interleaved_chunks_reduce_after_the_schedule_without_overlap(write):
-    """p = 2, v = 2, m = 4, overlap_comm = false: Megatron's finalize_model_grads reduces every
-    chunk after the schedule, so each reduction starts at or after the stage's last op."""
-    sc = scenario(write, "training.overlap_comm=false",
-                  "parallelism.pipeline_schedule=interleaved_1f1b", "parallelism.virtual_stages=2")
-    result = simulate_pipeline(sc, 1)
+def assert_reduced_after_the_schedule(result) -> None:
+    """Every stage reduces something, and no reduction starts before its last op has ended."""
     for stage, run in enumerate(result.pipeline_runs):
         starts, last = reductions_and_last_op(run)
         assert starts, f"stage {stage} reduces nothing"
@@ -90,18 +59,20 @@ def test_interleaved_chunks_reduce_after_the_schedule_without_overlap(write):
                            f"ends at {last}")
 
 
+def test_interleaved_chunks_reduce_after_the_schedule_without_overlap(write):
+    """p = 2, v = 2, m = 4, overlap_comm = false: Megatron's finalize_model_grads reduces every
+    chunk after the schedule, so each reduction starts at or after the stage's last op."""
+    sc = scenario(write, "training.overlap_comm=false",
+                  "parallelism.pipeline_schedule=interleaved_1f1b", "parallelism.virtual_stages=2")
+    assert_reduced_after_the_schedule(simulate_pipeline(sc, 1))
+
+
 def test_fsdp2_reduce_scatters_after_the_last_backward(write):
     """FSDP2 (zero_stage 2, reshard_after_forward=False) beside a 1F1B pipeline:
     torch.distributed.pipelining's perform_reduce_grad runs after every backward, so no
     reduce-scatter starts before the stage's last backward has ended."""
     sc = scenario(write, "training.framework=fsdp2", "training.zero_stage=2")
-    result = simulate_pipeline(sc, 2)
-    for stage, run in enumerate(result.pipeline_runs):
-        starts, last = reductions_and_last_op(run)
-        assert starts, f"stage {stage} reduces nothing"
-        early = [s for s in starts if s < last - 1e-12]
-        assert not early, (f"stage {stage}: reduce-scatters start at {early}, before its last "
-                           f"backward ends at {last}")
+    assert_reduced_after_the_schedule(simulate_pipeline(sc, 2))
 
 
 def test_fsdp2_beside_a_pipeline_holds_the_stage_s_unsharded_gradients(write):

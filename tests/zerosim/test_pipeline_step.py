@@ -25,42 +25,14 @@ import pytest
 from tests.conftest import run_zerosim
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.pipeline.step import simulate_pipeline
+from tests.zerosim.pipeline_scenarios import flat_gpt
 
 # 7 layers, h = 1024, 16 heads, s = 2048, b = 1; V = 12h + 2s = 16384 makes the head's forward
 # (2 b s h V FLOPs) exactly one layer's (24 b s h^2 + 4 b s^2 h), so the split [2, 2, 2, 1]
 # gives 4 stages of two layers' compute each (the embedding's lookup is no FLOPs).
 # Links and rates typed in: NVLink 100 GB/s + 5 us, each GPU's share of the NICs 25 GB/s + 10
 # us, 312 TFLOP/s at 50%, HBM 2000 GB/s.
-BASE = """
-[model]
-layers = 7
-hidden = 1024
-heads = 16
-vocab = 16384
-max_seq_len = 2048
-[cluster]
-nodes = 2
-gpus_per_node = 8
-gpu = "A100-80GB"
-peak_tflops = 312
-compute_efficiency = 0.5
-hbm_bandwidth_GBps = 2000
-intra_node_bandwidth_GBps = 100
-intra_node_latency_us = 5
-inter_node_bandwidth_GBps = 25
-inter_node_latency_us = 10
-[training]
-zero_stage = 1
-precision = "bf16"
-micro_batch = 1
-seq_len = 2048
-gradient_accumulation = 8
-flash_attention = false
-[parallelism]
-pipeline_parallel = 4
-pipeline_schedule = "1f1b"
-pipeline_layers = [2, 2, 2, 1]
-"""
+BASE = flat_gpt(7, 8, 4, "pipeline_layers = [2, 2, 2, 1]\n")
 
 H, V, S, B, L, M, P = 1024, 16384, 2048, 1, 7, 8, 4
 RATE = 312e12 * 0.5
