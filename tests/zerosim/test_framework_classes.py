@@ -84,3 +84,17 @@ def test_framework_of_reads_the_training_table():
 def test_an_unknown_framework_is_one_line_before_any_class_is_asked(sets):
     out = run_zerosim("memory", str(ZERO_PAPER), *[a for s in sets for a in ("--set", s)])
     assert out.code == 2 and out.stderr.count("\n") == 1 and "training.framework" in out.stderr
+
+
+def test_which_frameworks_wait_for_their_pipeline_sends():
+    """Megatron-LM's non-interleaved schedules wait on their p2p requests (schedules.py refuses
+    overlap_p2p_comm there), its interleaved one overlaps them; DeepSpeed's PipelineEngine sends
+    with a blocking dist.send; torch.distributed.pipelining's isends are waited later."""
+    from zerosim.frameworks import REGISTRY
+
+    blocks = {name: tuple(fw.pipeline_sends_block(s) for s in ("gpipe", "1f1b",
+                                                                "interleaved_1f1b"))
+              for name, fw in REGISTRY.items()}
+    assert blocks == {"zero": (True, True, False), "deepspeed": (True, True, True),
+                      "fsdp2": (False, False, False), "ddp": (False, False, False)}
+

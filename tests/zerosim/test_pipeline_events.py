@@ -117,6 +117,22 @@ def test_1f1b_steady_state_puts_the_round_trip_on_the_path_by_hand():
     assert stage0.end_s == 17
 
 
+def test_a_blocking_send_holds_its_sender_until_it_arrives_by_hand():
+    """p = 2, m = 2, 1F1B, tf 1, tb 2, c 0.5, each sender waiting for its transfer (Megatron's
+    non-interleaved schedules, DeepSpeed): stage 0 F0 0-1 (sends until 1.5), F1 1.5-2.5 (3.0);
+    stage 1 F0 1.5-2.5, B0 2.5-4.5 (sends until 5.0), F1 5-6, B1 6-8 (8.5); stage 0 B0 5-7, B1
+    8.5-10.5. Asynchronous, the same plan takes 10: stage 1's F1 starts at 4.5, its B1 ends at
+    7.5 and stage 0's B1 ends at 10."""
+    blocking = uniform("1f1b", 2, 2, c=0.5)
+    stage0, stage1 = run_pipeline(PipelinePlan(**{**blocking.__dict__, "blocking_sends": True}))
+    assert compute(stage0) == [("F", 0, 0, 0, 1), ("F", 1, 0, 1.5, 2.5), ("B", 0, 0, 5, 7),
+                               ("B", 1, 0, 8.5, 10.5)]
+    assert compute(stage1) == [("F", 0, 0, 1.5, 2.5), ("B", 0, 0, 2.5, 4.5),
+                               ("F", 1, 0, 5, 6), ("B", 1, 0, 6, 8)]
+    assert (stage0.end_s, stage1.end_s) == (10.5, 8.5)
+    assert step_s(blocking) == 10
+
+
 def test_a_busy_link_delays_the_next_transfer():
     """GPipe p = 2, m = 4, c = 1.5 > tf = 1: stage 0's forwards end at 1, 2, 3, 4 but the link
     takes one at a time: transfers 1-2.5, 2.5-4, 4-5.5, 5.5-7, so stage 1's forwards run at

@@ -235,7 +235,9 @@ def pipeline_memory(scenario: Scenario, stage: int) -> list[StageMemory]:
         head = len(units) - 1 in mine
         kept = bp * psi if fw.keeps_gathered_parameters(t, stage) else 0
         # FSDP2 beside a pipeline: every unit's gradient, unsharded, until the reduction
-        buffers = kept + (bp * psi if fw.pipeline_unsharded_gradients(t, stage) else 0)
+        # (accumulated in reduce_dtype: torch's FSDPParam.to_accumulated_grad_if_needed)
+        unsharded = grad_bytes_per_element(t, stage) * psi
+        buffers = kept + (unsharded if fw.pipeline_unsharded_gradients(t, stage) else 0)
         persistent = fw.persistent_buffer_bytes(t, stage, psi)
         directions = (i > 0 or layout.virtual > 1) + (i < layout.stages - 1 or layout.virtual > 1)
         buffers += persistent + 2 * directions * p2p + (fw.loss_transient_bytes(m, t) if head

@@ -67,6 +67,14 @@ class Framework:
         under no_sync for the others), training.overlap_comm here."""
         return t.overlap_comm
 
+    def pipeline_sends_block(self, schedule: str) -> bool:
+        """Whether a pipeline stage waits for its activation or gradient to arrive before its
+        next op: Megatron-LM's non-interleaved schedules do ("Non-interleaved pipeline
+        parallelism does not support overlapping p2p communication", megatron/core/
+        pipeline_parallel/schedules.py; p2p_communication.py waits on its requests), its
+        interleaved one overlaps them (overlap_p2p_comm)."""
+        return schedule != "interleaved_1f1b"
+
     def pipeline_unsharded_gradients(self, t, stage: int) -> bool:
         """Whether a stage's whole gradient is held unsharded beside a pipeline, beyond its
         model states (FSDP2's accumulation without sync); stages 0-1 keep a full gradient

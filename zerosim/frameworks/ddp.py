@@ -17,6 +17,10 @@ class DDP(Framework):
     pipeline_stages = (0,)
     pipeline_refusal = "torch's DistributedDataParallel replicates every state"
 
+    def pipeline_sends_block(self, schedule: str) -> bool:
+        """No: beside torch.distributed.pipelining, whose sends are isends waited later."""
+        return False
+
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
         """DDP's gradient buckets: a second copy of every gradient unless
         gradient_as_bucket_view (torch.nn.parallel.DistributedDataParallel)."""

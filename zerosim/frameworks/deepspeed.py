@@ -18,6 +18,11 @@ class DeepSpeed(Framework):
     pipeline_refusal = ("DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible "
                         "with pipeline parallelism' (deepspeed/runtime/pipe/engine.py)")
 
+    def pipeline_sends_block(self, schedule: str) -> bool:
+        """Yes: the PipelineEngine's SendActivation and SendGrad call p2p.send, a blocking
+        dist.send (deepspeed/runtime/pipe/p2p.py, engine.py _exec_send_activations)."""
+        return True
+
     def pipeline_overlaps_reduction(self, t) -> bool:
         """No: the PipelineEngine reduces gradients once the schedule's last backward is done
         (deepspeed/runtime/pipe/schedule.py, TrainSchedule.steps: ReduceTiedGrads and

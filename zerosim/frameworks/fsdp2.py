@@ -22,6 +22,11 @@ class FSDP2(Framework):
     pipeline_schedules = ("gpipe", "1f1b", "interleaved_1f1b")  # ScheduleGPipe, Schedule1F1B,
     # ScheduleInterleaved1F1B of torch.distributed.pipelining (schedules.py), torchtitan's choices
 
+    def pipeline_sends_block(self, schedule: str) -> bool:
+        """No: torch.distributed.pipelining posts its sends with isend and waits for them later
+        (schedules.py: ScheduleGPipe's fwd_sends_to_wait, _PipelineScheduleRuntime)."""
+        return False
+
     def pipeline_overlaps_reduction(self, t) -> bool:
         """No: beside torch.distributed.pipelining every micro-batch's backward runs without
         gradient sync, each unit's unsharded gradient accumulating, and the reduce-scatters run
@@ -31,8 +36,9 @@ class FSDP2(Framework):
         return False
 
     def pipeline_unsharded_gradients(self, t, stage: int) -> bool:
-        """Yes at stage 2: that accumulation holds the stage's whole gradient unsharded, in the
-        parameters' 16-bit dtype, from the first backward to the reduction (module above)."""
+        """Yes at stage 2: that accumulation holds the stage's whole gradient unsharded, in
+        reduce_dtype (FSDPParam.to_accumulated_grad_if_needed casts it there), from the first
+        backward to the reduction (pipeline_overlaps_reduction)."""
         return stage == 2
 
     def foreach_adam(self, t) -> bool:

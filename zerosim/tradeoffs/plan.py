@@ -29,7 +29,8 @@ from zerosim.parallel.mesh import mesh_of
 from zerosim.sim.device import overhead_bytes
 from zerosim.scenario.config import SHAPE_KEYS, Scenario
 from zerosim.tradeoffs import plan_family, plan_space
-from zerosim.tradeoffs.plan_axes import largest, model_ways, plan_stages, with_world, without_pipeline
+from zerosim.tradeoffs.plan_axes import (largest, model_ways, most, plan_stages, with_world,
+                                         without_pipeline)
 from zerosim.tradeoffs.plan_family import gib, gpus_text, over_text, overflow
 from zerosim.tradeoffs.sweep import rows_of
 
@@ -94,12 +95,14 @@ def _largest_layers(scenario: Scenario, stage: int, budget_bytes: int) -> dict[s
         return replace(scenario, model=replace(m, layers=n * chunks), parallelism=even)
 
     top = max(1, (MAX_VALUE - counts.total) // (counts.per_layer * chunks))
-    states, layers = (largest(lambda n: getattr(stage_memory(deep(n), stage), term)
-                              <= budget_bytes, top)
+    # Beside a pipeline the memory model walks each stage's layers: search up from 1 (most)
+    search = most if chunks > 1 else largest
+    states, layers = (search(lambda n: getattr(stage_memory(deep(n), stage), term)
+                             <= budget_bytes, top)
                       for term in ("model_states_bytes", "peak_bytes"))
     return {"max_params_model_states": total_params(deep(states).model) if states else 0,
             "max_params_whole": total_params(deep(layers).model) if layers else 0,
-            "max_layers": layers}
+            "max_layers": layers * chunks}
 
 
 def valid_world(scenario: Scenario, index: int) -> tuple[int, Scenario]:

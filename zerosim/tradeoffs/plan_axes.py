@@ -226,3 +226,24 @@ def plan_stages(scenario: Scenario) -> tuple[int, ...]:
     """The stages planned: the framework's, beside a pipeline those it runs there."""
     return tuple(s for s in framework_of(scenario.training).stages
                  if s in table_stages(scenario))
+
+
+def most(fits: Callable[[int], bool], hi: int) -> int:
+    """largest, doubling from 1 first: the memory model walks every layer of a stage,
+    so a bisection from 2**53 / (a layer's parameters) would price models of millions of
+    layers before it narrows."""
+    if not fits(1):
+        return 0
+    low = 1
+    while low * 2 <= hi and fits(low * 2):
+        low *= 2
+    return low - 1 + largest(lambda k: fits(low - 1 + k), min(low, hi - low + 1))
+
+
+def without_axes(scenario: Scenario) -> Scenario:
+    """The scenario without its own tensor and pipeline parallelism: what a search over other
+    t, p and world sizes builds its versions from (its own t p need not divide them)."""
+    return replace(scenario, parallelism=replace(
+        scenario.parallelism, tensor_parallel=1, pipeline_parallel=1, virtual_stages=1,
+        pipeline_layers=()))
+

@@ -47,8 +47,9 @@ from zerosim.scenario.checks import MAX_VALUE
 from zerosim.scenario.config import Scenario
 from zerosim.sim.device import overhead_bytes
 from zerosim.tradeoffs.plan_axes import (ONE_F_ONE_B, Candidate, batch_splits, largest,
-                                         layout_label, layout_settings, pipeline_degrees,
-                                         schedules, sequences_per_rank, space_degrees, with_world)
+                                         layout_label, layout_settings, most, pipeline_degrees,
+                                         schedules, sequences_per_rank, space_degrees, with_world,
+                                         without_axes)
 from zerosim.tradeoffs.plan_family import RANKED, build, gib, gpus_text, over_text, overflow
 from zerosim.tradeoffs.sweep import rows_of
 from zerosim.units import BYTES_PER_ELEMENT
@@ -233,31 +234,16 @@ def _layers_that_fit(scenario: Scenario, t: int, p: int, stage: int, gpu_bytes: 
     counts = param_counts(scenario.model)
     top = max(1, (MAX_VALUE - counts.total) // counts.per_layer // p)
 
-    # The scenario's own pipeline, whose split the deeper model may not fit, goes: _version
-    # sets the layout's own keys.
-    flat = replace(scenario.parallelism, pipeline_parallel=1, virtual_stages=1,
-                   pipeline_layers=())
+    flat = without_axes(scenario)
 
     def fits(k: int) -> bool:
-        deep = replace(scenario, model=replace(scenario.model, layers=k * p), parallelism=flat)
+        deep = replace(flat, model=replace(scenario.model, layers=k * p))
         try:
             version = _version(deep, t, p, stage, ONE_F_ONE_B, 1, micro_batch, min(m, p))
         except InputError:
             return False
         return _judged(version, gpu_bytes)["fits"]
-    return _most(fits, top) * p
-
-
-def _most(fits: Callable[[int], bool], hi: int) -> int:
-    """plan_axes.largest, doubling from 1 first: the memory model walks every layer of a stage,
-    so a bisection from 2**53 / (a layer's parameters) would price models of millions of
-    layers before it narrows."""
-    if not fits(1):
-        return 0
-    low = 1
-    while low * 2 <= hi and fits(low * 2):
-        low *= 2
-    return low - 1 + largest(lambda k: fits(low - 1 + k), min(low, hi - low + 1))
+    return most(fits, top) * p
 
 
 def largest_model(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
@@ -284,7 +270,7 @@ def fewest_gpus(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
     never grows with d: a bisection over the d that make a valid world, _valid_d); the fewest
     GPUs of them, the smaller bound on a tie."""
     stage, found = max(framework_of(scenario.training).pipeline_stages), None
-    layers = scenario.model.n_layers
+    layers, flat = scenario.model.n_layers, without_axes(scenario)  # its own t p need not divide
     for t in space_degrees(scenario, allow):
         for p in pipeline_degrees(layers, layers):
             seqs = sequences_per_rank(scenario, t, p)
@@ -296,7 +282,7 @@ def fewest_gpus(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
             def at(j: int, m: int = m, t: int = t, p: int = p) -> dict | None:
                 d = _valid_d(t * p, scenario.cluster.gpus_per_node, j)
                 try:  # the memory model holds min(p - i, m) under 1F1B: m = p reads the same
-                    return _judged(_version(with_world(scenario, t * p * d), t, p, stage,
+                    return _judged(_version(with_world(flat, t * p * d), t, p, stage,
                                             ONE_F_ONE_B, 1, micro_batch, min(m, p)), gpu_bytes)
                 except InputError:
                     return None
@@ -305,7 +291,7 @@ def fewest_gpus(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
             if j is None:
                 continue
             gpus = t * p * _valid_d(t * p, scenario.cluster.gpus_per_node, j)
-            row = _judged(_version(with_world(scenario, gpus), t, p, stage, ONE_F_ONE_B, 1,
+            row = _judged(_version(with_world(flat, gpus), t, p, stage, ONE_F_ONE_B, 1,
                                    micro_batch, m), gpu_bytes)
             if found is None or (gpus, _bound_s(row)) < (found["world_size"], _bound_s(found)):
                 found = row

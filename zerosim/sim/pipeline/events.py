@@ -8,9 +8,11 @@ back between neighbouring stages. Bubbles emerge from the waits; no bubble formu
       (unless g = p v - 1, which follows its own forward of j: the schedule's order keeps that)
     a finished op sends asynchronously (the sender goes on: torch.distributed.isend, as Megatron's
       P2PCommunicator._communicate issues it, waited only later with overlap_p2p_comm, and as
-      ScheduleGPipe defers its fwd_sends_to_wait), over link i forward or link (i - 1) mod p
-      backward; each direction of a link is a FIFO: start = max(sent, link free), end = start +
-      that link's seconds, and the receiving op cannot start before the end
+      ScheduleGPipe defers its fwd_sends_to_wait), or with blocking_sends waits for the transfer
+      to arrive before its next op (Megatron's non-interleaved schedules, DeepSpeed's dist.send),
+      over link i forward or link (i - 1) mod p backward; each direction of a link is a FIFO:
+      start = max(sent, link free), end = start + that link's seconds, and the receiving op
+      cannot start before the end
     a chunk's first forward waits for its own parameter gathers (launched at step start, chunk
       by chunk, on the comm stream); the chunk's last backward is cut into pieces, each piece's
       gradient reduction launched on the comm stream (FIFO) as the piece ends, hidden behind the
@@ -85,6 +87,9 @@ class PipelinePlan:
     uses): seconds of one transfer, the same in each direction."""
     p2p_bytes: int
     """Bytes of one transfer (s b h x bytes per element / sequence shards)."""
+    blocking_sends: bool = False
+    """Whether a stage waits for each of its sends to arrive before its next op (Megatron's
+    non-interleaved schedules, DeepSpeed's PipelineEngine: Framework.pipeline_sends_block)."""
 
 
 @dataclass
@@ -266,6 +271,8 @@ def _stage(env: simpy.Environment, plan: PipelinePlan, stage: int, order: list, 
             start = links.send(link, backward, clock, target, (micro * v + target_chunk) * 2
                                + backward)
             sent += 1
+            if plan.blocking_sends:  # the next op waits for the transfer to arrive
+                clock = start + plan.p2p_s[link]
             if keep:
                 events.append((SEND, P2P, start, start + plan.p2p_s[link], micro, c))
     run.compute_s, run.max_held, run.peak_bytes = compute_s, most, most_bytes + sp.static_bytes

@@ -17,7 +17,8 @@ the chunks each stage holds (parallel/pipeline.py):
   FSDP2 beside a pipeline: reshard_after_forward=False, torch's REDUCE_GRAD);
 - a point-to-point transfer between neighbouring stages: latency + bytes over the link the two
   ranks share (the NVLink of a node, or each GPU's share of its node's NICs), as nccl-tests'
-  sendrecv reports it (busbw = algbw: the bytes cross one link once).
+  sendrecv reports it (busbw = algbw: the bytes cross one link once); the sender waits for it
+  where its framework does (Framework.pipeline_sends_block).
 
 What is left out: the data-parallel collectives and the transfers are priced alone, never
 sharing a NIC with each other (the tail of 1F1B overlaps them on the first stages); Megatron's
@@ -241,5 +242,6 @@ def pipeline_plan(scenario, stage: int) -> tuple[PipelinePlan, Pricer]:
     return PipelinePlan(schedule=layout.schedule, stages=layout.stages,
                         micro_batches=layout.micro_batches, virtual=layout.virtual,
                         stage_plans=tuple(plans), p2p_s=p2p_seconds(scenario, layout, size),
-                        p2p_bytes=size), pricer
+                        p2p_bytes=size, blocking_sends=framework_of(t).pipeline_sends_block(
+                            layout.schedule)), pricer
 
