@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import assert_one_line_error, run_zerosim
 from tests.zerosim.pipeline_scenarios import GPT_8L, flat_gpt
 from tests.zerosim.test_plan_tp import GPT
-from zerosim.analytic.memory import peak_held, pipeline_memory
+from zerosim.analytic.memory import fits, peak_held, pipeline_memory
 from zerosim.analytic.model import model_flops_per_token
 from zerosim.errors import InputError
 from zerosim.parallel.schedule import Op
@@ -385,3 +385,20 @@ def test_overlapped_sequence_parallel_collectives_hide_behind_the_gemms(write):
     (f,), (b,) = forward, backward
     assert f == pytest.approx(2 * FLAT_LAYER_FORWARD, rel=1e-9)
     assert b == pytest.approx(2 * 2 * FLAT_LAYER_FORWARD, rel=1e-9)
+
+
+def test_a_stage_of_the_head_alone_recomputes_no_layer(write):
+    """pipeline_layers = [8, 0]: stage 1 holds the final norm, the head and the loss, no layer, so
+    under full recomputation it has nothing to recompute. It holds one micro-batch of the head's
+    activations (Korthikanti §4.3, w = 2, no dropout mask there): the final-norm and head inputs,
+    2 x 2sbh, and the fp32 logits, 4sbV = 8,388,608 + 8,388,608 + 536,870,912 = 553,648,128."""
+    s, b, h, v = 2048, 2, 1024, 32768
+    sc = gpt8(write, "parallelism.pipeline_parallel=2", "parallelism.pipeline_layers=[8, 0]",
+                  "training.activation_checkpointing=full")
+    assert pipeline_memory(sc, 1)[1].activations_bytes == 2 * 2 * s * b * h + 4 * s * b * v
+
+
+def test_a_peak_of_exactly_the_gpus_memory_fits(write):
+    """fits is peak <= the GPU's memory (80 GiB here): the boundary fits, a byte more does not."""
+    sc = gpt8(write)
+    assert fits(sc, 80 * 2**30) and not fits(sc, 80 * 2**30 + 1)
