@@ -24,7 +24,7 @@ from zerosim.sim.groups import world_group
 from zerosim.sim.pipeline.step import check_pipeline_step, simulate_pipeline
 from zerosim.tradeoffs.plan import plan
 from zerosim.tradeoffs.plan_axes import largest, without_pipeline
-from zerosim.tradeoffs.plan_space import _bound_s, _version
+from zerosim.tradeoffs.plan_limits import bound_s, layout_version
 
 # GPT_8L: 8 layers, h = 1024, a = 16, V = 32768, tied head; 2 nodes x 8 GPUs; b = 2, s = 2048,
 # bf16, Adam, ZeRO-1; m = 8, p = 4 (d = 4).
@@ -316,14 +316,14 @@ def test_the_bound_is_ideal_compute_times_the_bubble_plus_a_ring(write, t, p, no
     text = GPT.format(framework="zero", stage=1).replace("nodes = 1", f"nodes = {nodes}")
     scenario = load_scenario(write("gpt8.toml", text))
     m, d = t * p, 8 * nodes // (t * p)
-    version = _version(scenario, t, p, 1, "1f1b", 1, 1, m)
+    version = layout_version(scenario, t, p, 1, "1f1b", 1, 1, m)
     c = scenario.cluster
     psi = {1: 1_829_150_720, 2: 918_872_064, 4: 463_732_736}[t]
     ideal = model_flops_per_token(scenario.model, scenario.training) * m * 1024 / (t * p) / (
         c.peak_tflops * 1e12)
     link = c.intra_node_bandwidth_GBps if t * d <= 8 else c.inter_node_bandwidth_GBps
     ring = 2 * (d - 1) / d * 2 * psi / p / (link * 1e9)
-    assert _bound_s(version) == pytest.approx(ideal * (1 + (p - 1) / m) + ring, rel=1e-12)
+    assert bound_s(version) == pytest.approx(ideal * (1 + (p - 1) / m) + ring, rel=1e-12)
 
 
 def test_every_cell_is_a_stage_the_framework_runs_beside_a_pipeline(planned):

@@ -18,7 +18,7 @@ from zerosim.analytic.memory import pipeline_memory
 from zerosim.scenario.load import load_scenario
 from zerosim.tradeoffs import plan as plan_module
 from zerosim.tradeoffs.plan import largest_model
-from zerosim.tradeoffs.plan_space import fewest_gpus
+from zerosim.tradeoffs.plan_limits import fewest_gpus
 from tests.zerosim.pipeline_scenarios import GPT_8L, flat_gpt
 
 GiB = 2**30

@@ -22,7 +22,7 @@ import pytest
 from zerosim.scenario.load import load_scenario
 from zerosim.tradeoffs.plan import plan
 from zerosim.tradeoffs.plan_axes import pipeline_degrees, schedules
-from zerosim.tradeoffs.plan_space import _valid_d
+from zerosim.tradeoffs.plan_limits import _valid_d
 from zerosim.tradeoffs.sweep import rows_of
 
 from tests.conftest import assert_one_line_error, run_zerosim
