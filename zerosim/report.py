@@ -11,10 +11,11 @@ from zerosim.contract import COLLECTIVE_OPS, REDUCING_OPS, STAGE_NAMES
 from zerosim.sim.costs import op_model
 from zerosim.sim.device import overhead_bytes
 from zerosim.analytic.host_memory import estimator_lines
-from zerosim.analytic.memory import (StageMemory, fits, optimizer_bytes_per_param, peak_held,
+from zerosim.analytic.memory import (StageMemory, fits, optimizer_bytes_per_param,
                                      pipeline_memory)
 from zerosim.analytic.model import total_params
-from zerosim.parallel.pipeline import layout_of, stage_orders
+from zerosim.parallel.pipeline import layout_of
+from zerosim.parallel.schedule import in_flight
 from zerosim.parallel.tensor import rank_model
 from zerosim.scenario.config import Scenario
 from zerosim.units import FP32_BYTES, GB, KB, MB, US, GiB, KiB, MiB
@@ -319,10 +320,9 @@ _STAGE_MEMORY = (("params", "params_bytes"), ("grads", "grads_bytes"),
 
 
 def _stage_layers(scenario) -> list[int]:
-    """Layers of each pipeline stage, its chunks together (layout.layers is per virtual stage)."""
+    """Layers of each pipeline stage, its chunks together."""
     layout = layout_of(scenario)
-    return [sum(layout.layers[layout.virtual_stage(i, c)] for c in range(layout.virtual))
-            for i in range(layout.stages)]
+    return [layout.stage_layers(i) for i in range(layout.stages)]
 
 
 def _counts(values: list[int]) -> str:
@@ -344,10 +344,11 @@ def _pipeline(scenario) -> str:
 
 
 def _held_counts(scenario) -> list[int]:
-    """The most (micro-batch, chunk) activations each stage's order holds at once: the memory
-    model's walk (memory.peak_held) counting one per forward."""
+    """The most (micro-batch, chunk) activations each stage's schedule holds at once (the
+    closed form, schedule.in_flight, which the memory model's walk of each order equals)."""
     layout = layout_of(scenario)
-    return [peak_held(order, [1] * layout.virtual) for order in stage_orders(layout)]
+    return [in_flight(layout.schedule, layout.stages, layout.micro_batches, layout.virtual, i)
+            for i in range(layout.stages)]
 
 
 def _pipeline_steps(scenario, results, times: tuple[str, float],

@@ -54,6 +54,10 @@ class PipelineLayout:
         return ([0] if g == 0 else []) + units + ([total + 1] if g == self.virtual_stages - 1
                                                   else [])
 
+    def stage_layers(self, stage: int) -> int:
+        """Layers the stage holds, its chunks together (`layers` is per virtual stage)."""
+        return sum(self.layers[self.virtual_stage(stage, c)] for c in range(self.virtual))
+
     def stage_units(self, stage: int) -> list[int]:
         """Every unit the stage holds, chunk by chunk."""
         return [u for c in range(self.virtual) for u in self.chunk_units(stage, c)]

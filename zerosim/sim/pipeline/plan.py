@@ -32,7 +32,7 @@ import math
 
 import simpy
 
-from zerosim.analytic.memory import p2p_bytes, pipeline_memory, shard_elements
+from zerosim.analytic.memory import StageMemory, p2p_bytes, pipeline_memory, shard_elements
 from zerosim.analytic.model import gather_units, unit_activation_bytes
 from zerosim.contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from zerosim.frameworks import framework_of
@@ -200,10 +200,10 @@ def _count_tensor(shape: StepShape, pricer: Pricer, stage: int, units: list[int]
             pricer.count(stage, c.op, c.size_bytes, TP, calls=micro_batches)
 
 
-def pipeline_plan(scenario, stage: int) -> tuple[PipelinePlan, Pricer]:
-    """The plan of one step of `stage` under the scenario's pipeline, and the pricer that
-    priced its collectives (what ran them, the bytes each stage's ranks send, the
-    communicators a rank holds)."""
+def pipeline_plan(scenario, stage: int) -> tuple[PipelinePlan, Pricer, list[StageMemory]]:
+    """The plan of one step of `stage` under the scenario's pipeline, the pricer that priced
+    its collectives (what ran them, the bytes each stage's ranks send, the communicators a
+    rank holds), and each pipeline stage's memory (memory.pipeline_memory) it was built on."""
     layout = layout_of(scenario)
     shape = step_shape(scenario, stage)
     pricer = Pricer(scenario, stage)
@@ -243,5 +243,5 @@ def pipeline_plan(scenario, stage: int) -> tuple[PipelinePlan, Pricer]:
                         micro_batches=layout.micro_batches, virtual=layout.virtual,
                         stage_plans=tuple(plans), p2p_s=p2p_seconds(scenario, layout, size),
                         p2p_bytes=size, blocking_sends=framework_of(t).pipeline_sends_block(
-                            layout.schedule)), pricer
+                            layout.schedule)), pricer, rows
 

@@ -12,7 +12,6 @@ not modelled beside a pipeline.
 
 from __future__ import annotations
 
-from zerosim.analytic.memory import pipeline_memory
 from zerosim.analytic.model import model_flops_per_token
 from zerosim.contract import P2P, P2P_OPS
 from zerosim.errors import InputError
@@ -59,7 +58,7 @@ def simulate_pipeline(scenario, stage: int, mode: str = "auto",
                       keep_events: bool = True) -> StageResult:
     """One step of `stage` under the scenario's pipeline."""
     check_pipeline_step(scenario, stage, mode)
-    plan, pricer = pipeline_plan(scenario, stage)
+    plan, pricer, rows = pipeline_plan(scenario, stage)
     runs = run_pipeline(plan, keep_events=keep_events)
     last = max(range(plan.stages), key=lambda i: (runs[i].end_s, runs[i].compute_s, -i))
     critical = runs[last]
@@ -67,7 +66,6 @@ def simulate_pipeline(scenario, stage: int, mode: str = "auto",
     step_s = critical.end_s
     tokens_per_s = t.tokens_per_rank / (p.tensor_parallel * p.pipeline_parallel) / step_s
     # what the optimizer step holds, when more than the schedule's peak (memory's third term)
-    rows = pipeline_memory(scenario, stage)
     peaks = [max(run.peak_bytes, row.peak_bytes) for run, row in zip(runs, rows)]
     device = [peak + overhead(scenario.cluster, *pricer.libraries.values()) for peak in peaks]
     worst = max(range(plan.stages), key=lambda i: device[i])
@@ -100,17 +98,11 @@ _NOTE = ("pipeline: one representative rank per stage; its data-parallel collect
 
 def _stage_summary(scenario, i: int, run: StageRun, peak: int, device: int,
                    sent: dict[str, float]) -> dict:
-    layout_layers = _layers_of(scenario, i)
-    return {"pipeline_stage": i, "layers": layout_layers, "step_time_s": run.end_s,
-            "compute_s": run.compute_s, "idle_s": run.end_s - run.compute_s,
-            "comm_time_s": run.comm_s, "activations_held": run.max_held,
+    return {"pipeline_stage": i, "layers": layout_of(scenario).stage_layers(i),
+            "step_time_s": run.end_s, "compute_s": run.compute_s,
+            "idle_s": run.end_s - run.compute_s, "comm_time_s": run.comm_s, "activations_held": run.max_held,
             "peak_bytes": peak, "device_bytes": device,
             "comm_bytes_per_rank": _by_op(sent)}
-
-
-def _layers_of(scenario, i: int) -> int:
-    layout = layout_of(scenario)
-    return sum(layout.layers[layout.virtual_stage(i, c)] for c in range(layout.virtual))
 
 
 def _by_op(sent: dict[str, float]) -> dict[str, int]:
