@@ -100,3 +100,17 @@ def test_deepspeed_runs_only_its_1f1b_schedule_beside_a_pipeline(write):
                          "--set", "parallelism.virtual_stages=2")
     assert result.code == 2, result.stdout[:300]
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_hierarchical_collective_counts_both_tiers_bytes(write):
+    """4 nodes x 8 GPUs, p = 2: stage 0's d = 16 ranks span two nodes, and NCCL's hierarchical
+    algorithm moves a node's rings and the rings across nodes at once (collectives.Phase.
+    alongside). Each rank still sends the flat ring's (n - 1)/n of the buffer per walk
+    (hierarchical.py's closed form): ZeRO-1's reduce-scatter and all-gather of stage 0's bf16
+    gradients, 15/16 x 2 x 69,259,264 = 129,861,120 bytes each; counting the node's tier alone
+    (its 7/8 and the inter tier left out) said 121,203,712."""
+    sc = load_scenario(write("pp.toml", BASE.replace("nodes = 2", "nodes = 4")),
+                       ["cluster.collective_algorithm=hierarchical"])
+    sent = simulate_pipeline(sc, 1).pipeline[0]["comm_bytes_per_rank"]
+    expected = 15 * 2 * PSI_STAGE0 // 16
+    assert sent["reduce_scatter"] == sent["all_gather"] == expected

@@ -41,7 +41,8 @@ from zerosim.parallel.tensor import rank_model
 from zerosim.sim.collectives import Collectives
 from zerosim.sim.collectives.nccl_tables import (BASE_LATENCY_US, HW_LATENCY_US, NET, NVLINK,
                                                 PROTOCOL_ORDER, RING, SIMPLE)
-from zerosim.sim.collectives.ring import FLAT, idle_plan, plan_end_s, representatives, run_phases
+from zerosim.sim.collectives.ring import (FLAT, bytes_sent_per_rank, idle_plan, plan_end_s,
+                                          representatives, run_phases)
 from zerosim.sim.costs import price_phases
 from zerosim.sim.groups import TP, WORLD, all_ranks, node_gpus, subgroups, world_group
 from zerosim.sim.network import Cluster
@@ -100,7 +101,7 @@ class Pricer:
         ranks = self.groups[group]
         choice = self.libraries[group].choose(op, size_bytes)
         phases = price_phases(self.scenario, op, size_bytes, ranks, choice.phases, self.stage)
-        sent = sum(p.steps * p.chunk_bytes for p in phases)
+        sent = bytes_sent_per_rank(phases)
         plan = idle_plan(self.cluster, ranks, phases, self.links)
         if plan is not None:
             return plan_end_s(0.0, plan), choice.label, sent
