@@ -7,9 +7,9 @@
    when the profile exists, unless --recalibrate).
 2. Held-out runs: `zero-real run` of stages 0-3 at a micro-batch the fit did not see (3), on
    --nproc processes, memory measured in 2 profiled steps, times in --timed-steps more; each
-   stage --repeats times, interleaved, the median taken (one run on a 2-core box varies by
-   about 10%).
-3. `zerosim validate` of each run with the profile.
+   stage --repeats times, interleaved (one run on a 2-core box varies by about 10%).
+3. `zerosim validate` of each stage's runs together with the profile: the median of all their
+   timed steps.
 4. Held-out collectives: a fresh measurement of all_reduce, reduce_scatter and all_gather at sizes
    between the profile's powers of two (1.5 x 2^k), against the profile's prediction: the
    geometric mean of |predicted / measured - 1| (the issue's bar), the arithmetic mean, and
@@ -19,11 +19,15 @@ Prints per stage measured / simulated / error for step time, compute, communicat
 memory, then the figures the calibration issue sets bars on: peak memory error per stage, step
 time mean absolute error, collective time geomean error for sizes >= 64 KiB, and whether the
 simulator ranks the stages by memory and by step time as measured.
+
+The loop's pieces (calibrate, interleaved held-out runs, validating a configuration's runs
+together) are shared with bench/transfer.py, which runs them over other shapes.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -47,9 +51,74 @@ def sh(*argv, check: bool = True) -> subprocess.CompletedProcess:
                           cwd=ROOT)
     accepted = (0, 1) if argv[:2] == ("zerosim.cli", "validate") else (0,)
     if check and done.returncode not in accepted:
-        sys.exit(f"fidelity: {' '.join(map(str, argv))} failed ({done.returncode}):\n"
-                 f"{done.stderr.strip()}")
+        sys.exit(f"{Path(sys.argv[0]).stem}: {' '.join(map(str, argv))} failed "
+                 f"({done.returncode}):\n{done.stderr.strip()}")
     return done
+
+
+def calibrate(profile: Path, nproc: int, *flags) -> float:
+    """`zero-real calibrate` of the tiny scenario into `profile`; the seconds it took."""
+    start = time.perf_counter()
+    sh("zero_real.cli", "calibrate", SCENARIO, "--nproc", nproc, "--backend", "gloo", *flags,
+       "--out", profile)
+    return time.perf_counter() - start
+
+
+def fitted_micro_batches(profile: dict) -> list[int]:
+    """Every micro-batch a measurement of the profile ran at (a held-out run must use another)."""
+    return sorted({row["micro_batch"] for rows in profile["measurements"].values()
+                   if isinstance(rows, list) for row in rows
+                   if isinstance(row, dict) and "micro_batch" in row})
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    """One held-out configuration: the tiny scenario with `sets` overrides, at `stage`, on
+    `nproc` gloo processes."""
+    name: str
+    stage: int
+    nproc: int = 2
+    sets: tuple[str, ...] = ()
+
+
+def run_interleaved(configurations, repeats: int, directory: Path, timed_steps: int,
+                    collectives: str, progress=None) -> dict[str, list[Path]]:
+    """`zero-real run` of every configuration `repeats` times, interleaved (a slow spell of the
+    box hits every configuration alike): memory in 2 profiled steps, times in `timed_steps`
+    more. The measurement files per configuration; one already in `directory` is kept, not
+    re-run."""
+    paths: dict[str, list[Path]] = {c.name: [] for c in configurations}
+    total = repeats * len(configurations)
+    for repeat in range(repeats):
+        for i, c in enumerate(configurations):
+            out = directory / f"{c.name}_{repeat}.json"
+            paths[c.name].append(out)
+            kept = out.exists()  # from an earlier loop (bench/transfer.py --runs): re-validated
+            if progress:
+                progress(f"run {repeat * len(configurations) + i + 1}/{total}: {c.name} "
+                         f"(stage {c.stage}, {c.nproc} process{'es' if c.nproc > 1 else ''})"
+                         + (f": kept {out}" if kept else ""))
+            if kept:
+                continue
+            sh("zero_real.cli", "run", SCENARIO, "--stage", c.stage, "--nproc", c.nproc,
+               "--backend", "gloo", "--collectives", collectives,
+               *(x for s in c.sets for x in ("--set", s)),
+               "--steps", 2, "--timed-steps", timed_steps, "--out", out)
+    return paths
+
+
+def validate_runs(paths: list[Path], profile: Path, memory_tolerance_pct: float = 2) -> dict:
+    """`zerosim validate --json` of one configuration's runs together (the median of all their
+    timed steps, their spread); the report, with `by_name`: each metric by its name."""
+    done = sh("zerosim.cli", "validate", *paths, "--profile", profile, "--json",
+              "--memory-tolerance-pct", memory_tolerance_pct)
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:  # exit 1 is also what an uncaught exception gives
+        sys.exit(f"{Path(sys.argv[0]).stem}: zerosim validate {' '.join(map(str, paths))} gave no "
+                 f"report ({done.returncode}):\n{done.stderr.strip()}")
+    report["by_name"] = {x["name"]: x for x in report["metrics"]}
+    return report
 
 
 def ranking(values: dict[int, float]) -> list[int]:
@@ -92,48 +161,30 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.recalibrate or not args.profile.exists():
-        start = time.perf_counter()
         print(f"calibrating -> {args.profile} ...", flush=True)
-        sh("zero_real.cli", "calibrate", SCENARIO, "--nproc", args.calibrate_nproc,
-           "--micro-batches", "1,2,4,8", "--max-size-MiB", args.max_size_MiB,
-           "--seconds-per-size", args.seconds_per_size,
-           "--out", args.profile)
-        print(f"  {time.perf_counter() - start:.0f} s", flush=True)
+        took_s = calibrate(args.profile, args.calibrate_nproc, "--micro-batches", "1,2,4,8",
+                           "--max-size-MiB", args.max_size_MiB,
+                           "--seconds-per-size", args.seconds_per_size)
+        print(f"  {took_s:.0f} s", flush=True)
     profile = json.loads(args.profile.read_text())
-    fitted = sorted({r["micro_batch"] for r in profile["measurements"].get("compute", [])})
+    fitted = fitted_micro_batches(profile)
     if args.micro_batch in fitted:
         sys.exit(f"fidelity: micro-batch {args.micro_batch} is in the fit ({fitted}): not held out")
     prov = profile["provenance"]
     print(f"profile {args.profile.relative_to(ROOT) if args.profile.is_relative_to(ROOT) else args.profile}: "
           f"{prov.get('hardware')}, {prov.get('backend')}, torch {prov.get('torch_version')}, "
-          f"{prov.get('date')}; fitted at micro-batches {fitted}")
+          f"{prov.get('date')}; measured at micro-batches {fitted}")
     print(f"held out: stages 0-3 on {args.nproc} processes at micro-batch {args.micro_batch}, "
           f"{args.collectives} collectives, {args.timed_steps} timed steps\n")
 
-    runs: dict[int, list[dict]] = {stage: [] for stage in range(4)}
+    stages = [Configuration(f"stage {s}", s, args.nproc, (f"training.micro_batch={args.micro_batch}",))
+              for s in range(4)]
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):  # interleaved: a slow spell of the box hits every stage
-            for stage in range(4):
-                out = Path(tmp) / f"m{stage}_{repeat}.json"
-                sh("zero_real.cli", "run", SCENARIO, "--stage", stage, "--nproc", args.nproc,
-                   "--collectives", args.collectives,
-                   "--set", f"training.micro_batch={args.micro_batch}",
-                   "--steps", 2, "--timed-steps", args.timed_steps, "--out", out)
-                done = sh("zerosim.cli", "validate", out, "--profile", args.profile, "--json")
-                runs[stage].append({x["name"]: x for x in json.loads(done.stdout)["metrics"]})
-    # per metric: the median of the runs' medians against the (deterministic) simulation
-    reports: dict[int, dict[str, dict]] = {}
-    spread: dict[int, tuple[float, float]] = {}
-    for stage, reps in runs.items():
-        reports[stage] = {}
-        for name in reps[0]:
-            values = [r[name]["measured"] for r in reps if r.get(name, {}).get("measured")]
-            sim = reps[0][name]["simulated"]
-            meas = statistics.median(values) if values else None
-            err = (sim - meas) / meas * 100 if meas and sim is not None else None
-            reports[stage][name] = {"measured": meas, "simulated": sim, "error_pct": err}
-        steps = [r["step_time_s"]["measured"] for r in reps]
-        spread[stage] = (min(steps), max(steps))
+        runs = run_interleaved(stages, args.repeats, Path(tmp), args.timed_steps, args.collectives)
+        # per metric: the median of every run's timed steps against the (deterministic) simulation
+        reports = {c.stage: validate_runs(runs[c.name], args.profile)["by_name"] for c in stages}
+    spread = {stage: (min(r["step_time_s"]["per_run"]), max(r["step_time_s"]["per_run"]))
+              for stage, r in reports.items()}
 
     def cell(stage: int, name: str, scale: float) -> str:
         x = reports[stage].get(name)
@@ -144,7 +195,7 @@ def main() -> int:
 
     names = [("step_time_s", 1e3), ("compute_s", 1e3), ("exposed_comm_s", 1e3), ("peak_bytes", 1e-6)]
     print(f"{'stage':<6}" + "".join(f"{n + (' ms' if n.endswith('_s') else ' MB'):>27}" for n, _ in names))
-    print(f"{'':<6}" + f"{'measured  simulated    error':>27}" * len(names))
+    print(f"{'':<6}" + f"{'measured simulated   error':>27}" * len(names))
     for stage in range(4):
         print(f"{stage:<6}" + "".join(f" {cell(stage, n, k)}" for n, k in names))
 

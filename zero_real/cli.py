@@ -249,8 +249,8 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
 def _calibrate_arguments(cal: argparse.ArgumentParser) -> None:
     cal.add_argument("scenario", help="scenario TOML whose model is measured")
     cal.add_argument("--nproc", type=flags.nproc, required=True, metavar="N",
-                     help="measure worlds of 2..N local processes (N = 1: compute, optimizer and "
-                          "memory only)")
+                     help="measure worlds of 1..N local processes, each its own record of the "
+                          "box (a world of 1 runs no collectives)")
     cal.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0])
     cal.add_argument("--collectives", default=",".join(COLLECTIVE_IMPLS), metavar="MODES",
                      help=f"comma-separated: {', '.join(COLLECTIVE_IMPLS)} (default all)")

@@ -85,8 +85,6 @@ P2P = "p2p"
 """The stream (and event name) of a pipeline's point-to-point transfers between stages."""
 P2P_OPS = ("send", "recv")
 """A point-to-point transfer's two sides (torch.distributed's isend/irecv, NCCL's ncclSend/Recv)."""
-OTHER = "other"
-"""The name of compute-stream time that is not compute: bookkeeping a profile measured."""
 
 SIM_MODES = ("auto", "symmetric", "per_rank")
 """How many ranks the engine simulates: one representative of a uniform cluster (symmetric), every
@@ -109,7 +107,7 @@ leaves room for allocator rounding, not for a missing buffer."""
 
 # ---- files -----------------------------------------------------------------------------------------
 
-PROFILE_FORMAT, PROFILE_VERSION = "zerosim-profile", 1
+PROFILE_FORMAT, PROFILE_VERSION = "zerosim-profile", 2
 """A calibration profile's `format` and `version` (zerosim.scenario.profile reads it)."""
 
 

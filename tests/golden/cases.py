@@ -24,7 +24,7 @@ INFINITY = "scenarios/family_zero_infinity_1xdgx2.toml"    # ZeRO-Infinity, 16 V
 ZEROPP = "scenarios/family_zeropp_384xv100.toml"           # ZeRO++, 384 V100
 DS_CONFIG = "scenarios/deepspeed/zero2_cpu_offload.json"
 MEASUREMENTS = "profiles/measurements/h100_2026-11-24"
-H100_PROFILE = "profiles/h100_gpt1b3.json"
+H100_PROFILE = "profiles/h100_record_2026-11-24.json"
 
 OUT = "{out}"
 """In an argv, the stem of the file the command writes: the harness puts it in a temporary folder

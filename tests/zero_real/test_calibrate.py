@@ -1,8 +1,8 @@
-"""`zero-real calibrate`: one real calibration of the tiny model on 2 processes (and one on 1),
-what its profile and its progress must say, what it refuses, and what a failing rank or a failed
-write leaves. No measured time is compared here (a loaded machine would break it):
-bench/real_timing.py prints how time grows with size. Flags out of range: test_flags.py;
-outputs: test_outputs.py."""
+"""`zero-real calibrate`: one real calibration of the tiny model on worlds of 1 and 2 processes
+(and one of 1 alone), what its profile and its progress must say, what it refuses, and what
+a failing rank or a failed write leaves. No measured time is compared here (a loaded machine
+would break it): bench/real_timing.py prints how time grows with size. Flags out of range:
+test_flags.py; outputs: test_outputs.py."""
 
 import json
 import os
@@ -47,34 +47,70 @@ def two(tmp_path_factory):
     return result, json.loads((folder / "two.json").read_text()), folder / "two.json"
 
 
-def _expected_progress() -> list[str]:
-    """Every item of the n = 2 world, in the order calibration/bench.py measures them."""
-    sections = {
+# What each world measures, in calibration/bench.py's order: the op model's constants (ops.py)
+# between the whole units and the optimizer; a world of one process runs no collectives.
+SECTIONS = ("collectives", "compute", "gemm", "linear", "launch", "attention", "memory_op",
+            "optimizer", "memory")
+
+
+def _known_items(n: int) -> dict[str, list[str]]:
+    """The items of the sections whose list this test can write out (the op sections' shapes
+    are ops.py's own grid: only their counts are checked)."""
+    return {
         "collectives": [f"{impl} {op} {kib * 1024} B" for impl in COLLECTIVE_IMPLS
-                        for op in COLLECTIVE_OPS for kib in SIZES_KIB],
+                        for op in COLLECTIVE_OPS for kib in SIZES_KIB] if n > 1 else [],
         "compute": [f"{unit} micro-batch {b}" for b in (1, 2) for unit in UNIT_KINDS],
+        "launch": ["add_ and autograd chain"],
         "optimizer": [f"{4**k} elements" for k in range(5, 12)],
         "memory": [f"stage {s} micro-batch {b}" for s in STAGES for b in (1, 2)]}
-    lines = ["starting 2 process(es)"]
-    for section, items in sections.items():
-        n = len(items)
-        lines += [f"{section} 0/{n}", *(f"{section} {k}/{n} ({item})"
-                                        for k, item in enumerate(items[:-1], 1)),
-                  f"{section} {n}/{n}"]
-    return [f"calibrate n=2: {line}" for line in lines]
 
 
-def test_progress_every_item_and_a_one_line_summary(two):
+def _sections(lines: list[str]) -> dict[int, list[tuple[str, list]]]:
+    """Per world, its sections in order, each its items ("calibrate n=2: gemm 3/57 (16x16x16)"),
+    every count from 0/N to N/N without a gap; the last item is counted, not named (None)."""
+    worlds: dict[int, list] = {}
+    for line in lines:
+        head, _, text = line.partition(": ")
+        n = int(head.removeprefix("calibrate n="))
+        if text == f"starting {n} process(es)":
+            assert n not in worlds, line
+            worlds[n] = []
+            continue
+        section, count, *item = text.split(" ", 2)
+        done, total = map(int, count.split("/"))
+        if done == 0:
+            worlds[n].append((section, total, []))
+            continue
+        name, total_then, items = worlds[n][-1]
+        assert (section, total, done) == (name, total_then, len(items) + 1), line
+        if done < total:
+            assert item and item[0].startswith("(") and item[0].endswith(")"), line
+        items.append(item[0][1:-1] if done < total else None)
+    return {n: [(name, items) for name, _, items in sections] for n, sections in worlds.items()}
+
+
+def test_progress_every_section_with_its_count_and_a_one_line_summary(two):
+    """Worlds 1 then 2, each section counted from 0 to its items; the items of the sections
+    written out here named exactly, the op sections' counted."""
     result, _, out = two
     assert result.stdout.count("\n") == 1 and "wrote two.json" in result.stdout
-    lines = result.stderr.splitlines()
-    assert [line.rsplit(" in ", 1)[0] for line in lines] == _expected_progress()
-    assert all(line.endswith(" s") for line in lines if "/" in line and " in " in line)
+    worlds = _sections([line.rsplit(" in ", 1)[0] for line in result.stderr.splitlines()])
+    assert list(worlds) == [1, 2]
+    for n, sections in worlds.items():
+        assert [name for name, _ in sections] == [s for s in SECTIONS
+                                                  if n > 1 or s != "collectives"]
+        for name, items in sections:
+            assert len(items) >= 1 and items[-1] is None, (n, name)
+            known = _known_items(n).get(name)
+            if known is not None:
+                assert (items[:-1], len(items)) == (known[:-1], len(known)), (n, name)
+    assert all(line.endswith(" s") for line in result.stderr.splitlines()
+               if "/" in line and " in " in line)
 
 
 def test_provenance_and_scenario(two):
     _, profile, _ = two
-    assert (profile["format"], profile["version"]) == ("zerosim-profile", 1)
+    assert (profile["format"], profile["version"]) == ("zerosim-profile", 2)
     p = profile["provenance"]
     assert p["torch_version"] == torch.__version__ and p["date"].endswith("+00:00")
     assert (p["backend"], p["device"], p["nproc"], p["collectives"]) == ("gloo", "cpu", 2,
@@ -104,23 +140,25 @@ def test_every_collective_once_with_its_bandwidths(two):
 
 def test_compute_per_unit_and_micro_batch(two):
     rows = two[1]["measurements"]["compute"]
-    assert sorted((r["unit"], r["micro_batch"]) for r in rows) == sorted(
-        (u, b) for u in ("embedding", "block", "head") for b in (1, 2))
+    assert sorted((r["processes"], r["unit"], r["micro_batch"]) for r in rows) == sorted(
+        (n, u, b) for n in (1, 2) for u in ("embedding", "block", "head") for b in (1, 2))
     for r in rows:
-        assert r["processes"] == 2 and r["seq_len"] == 32 and r["iterations"] >= 5
+        assert r["seq_len"] == 32 and r["iterations"] >= 5
         assert 0 < r["forward_s"] <= r["forward_s_max_rank"]
         assert 0 < r["backward_s"] <= r["backward_s_max_rank"]
 
 
 def test_optimizer_elements_and_times(two):
     rows = two[1]["measurements"]["optimizer"]
-    assert [r["elements"] for r in rows] == [4**k for k in range(5, 12)]  # 2**10 .. 2**22
-    assert all(r["precision"] == "fp32" and r["processes"] == 2 for r in rows)
+    assert [(r["processes"], r["elements"]) for r in rows] == [
+        (n, 4**k) for n in (1, 2) for k in range(5, 12)]  # 2**10 .. 2**22 in each world
+    assert all(r["precision"] == "fp32" for r in rows)
     assert all(r["iterations"] >= 5 and r["time_s"] > 0 for r in rows)
 
 
 def test_memory_of_each_stage_against_its_ledger(two):
-    rows = two[1]["measurements"]["memory"]
+    rows = [r for r in two[1]["measurements"]["memory"] if r["processes"] == 2]
+    assert {r["processes"] for r in two[1]["measurements"]["memory"]} == {1, 2}
     by = {(r["stage"], r["micro_batch"]): r for r in rows}
     assert sorted(by) == [(s, b) for s in range(4) for b in (1, 2)] and len(rows) == 8
     points = {"after_init", "after_forward", "after_backward", "after_step"}
@@ -141,11 +179,23 @@ def test_the_profile_is_fitted_and_drives_the_simulator(two):
     from zerosim.scenario.profile import load_profile
 
     _, profile, out = two
-    assert set(profile["fit"]) == {"collectives", "compute", "optimizer", "memory", "step"}
-    for row in profile["measurements"]["memory"]:  # the stages' own timed steps, for fit_step
+    assert set(profile["fit"]) == {"collectives", "optimizer", "memory", "record"}
+    assert sorted(profile["fit"]["record"]) == sorted(profile["fit"]["memory"]) == ["1", "2"]
+    for n, record in profile["fit"]["record"].items():
+        assert (record["device"], record["dtype"]) == ("cpu", "float32")
+        assert record["gemm"]["tflops"] > 0 and record["bandwidth_GBps"] > 0
+        # a kernel whose time a busy box hid is named, not a failed calibration
+        assert all(isinstance(line, str) and "measurements.ops" in line
+                   for line in record.get("unfitted", []))
+    for row in profile["measurements"]["memory"]:  # the stages' own timed steps: kept, not fitted
         timing = row["timing"]
         assert timing["step_time_s"] >= timing["compute_s"] > 0
-        assert timing["calls_reduce_scatter" if row["stage"] else "calls_all_reduce"] >= 1
+        if row["processes"] > 1:
+            assert timing["calls_reduce_scatter" if row["stage"] else "calls_all_reduce"] >= 1
+    assert {r["kind"] for r in profile["measurements"]["ops"]} == {
+        "gemm", "linear", "launch", "attention", "memory_op"}  # copy_host: CUDA only
+    assert {r["mechanism"] for r in profile["measurements"]["memory_mechanisms"]} == {
+        "loss_backward", "norm_saved", "attention_saved", "optimizer_grad", "optimizer_step"}
     measured = {(r["impl"], r["op"]): r["time_s"] for r in profile["measurements"]["collectives"]
                 if r["size_bytes"] == 2**20}
     loaded = load_profile(out)
@@ -175,6 +225,9 @@ def test_one_process_measures_no_collectives(tmp_path):
     assert {(r["processes"], r["unit"]) for r in m["compute"]} == {
         (1, "embedding"), (1, "block"), (1, "head")}
     assert {(r["processes"], r["stage"]) for r in m["memory"]} == {(1, s) for s in range(4)}
+    assert {r["processes"] for r in m["ops"]} == {1}
+    fit = json.loads(out.read_text())["fit"]
+    assert "collectives" not in fit and list(fit["record"]) == ["1"]
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -222,7 +275,7 @@ def test_a_failing_rank_is_exit_1_naming_it(tmp_path, monkeypatch):
     from zero_real.run import launch
 
     def failing_spawn(fn, nproc, cfg, timeout_s=None):
-        raise launch.RankFailed("rank 1 died (exit code 17): no error message; all ranks stopped",
+        raise launch.RankFailed("rank 0 died (exit code 17): no error message; all ranks stopped",
                                 [])
 
     monkeypatch.setattr(launch, "spawn", failing_spawn)
@@ -231,8 +284,8 @@ def test_a_failing_rank_is_exit_1_naming_it(tmp_path, monkeypatch):
     result = calibrate(TINY, "--nproc", 3, "--out", out)
     assert result.code == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [
-        "calibrate n=2: starting 2 process(es)",
-        "zero-real: error: calibrate n=2: rank 1 died (exit code 17): no error message; "
+        "calibrate n=1: starting 1 process(es)",  # the first world: 1 process
+        "zero-real: error: calibrate n=1: rank 0 died (exit code 17): no error message; "
         "all ranks stopped"]
     assert out.read_text() == "the user's earlier profile"
 

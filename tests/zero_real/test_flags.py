@@ -111,7 +111,7 @@ def test_the_memory_check_counts_each_process_not_the_model_alone(dry_run, monke
 
 
 def test_calibrate_checks_memory_before_building_its_worlds(dry_run, monkeypatch, tmp_path):
-    """--nproc bounds the worlds 2..N calibrate builds: what cannot fit is refused first."""
+    """--nproc bounds the worlds 1..N calibrate builds: what cannot fit is refused first."""
     from zero_real.calibration import calibrate
 
     monkeypatch.setattr(preflight, "mem_available", lambda: GiB)

@@ -1,20 +1,30 @@
 """The fit (zerosim.calibration.fit), profiles (zerosim.scenario.profile) and their use by the
-engine, on synthetic measurements whose true parameters are known (calibration_data.py)."""
+engine, on synthetic measurements whose true parameters are known (calibration_data.py): the
+profile holds the constants the rows were made from, the engine prices compute with the op model
+at those constants and memory with the mechanisms' bytes, and the old per-stage fudge factors
+(fit.step's compute_scale, collective_scale, other_s; fit.compute's per-unit lines) are gone."""
 
+import ast
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.conftest import assert_one_line_error, run_zerosim
-from tests.zerosim.calibration_data import (ALPHA, BETA, EXTRA, OPT, OVERHEAD, SECONDS_PER_FLOP,
-                                            SECONDS_PER_TOKEN, SIZES, TINY, synthetic_raw,
-                                            unit_time, with_profile)
-from zerosim.calibration.fit import build_profile, fit_line, fit_segments
+from tests.zerosim.calibration_data import (ALPHA, BETA, MECHANISMS, OPT, SIZES, TINY,
+                                            record_by_hand, with_profile)
+from zerosim.calibration.fit import fit_line, fit_segments
+from zerosim.calibration.fit_memory import DERIVED
+from zerosim.hardware import DEVICES
+from zerosim.hardware.measured import record_gpu
 from zerosim.scenario.load import load_scenario
 from zerosim.scenario.profile import load_profile
 from zerosim.sim.collective_bench import simulate_collective
 from zerosim.sim.engine import simulate
+from zerosim.sim.op_costs import OpCosts, unit_seconds
+
+TIGHT = {"rel": 1e-9, "abs": 1e-12}
 
 
 def test_alpha_beta_recovered_exactly_without_noise():
@@ -55,40 +65,54 @@ def test_fit_line_drops_an_unphysical_negative_intercept():
 # --- a synthetic box: known costs, measured exactly ----------------------------------------------
 
 
+def _same_numbers(got, expected, where="record"):
+    """Every number of `expected` (a record written by hand) in `got`, to 1e-9; the fit's
+    residuals and what only the fit writes beside them are not compared."""
+    if isinstance(expected, dict):
+        for key, value in expected.items():
+            assert key in got, f"{where}.{key}"
+            _same_numbers(got[key], value, f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), where
+        for i, (a, b) in enumerate(zip(got, expected)):
+            _same_numbers(a, b, f"{where}[{i}]")
+    elif isinstance(expected, str):
+        assert got == expected, where
+    else:
+        assert got == pytest.approx(expected, **TIGHT), where
+
+
 def test_the_written_profile_holds_the_constants_the_measurements_were_made_from(profile_path):
     """Read back from the file: every fitted number is the constant calibration_data.py made its
-    measurements from, for each process count (a ring of n ranks: (n-1)α and (n-1)β/n per walk)."""
+    measurements from, for each process count (a ring of n ranks: (n-1)α and (n-1)β/n per walk;
+    the box's record, the optimizer's line and each memory mechanism's bytes)."""
     fit = json.loads(profile_path.read_text())["fit"]
-    tight = {"rel": 1e-9, "abs": 1e-12}
+    assert sorted(fit) == ["collectives", "memory", "optimizer", "record"]
     for n in (2, 4):
         for op, walks in (("all_reduce", 2), ("reduce_scatter", 1), ("all_gather", 1)):
             got = fit["collectives"]["native"][op][str(n)]
             (segment,) = got["segments"]
             assert (segment["min_bytes"], segment["last_bytes"]) == (2.0 ** 10, 2.0 ** 28)
-            assert segment["alpha_s"] == pytest.approx(walks * (n - 1) * ALPHA, **tight)
-            assert segment["s_per_byte"] == pytest.approx(walks * (n - 1) * BETA / n, **tight)
+            assert segment["alpha_s"] == pytest.approx(walks * (n - 1) * ALPHA, **TIGHT)
+            assert segment["s_per_byte"] == pytest.approx(walks * (n - 1) * BETA / n, **TIGHT)
             assert got["busbw_GBps"] == pytest.approx(2.5, rel=1e-9)  # 1 / β, in GB/s
             assert got["max_abs_residual_pct"] < 1e-6
-        compute = fit["compute"][str(n)]
-        for unit, (forward_s, backward_s) in OVERHEAD.items():
-            per, slope = ("token", SECONDS_PER_TOKEN) if unit == "embedding" else (
-                "flop", SECONDS_PER_FLOP)
-            for phase, overhead_s in (("forward", forward_s), ("backward", backward_s)):
-                line = compute[unit][phase]
-                assert line["per"] == per
-                assert line["overhead_s"] == pytest.approx(overhead_s, **tight)
-                assert line["slope"] == pytest.approx(slope, **tight)
+        record = fit["record"][str(n)]
+        _same_numbers(record, record_by_hand(n), f"record.{n}")
+        assert max(map(abs, record["gemm"]["residuals_pct"])) < 1e-6
+        assert "unfitted" not in record
         (segment,) = fit["optimizer"][str(n)]["segments"]
-        assert segment["alpha_s"] == pytest.approx(OPT[0], **tight)
-        assert segment["s_per_byte"] == pytest.approx(OPT[1], **tight)
-        for stage in "0123":
-            terms = fit["memory"][str(n)][stage]
-            for name in ("activations", "residue"):
-                fixed, per_token = EXTRA[name]
-                assert terms[name]["fixed"] == pytest.approx(fixed, rel=1e-9)
-                assert terms[name]["per_token"] == pytest.approx(per_token, rel=1e-9, abs=1e-9)
-    # the workspace term is what backward adds on top of the simulated backward peak, not the
-    # synthetic peak's extra: test_memory_terms_reproduce_what_the_stage_showed checks its use
+        assert segment["alpha_s"] == pytest.approx(OPT[0], **TIGHT)
+        assert segment["s_per_byte"] == pytest.approx(OPT[1], **TIGHT)
+        memory = fit["memory"][str(n)]
+        assert set(memory) == set(MECHANISMS) | set(DERIVED)
+        for name, (fixed, per, ran) in MECHANISMS.items():
+            assert memory[name]["how"] == "measured"
+            assert memory[name]["fixed_bytes"] == pytest.approx(fixed, abs=1e-6)
+            assert memory[name]["per"] == pytest.approx(per, abs=1e-6)
+            assert {k: memory[name][k] for k in ran} == ran
+        for name, entry in DERIVED.items():
+            assert (memory[name]["how"], memory[name]["per"]) == ("derived", entry["per"])
 
 
 def test_profile_round_trips_and_prices_collectives_exactly(profile_path):
@@ -121,49 +145,66 @@ def test_profile_numbers_replace_the_preset_but_not_explicit_keys(profile_path):
         intra_node_bandwidth_GBps == 7
 
 
-def test_simulated_compute_is_the_sum_of_the_measured_unit_times(profile_path):
-    s = with_profile(profile_path, "cluster.gpus_per_node=2", "training.micro_batch=3")
-    r = simulate(s, 1)  # micro-batch 3 was not measured: the fitted lines interpolate exactly
-    units = ["embedding"] + ["block"] * s.model.layers + ["head"]
-    expected = sum(unit_time(s, u, p, 3) for u in units for p in ("forward", "backward"))
-    shard = -(-118_528 // 2)
-    assert r.compute_s == pytest.approx(expected + OPT[0] + OPT[1] * shard, rel=1e-9)
+@pytest.mark.parametrize("ranks, world", [(2, 2), (4, 4), (3, 4)])
+def test_simulated_compute_is_the_op_model_at_the_records_constants(profile_path, ranks, world):
+    """Micro-batch 3, which no whole unit was timed at: each unit's forward and backward is
+    op_costs.unit_seconds on the record written by hand (its GEMM law, linears, math attention,
+    memory-bound ops and unit overheads) of the world of as many ranks, or the nearest (3: 4, the
+    larger on a tie), summed over the units as the engine does, plus the optimizer's line over
+    the shard: the fit, the file and the engine add nothing and lose nothing."""
+    s = with_profile(profile_path, f"cluster.gpus_per_node={ranks}", "training.micro_batch=3")
+    record = record_by_hand(world)
+    costs = OpCosts(record_gpu(record, DEVICES["CPU"]), record["bandwidth_GBps"])
+    forward, backward = unit_seconds(costs, s.model, s.training)
+    assert len(forward) == len(backward) == s.model.layers + 2
+    shard = -(-118_528 // ranks)  # the tiny GPT's parameters over the ranks (stage 1)
+    assert simulate(s, 1).compute_s == pytest.approx(
+        sum(forward) + sum(backward) + OPT[0] + OPT[1] * shard, rel=1e-12)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_memory_terms_reproduce_what_the_stage_showed(profile_path, stage):
-    s = with_profile(profile_path, "cluster.gpus_per_node=4", "training.micro_batch=3",
-              "training.overlap_comm=false")
-    bare = simulate(load_scenario(TINY, ["cluster.gpus_per_node=4", "training.micro_batch=3",
-                                         "training.overlap_comm=false"]), stage)
-    r = simulate(s, stage)
-    tokens = 3 * s.training.seq_len
-    extra = {k: f + p * tokens for k, (f, p) in EXTRA.items()}
+def test_memory_mechanisms_priced_by_hand_on_the_step(profile_path, stage):
+    """4 ranks, fp32, micro-batch 3 (96 tokens of a 2-layer GPT, hidden 64, vocab 256) beyond
+    the step without a profile: activations = saved ids (16 + 16 x 96 + 8 x 32 learned
+    positions = 1,808) + LayerNorm's 8 bytes per token over 5 norms (3,840) = 5,648 (math
+    attention's copies and scores at 4 bytes are what the analytic model counts at fp32: no
+    excess); residue = the head's kept input and gradient (2 x 96 x 64 x 4) + ids and targets
+    (16 x 96) + 8 = 50,696; backward's workspace = the loss's 4 + 8 x 96 x 256 = 196,612."""
+    sets = ("cluster.gpus_per_node=4", "training.micro_batch=3", "training.overlap_comm=false")
+    bare = simulate(load_scenario(TINY, list(sets)), stage)
+    r = simulate(with_profile(profile_path, *sets), stage)
+    activations, residue, workspace = 5_648, 50_696, 196_612
     assert r.memory_at["after_init"] == bare.memory_at["after_init"]
     assert r.memory_at["after_forward"] == pytest.approx(
-        bare.memory_at["after_forward"] + extra["activations"], abs=8)  # per-unit rounding
-    assert r.memory_at["after_step"] == bare.memory_at["after_step"] + extra["residue"]
-    assert r.peak_bytes == pytest.approx(
-        bare.peak_bytes + extra["activations"] + extra["workspace"], abs=8)
+        bare.memory_at["after_forward"] + activations, abs=8)  # per-unit rounding
+    assert r.memory_at["after_step"] == bare.memory_at["after_step"] + residue
+    if stage < 3:  # both on top of the bare step's peak (at stage 3 within the bound below)
+        assert r.peak_bytes == pytest.approx(bare.peak_bytes + activations + workspace, abs=8)
+    assert bare.peak_bytes + workspace < r.peak_bytes <= (
+        bare.peak_bytes + activations + workspace + 8)
 
 
 @pytest.mark.parametrize("content, fragment", [
     (None, "profile not found"),
     ("{not json", "invalid JSON"),
-    ('{"format": "other", "version": 1}', "not a zerosim profile"),
+    ('{"format": "other", "version": 2}', "not a zerosim profile"),
     ('{"format": "zerosim-profile", "version": 7}', "version 7"),
-    ('{"format": "zerosim-profile", "version": 1}', "no 'fit'"),
-    ('{"format": "zerosim-profile", "version": 1, "fit": {"optimizer": {"2": {"segments": '
+    ('{"format": "zerosim-profile", "version": 1, "fit": {}}',
+     "version 1 is not supported (this zerosim reads version 2: re-run zero-real calibrate"),
+    ('{"format": "zerosim-profile", "version": 2}', "no 'fit'"),
+    ('{"format": "zerosim-profile", "version": 2, "fit": {"optimizer": {"2": {"segments": '
      '[{"alpha_s": NaN, "s_per_byte": 1, "max_bytes": 9}]}}}}', "fit.optimizer.2.segments[0]"),
-    ('{"format": "zerosim-profile", "version": 1, "fit": {"compute": {"2": {"block": {}}}}}',
-     "malformed"),
-    ('{"format": "zerosim-profile", "version": 1, "fit": {"collectives": {"native": '
+    ('{"format": "zerosim-profile", "version": 2, "fit": {"record": {"2": {"gemm": {}}}}}',
+     "malformed fit.record.2"),
+    ('{"format": "zerosim-profile", "version": 2, "fit": {"collectives": {"native": '
      '{"all_reduce": {"1": {"segments": []}}}}}}', "whole number >= 2"),
-    ('{"format": "zerosim-profile", "version": 1, "fit": {"collectives": {"native": '
+    ('{"format": "zerosim-profile", "version": 2, "fit": {"collectives": {"native": '
      '{"broadcast": {}}}}}', "prices only all_reduce"),
-    ('{"format": "zerosim-profile", "version": 1, "fit": {"optimizer": {"2": {"segments": '
+    ('{"format": "zerosim-profile", "version": 2, "fit": {"optimizer": {"2": {"segments": '
      '[{"alpha_s": -1, "s_per_byte": 1, "max_bytes": 9}]}}}}', "must be >= 0"),
-    ('{"format": "zerosim-profile", "version": 1, "fit": {"optimizer": []}}', "malformed"),
+    ('{"format": "zerosim-profile", "version": 2, "fit": {"optimizer": []}}', "malformed"),
+    ('{"format": "zerosim-profile", "version": 2, "fit": {"memory": {"2": {"0": {}}}}}',
+     "fit.memory.2: key '0' is not a memory mechanism"),
 ])
 def test_missing_or_malformed_profile_is_one_line_exit_2(write, tmp_path, content, fragment):
     profile = tmp_path / "p.json"
@@ -183,58 +224,6 @@ def test_a_relative_profile_path_resolves_against_the_scenario_file(write, tmp_p
                                                         'gpu = "CPU"\nprofile = "box.json"'))
     assert load_scenario(scenario).profile.data == load_profile(profile_path).data
 
-
-# --- validate -------------------------------------------------------------------------------------
-
-
-SCALE, COMM_SCALE, OTHER = 1.3, {"all_reduce": 1.2, "reduce_scatter": 0.8,
-                                 "all_gather": 1.5}, 5e-4
-
-
-def test_in_step_corrections_are_recovered_and_applied(profile_path):
-    """Timed steps of the real stages 30% slower in compute, each op's collectives slower by a
-    known factor, and 0.5 ms of bookkeeping: fit_step recovers them, and the simulator at a
-    micro-batch the fit never saw reproduces such a step."""
-    from zerosim.calibration.fit_steps import _simulate_row
-    from zerosim.scenario.profile import Profile
-
-    scenario = load_scenario(TINY)
-    raw = synthetic_raw(scenario, processes=(2,), micro_batches=(1, 2, 4))
-    fitted = load_profile(profile_path).fit
-    bare = Profile("bare", {"fit": {k: v for k, v in fitted.items() if k in
-                                    ("collectives", "compute", "optimizer")}})
-
-    def real_step(sim):
-        comm = {}
-        for e in sim.ranks[0].state.events:
-            if e["stream"] == "comm":
-                comm.setdefault(e["op"], [0.0, 0])
-                comm[e["op"]][0] += (e["end_s"] - e["start_s"]) * COMM_SCALE[e["op"]]
-                comm[e["op"]][1] += 1
-        timing = {"compute_s": SCALE * sim.compute_s}
-        for op, (t, calls) in comm.items():
-            timing[f"comm_{op}_s"], timing[f"calls_{op}"] = t, calls
-        timing["step_time_s"] = timing["compute_s"] + sum(t for t, _ in comm.values()) + OTHER
-        return timing
-
-    for row in raw["measurements"]["memory"]:
-        row["timing"] = real_step(_simulate_row(scenario, row, bare, keep_events=True))
-    step = build_profile(scenario, raw)["fit"]["step"]["2"]
-    for stage in "0123":
-        assert step["compute_scale"][stage] == pytest.approx(SCALE)
-        assert step["other_s"][stage] == pytest.approx(OTHER)
-        assert step["collective_scale"][stage]
-        for op, scale in step["collective_scale"][stage].items():
-            assert scale == pytest.approx(COMM_SCALE[op])
-    path = profile_path.parent / "with_step.json"
-    path.write_text(json.dumps(build_profile(scenario, raw)))
-    for stage in range(4):
-        held_out = {"processes": 2, "stage": stage, "micro_batch": 3,
-                    "seq_len": scenario.training.seq_len}
-        expected = real_step(_simulate_row(scenario, held_out, bare, keep_events=True))
-        got = _simulate_row(scenario, held_out, load_profile(path))
-        assert got.compute_s == pytest.approx(expected["compute_s"], rel=1e-9)
-        assert got.step_time_s == pytest.approx(expected["step_time_s"], rel=1e-9)
 
 
 def test_a_size_between_two_regimes_is_bridged_not_extrapolated():
@@ -256,23 +245,54 @@ def test_a_size_between_two_regimes_is_bridged_not_extrapolated():
         assert a + b * size == pytest.approx(t)
 
 
-def test_backward_workspace_seen_at_one_token_count_scales_with_the_tokens():
-    """Calibrated at micro-batches 1, 2, 4 of one sequence, the H100 profile saw backward's
-    peak exceed the model only at micro-batch 4 (8192 tokens): one point, no line. Taken as a
-    constant, its 3.4 GB landed on every held-out run and put stage 1's peak at 2048 tokens 23%
-    high; taken per token (what backward's transients are), the held-out peak is within 1%."""
-    from pathlib import Path
+# --- the old per-stage fudge factors change no prediction ----------------------------------------
 
-    from zerosim.calibration.fit_steps import _line_through
-    from zerosim.calibration.validate import validate
-    from zerosim.files import read_json_object
+# What version 1 fitted to the real stages' own steps: in-step scales and bookkeeping time per
+# stage (fit.step), and per-unit lines of overhead + slope x FLOPs (fit.compute).
+FUDGES = {"step": {"2": {"impl": "native", "compute_scale": {"0": 1.3},
+                         "collective_scale": {"0": {"all_reduce": 1.2}}, "other_s": {"0": 5e-4}}},
+          "compute": {"2": {"block": {"forward": {"overhead_s": 5e-4, "slope": 5e-11,
+                                                  "per": "flop"}}}}}
 
-    assert _line_through([8192], [3.2e9], per_token_if_one=True) == {
-        "fixed": 0.0, "per_token": 3.2e9 / 8192}
-    assert _line_through([8192], [3.2e9]) == {"fixed": 3.2e9, "per_token": 0.0}
-    root = Path(__file__).resolve().parents[2]
-    run = root / "profiles" / "measurements" / "h100_2026-11-24" / "gpt1b3_s1_w16_seq1024_mb2.json"
-    report = validate([read_json_object(run, "measurement")], [str(run)],
-                      profile=str(root / "profiles" / "h100_gpt1b3.json"))
-    peak, = [m for m in report["metrics"] if m["name"] == "peak_bytes"]
-    assert abs(peak["error_pct"]) < 1.0
+
+@pytest.mark.parametrize("section", sorted(FUDGES))
+def test_a_profile_carrying_the_old_fudge_factors_is_refused(tmp_path, profile_path, section):
+    """A version-2 profile with fit.step or fit.compute beside its record is refused, one line
+    naming the key, by every command that reads it: no prediction can use them."""
+    data = json.loads(profile_path.read_text())
+    data["fit"][section] = FUDGES[section]
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps(data))
+    for command in ("simulate", "memory"):
+        assert_one_line_error(run_zerosim(command, str(TINY), "--set",
+                                          f'cluster.profile="{bad}"'),
+                              f"profile {bad}: malformed fit: unknown key {section!r}")
+
+
+def _names_read(tree: ast.AST) -> set[str]:
+    """Every identifier, attribute and whole string constant in a module (a docstring is a
+    sentence, never equal to a key)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.add(node.value)
+        elif isinstance(node, (ast.FunctionDef, ast.arg, ast.keyword)):
+            out.add(getattr(node, "name", None) or getattr(node, "arg", None))
+    return out
+
+
+def test_no_module_of_zerosim_reads_the_old_fudge_factors():
+    """Nothing under zerosim/ names compute_scale, collective_scale or other_s, as a key, an
+    attribute, a function or a variable: the per-stage corrections are gone, not unused."""
+    root = Path(__file__).resolve().parents[2] / "zerosim"
+    modules = sorted(root.rglob("*.py"))
+    assert len(modules) > 50  # the package, not an empty folder
+    assert "compute_seconds" in _names_read(ast.parse((root / "sim" / "costs.py").read_text()))
+    fudges = {"compute_scale", "collective_scale", "other_s", "fit_step"}
+    found = {str(path.relative_to(root)): sorted(fudges & _names_read(ast.parse(path.read_text())))
+             for path in modules}
+    assert {path: names for path, names in found.items() if names} == {}

@@ -317,8 +317,8 @@ def test_the_optimizer_streams_at_the_measured_bandwidth():
     from zerosim.sim.costs import optimizer_cost
     op = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='op'"])
     flat = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["cluster.compute_model='flat'"])
-    assert optimizer_cost(op, 28, 3).seconds(10**9) == pytest.approx(28e9 / (HBM * F_HBM))
-    assert optimizer_cost(flat, 28, 3).seconds(10**9) == pytest.approx(28e9 / HBM)
+    assert optimizer_cost(op, 28).seconds(10**9) == pytest.approx(28e9 / (HBM * F_HBM))
+    assert optimizer_cost(flat, 28).seconds(10**9) == pytest.approx(28e9 / HBM)
 
 
 def test_fsdp2_copies_around_its_collectives_are_memory_bound_traffic():
@@ -384,7 +384,7 @@ def test_a_power_limit_slows_compute_bound_work_only(watts, scale):
     (["cluster.gpu='H100-80GB'", "cluster.power_limit_W=300"],
      "cluster.power_limit_W = 300 is outside the measured 500-700 W for H100-80GB"),
     (["cluster.gpu='H100-80GB'", "cluster.power_limit_W=-5"], "cluster.power_limit_W"),
-    (["cluster.gpu='H100-80GB'", "cluster.profile='profiles/h100_gpt1b3.json'",
+    (["cluster.gpu='H100-80GB'", "cluster.profile='profiles/h100_record_2026-11-24.json'",
       "cluster.power_limit_W=500"], "the profile's compute was measured at its GPU's own power"),
 ])
 def test_power_limits_without_a_measurement_are_one_line(sets, fragment, monkeypatch):

@@ -14,7 +14,7 @@ from tests.zerosim.calibration_data import TINY, with_profile
 from zerosim.calibration.measured import measured_metrics, run_samples
 from zerosim.calibration.measured import step_figures
 from zerosim.calibration.validate import compare
-from zerosim.contract import MEMORY_POINTS, OTHER
+from zerosim.contract import MEMORY_POINTS
 from zerosim.analytic.memory import stage_memory
 from zerosim.sim.engine import simulate
 from zerosim.tradeoffs import calibration_plot, plot_inputs
@@ -84,17 +84,18 @@ def test_compare_arithmetic():
 def from_simulation(profile_path, stage=2, step_scales=(1.0,), memory_scale=1.0, overrides=()):
     """What zero-real would write if the box ran each timed step `scale` times as long as the
     simulator says and measured memory_scale times its memory (rank 0 only; a slow warm-up step
-    first, which must be dropped)."""
+    first, which must be dropped). zero_real's model runs no dropout: the box's step is the
+    scenario's without it, its zerosim_memory the scenario's as written."""
     overrides = ["training.micro_batch=2", *overrides]
-    s = with_profile(profile_path, "cluster.gpus_per_node=2", *overrides,
-                     "training.overlap_comm=false", f"training.zero_stage={stage}")
-    r = simulate(s, stage)
+    sets = ("cluster.gpus_per_node=2", *overrides, "training.overlap_comm=false",
+            f"training.zero_stage={stage}")
+    s = with_profile(profile_path, *sets)
+    r = simulate(with_profile(profile_path, *sets, "model.dropout=false"), stage)
     events, samples = [], []
     for step, scale in enumerate([3.0, *step_scales], start=2):
         t0 = 10.0 * step
         events += [dict(e, step=step, start_s=t0 + scale * e["start_s"],
-                        end_s=t0 + scale * e["end_s"]) for e in r.ranks[0].state.events
-                   if e["name"] != OTHER]  # bookkeeping: zero_real records no event for it
+                        end_s=t0 + scale * e["end_s"]) for e in r.ranks[0].state.events]
         samples.append({"rank": 0, "step": step, "point": "after_step",
                         "t_s": t0 + scale * r.step_time_s})
     return {"scenario": str(TINY), "overrides": overrides, "stage": stage,
@@ -306,7 +307,8 @@ def test_reserved_memory_is_compared_where_the_run_measured_it(tmp_path, profile
     m = from_simulation(profile_path)
     simulated = simulate(with_profile(profile_path, "cluster.gpus_per_node=2",
                                       "training.micro_batch=2", "training.overlap_comm=false",
-                                      "training.zero_stage=2"), 2).peak_reserved_bytes
+                                      "training.zero_stage=2", "model.dropout=false"),
+                         2).peak_reserved_bytes  # as validate simulates the run: no dropout
     cpu = validate_files(tmp_path, profile_path, m, args=["--json"]).json
     row, = [x for x in cpu["metrics"] if x["name"] == "peak_reserved_bytes"]
     assert row["measured"] is None and row["error_pct"] is None

@@ -1,8 +1,7 @@
 """What every rank of one calibration world measures, all ranks at once (they share the box as
-they do in a run): collectives, one unit of each kind forward and backward, Adam on a flat shard,
-and the real stages' memory. Rank 0's numbers are reported; where ranks time the same thing, the
-number of iterations is agreed first (a MAX all-reduce of the warm-up time), so that every rank
-runs as long as the others and none gets the box to itself.
+they do in a run, timing.py): collectives, one unit of each kind forward and backward (a
+diagnostic: whole units against the op model), the op model's constants (ops.py), Adam on a flat
+shard, and the real stages' memory. Rank 0's numbers are reported.
 
 Collectives follow nccl-tests (common.cu): a barrier, warm-up, then timed iterations; sizes are
 the whole buffer (reduce_scatter/all_gather: n x piece), fp32. Each iteration is timed on every
@@ -13,13 +12,15 @@ median is kept. They go through zero_real.parts.collectives.Collectives, the cod
 from __future__ import annotations
 
 import gc
-import math
 import statistics
 import time
 
 import torch
-import torch.distributed as dist
 
+from zero_real.calibration.memory_bench import measure_memory
+from zero_real.calibration.ops import measure_ops
+from zero_real.calibration.timing import (WARMUP, barrier, iterations, max_over_ranks, sync,
+                                         timed, until)
 from zero_real.parts.collectives import Collectives
 from zero_real.parts.measure import ActivationTracker, Ledger, Recorder
 from zero_real.parts.model import build_model, materialize
@@ -36,57 +37,8 @@ from zerosim.units import GB, MiB
 
 COLLECTIVE_ITERATIONS = (5, 500)
 LARGE_BYTES = 16 * MiB  # from here one warm-up iteration is enough (nccl-tests' large sizes)
-COMPUTE_TARGET_S, COMPUTE_ITERATIONS = 0.05, (5, 5000)
-WARMUP = 2
 TIMED_STEPS = 12  # the first is a warm-up after the profiler stops; validate drops it
 MEMORY_STEPS = 2
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn, device: torch.device) -> float:
-    _sync(device)
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - start
-
-
-def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # not through Collectives: bookkeeping, not measured
-    return t.tolist()
-
-
-def _barrier(device: torch.device) -> None:
-    dist.all_reduce(torch.zeros(1, device=device))  # works the same on gloo and nccl
-
-
-def _iterations(warmup_s: float, target_s: float, bounds: tuple[int, int], device) -> int:
-    """Timed iterations for about target_s, the same on every rank (the slowest rank's warm-up)."""
-    slowest = _max_over_ranks([warmup_s], device)[0]
-    lo, hi = bounds
-    return int(min(hi, max(lo, math.ceil(target_s / max(slowest, 1e-9)))))
-
-
-def _until(once, cost, device) -> list:
-    """Warm up, then time `once` until every rank has spent COMPUTE_TARGET_S on it, in rounds
-    whose length all ranks agree on (a slow warm-up alone must not cut the measurement short)."""
-    lo, hi = COMPUTE_ITERATIONS
-    estimate_s = cost([once() for _ in range(WARMUP)][-1])
-    samples: list = []
-    while True:
-        spent_s = sum(cost(s) for s in samples)
-        least_spent, slowest = _max_over_ranks([-spent_s, estimate_s], device)
-        least_spent = -least_spent
-        if len(samples) >= hi or (len(samples) >= lo and least_spent >= COMPUTE_TARGET_S):
-            return samples
-        k = math.ceil((COMPUTE_TARGET_S - least_spent) / max(slowest, 1e-9))
-        samples += [once() for _ in range(min(hi - len(samples), max(lo - len(samples), k, 1)))]
-        estimate_s = statistics.median(cost(s) for s in samples)
 
 
 def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
@@ -97,7 +49,11 @@ def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
     out = {"rank": rank, "device": device.type, "hardware": hardware(device)}
     out["collectives"] = collectives(rank, world_size, cfg, device, progress)
     out["compute"] = compute(world_size, cfg, device, progress)
+    out["ops"] = measure_ops(world_size, cfg, device, progress)
     out["optimizer"] = optimizer(world_size, cfg, device, progress)
+    t = cfg.scenario.training
+    out["memory_mechanisms"] = measure_memory(world_size, DTYPES[t.precision], device,
+                                              cfg.scenario.model.norm, t.flash_attention)
     out["memory"] = memory(rank, world_size, cfg, device, progress)
     return out
 
@@ -133,10 +89,10 @@ def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Prog
         for op in COLLECTIVE_OPS:
             for size in cfg.sizes:
                 buf, run = _collective_call(comm, op, size, n, device)
-                _barrier(device)
-                warm = [_timed(run, device) for _ in range(1 if size >= LARGE_BYTES else WARMUP)]
-                k = _iterations(warm[-1], cfg.seconds_per_size, COLLECTIVE_ITERATIONS, device)
-                times = _max_over_ranks([_timed(run, device) for _ in range(k)], device)
+                barrier(device)
+                warm = [timed(run, device) for _ in range(1 if size >= LARGE_BYTES else WARMUP)]
+                k = iterations(warm[-1], cfg.seconds_per_size, COLLECTIVE_ITERATIONS, device)
+                times = max_over_ranks([timed(run, device) for _ in range(k)], device)
                 # The mean, as nccl-tests reports it (a loop's time over its iterations): on a
                 # CPU box a collective's time is bimodal (the peer's thread awake or not), and
                 # the median jumps between the modes from one size to the next.
@@ -194,22 +150,22 @@ def compute(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[d
                 for p in params:
                     p.grad.zero_()
                 x_in = idx if unit == EMBEDDING else x.detach().requires_grad_()
-                _sync(device)
+                sync(device)
                 start = time.perf_counter()
                 with tracker.hooks():
                     out = calls[unit](x_in, idx)
-                _sync(device)
+                sync(device)
                 middle = time.perf_counter()
                 if grad is None:
                     grad = loss_grad if unit == HEAD else torch.ones_like(out)
                 torch.autograd.backward(out, grad)
-                _sync(device)
+                sync(device)
                 end = time.perf_counter()
                 tracker.release()
                 return middle - start, end - middle
 
-            _barrier(device)
-            passes = list(zip(*_until(once, sum, device)))
+            barrier(device)
+            passes = list(zip(*until(once, sum, device)))
             rows.append({"processes": n, "unit": unit, "micro_batch": b,
                          "seq_len": scenario.training.seq_len,
                          **{f"{name}_s": statistics.median(times)
@@ -227,8 +183,8 @@ def optimizer(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list
     rows = []
     for elements in cfg.optimizer_elements:
         step = _optimizer_step(elements, dtype, scale, n, cfg.lr, device)
-        _barrier(device)
-        times = _until(step, float, device)
+        barrier(device)
+        times = until(step, float, device)
         del step  # its buffers, before the next size's
         rows.append({"processes": n, "precision": precision, "elements": elements,
                      "time_s": statistics.median(times), "iterations": len(times)})
@@ -245,7 +201,7 @@ def _optimizer_step(elements: int, dtype, scale: float, n: int, lr: float, devic
 
     def once() -> float:
         grad.fill_(1e-3)  # fp32 divides it in place: refill, or it decays into denormals
-        return _timed(lambda: opt.step(opt.unscaled_grad(scale)), device)
+        return timed(lambda: opt.step(opt.unscaled_grad(scale)), device)
 
     return once
 
@@ -253,7 +209,8 @@ def _optimizer_step(elements: int, dtype, scale: float, n: int, lr: float, devic
 def memory(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[dict]:
     """train.train itself, per (stage, micro-batch): memory from the allocator (CPU: profiler)
     and ledger over MEMORY_STEPS steps, then step timings over TIMED_STEPS more without the
-    profiler (what zerosim.calibration.fit_steps.fit_step compares with the microbenchmarks)."""
+    profiler: kept in the profile as measurements of the real stages, which nothing is fitted to
+    (the record is the microbenchmarks'): a held-out check of the box's own record."""
     gc.collect()
     progress.begin("memory", len(cfg.memory_scenarios))
     rows = []

@@ -1,6 +1,8 @@
-"""`zero-real calibrate`: measure this box for zerosim. For each world of n = 2..N local processes
-(n = 1 alone when N = 1), launched like `zero-real run --nproc n`, every rank measures
-collectives, compute per unit, the optimizer and the real stages' memory (bench.py);
+"""`zero-real calibrate`: measure this box for zerosim. For each world of n = 1..N local processes
+(ranks share a CPU box's cores: each world size runs at its own threads per rank, so each gets
+its own record), launched like `zero-real run --nproc n`, every rank measures
+collectives, compute per unit, the op model's constants, the optimizer and the real stages'
+memory (bench.py, ops.py);
 this side checks the request, starts each world, shows progress, and writes one JSON profile:
 the raw measurements and what zerosim.calibration.fit.build_profile fits from them.
 """
@@ -92,7 +94,7 @@ def prepare(args) -> dict:
     while elements[-1] * 4 <= max(2**22, psi):
         elements.append(elements[-1] * 4)
     worlds = {}
-    for n in range(2, args.nproc + 1) if args.nproc > 1 else [1]:
+    for n in range(1, args.nproc + 1):
         worlds[n] = CalibrationWorld(
             scenario=load(n), backend=args.backend, nproc=n, timeout_s=args.timeout_s,
             collective_modes=tuple(modes), sizes=tuple(sizes),
@@ -110,7 +112,8 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
 
     scenario, first = the_plan["scenario"], results[min(results)][0]
     t = scenario.training
-    rows = {"collectives": [], "compute": [], "optimizer": [], "memory": []}
+    rows = {"collectives": [], "compute": [], "ops": [], "optimizer": [], "memory": [],
+            "memory_mechanisms": []}
     for n, ranks in results.items():
         zero = ranks[0]
         rows["collectives"] += zero["collectives"]
@@ -121,6 +124,9 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
                 "forward_s_max_rank": max(r["compute"][i]["forward_s"] for r in ranks),
                 "backward_s_max_rank": max(r["compute"][i]["backward_s"] for r in ranks),
                 "iterations": row["iterations"]})
+        rows["ops"] += [_with_max_rank(row, [r["ops"][i] for r in ranks])
+                        for i, row in enumerate(zero["ops"])]
+        rows["memory_mechanisms"] += zero["memory_mechanisms"]  # bytes: alike on every rank
         for i, row in enumerate(zero["optimizer"]):
             rows["optimizer"].append({**row, "time_s_max_rank": max(r["optimizer"][i]["time_s"]
                                                                     for r in ranks)})
@@ -146,6 +152,14 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
                      "training": {"precision": t.precision, "optimizer": t.optimizer,
                                   "seq_len": t.seq_len, "micro_batch": t.micro_batch}},
         "measurements": rows}
+
+
+def _with_max_rank(row: dict, per_rank: list[dict]) -> dict:
+    """An op row (ops.py) with each time's maximum over the ranks beside it (`forward_s_max_rank`;
+    null where the time is: a copy's backward)."""
+    times = [k for k in row if k.endswith("_s")]
+    return {**row, **{f"{k}_max_rank": None if row[k] is None else max(r[k] for r in per_rank)
+                      for k in times}}
 
 
 def fit(scenario, raw: dict, out: str) -> dict:

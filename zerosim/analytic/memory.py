@@ -34,10 +34,10 @@ from zerosim.analytic.model import (activations, gather_units, gathered_elements
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.analytic.host_memory import offload_bytes
+from zerosim.analytic.mechanisms import mechanism_terms
 from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.pipeline import layout_of, stage_orders
 from zerosim.parallel.tensor import rank_model
-from zerosim.scenario.profile_schema import MEMORY_TERMS
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 # Optimizer moments kept per parameter, each fp32: Adam's m and v (Kingma & Ba), SGD's momentum.
@@ -315,12 +315,11 @@ def check_scale(scenario: Scenario) -> Scenario:
                gathered * (t.gradient_accumulation * micro + GATHERS_PER_STEP * param),
                f"{gathered:,} gathered elements x ({t.gradient_accumulation} micro-steps x "
                f"{micro} bytes + {GATHERS_PER_STEP * param} bytes)")
-    tokens = t.micro_batch * (t.seq_len or 0)
     for stage in STAGES:
         row = stage_memory(scenario, stage)
-        extra = (scenario.profile.memory_terms(scenario.world_size, stage, tokens)
-                 if scenario.profile is not None and not m.is_bare else None) or {}
-        added = sum(abs(extra.get(term, 0)) for term in MEMORY_TERMS)
+        extra = mechanism_terms(scenario, stage)  # its memory mechanisms: every term >= 0
+        added = (extra["activations"] + extra["residue"] + extra["workspace"]
+                 + extra["optimizer_per_element"] * total_params(m))
         for key, value in row.as_dict().items():
             extra_bytes = added if key == "peak_bytes" else 0
             within_cap(f"stage {stage} {key}", value + extra_bytes,

@@ -5,18 +5,17 @@
   256 MiB: libraries switch algorithms and protocols with the size (NCCL's LL/LL128/Simple,
   gloo's), so the sizes are cut into at most MAX_SEGMENTS ranges, each with its own α-β, where one
   line leaves a point more than SPLIT_ABOVE_PCT off.
-- Compute: per unit kind (embedding, block, head) and pass, time = overhead + slope·work, work the
-  unit's FLOPs (zerosim.analytic.model.unit_flops), or its tokens where it has none (the embedding lookup).
+- Compute: the box's record, per world size, the op model's constants each measured by its own
+  microbenchmark (fit_ops.py): GEMM rate, tile and units, attention by sequence length, each
+  memory-bound op's rate, launches. The real stages' steps are measurements to compare against,
+  never fitted.
 - Optimizer step: α-β segments over the elements of the shard it updates.
-- In-step corrections and memory, from the real stages' own steps (fit_steps.py, which
-  re-simulates each calibration run).
 
 Each fit keeps its residuals (percent of the measured value), so a profile says how well it fits.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections import defaultdict
@@ -24,39 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from zerosim.calibration.fit_steps import fit_memory, fit_step
-from zerosim.contract import PASSES, PROFILE_FORMAT, PROFILE_VERSION, busbw_factor
+from zerosim.calibration.fit_memory import fit_memory
+from zerosim.calibration.fit_ops import fit_record, fit_unit_overhead
+from zerosim.calibration.lines import fit_line
+from zerosim.contract import PROFILE_FORMAT, PROFILE_VERSION, busbw_factor
 from zerosim.errors import InputError
-from zerosim.analytic.model import unit_flops, unit_kinds
 from zerosim.scenario.profile import check_fit
 from zerosim.units import GB
 
 MAX_SEGMENTS = 4
 SPLIT_ABOVE_PCT = 5.0
 MIN_POINTS_PER_SEGMENT = 3
-
-
-def fit_line(x, y) -> dict[str, Any]:
-    """y = intercept + slope·x minimising the relative residuals (y - fit) / y. A negative
-    intercept or slope is not physical (noise at one end): that term is dropped and the other
-    refitted. Returns intercept, slope and the residuals in percent."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) == 0 or np.any(y <= 0) or not np.all(np.isfinite(x)) or not np.all(np.isfinite(y)):
-        raise InputError("a fit needs positive, finite measurements")
-    w = 1.0 / y
-    if len(x) >= 2 and np.ptp(x) > 0:
-        design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
-        intercept, slope = np.linalg.lstsq(design, y * w, rcond=None)[0]
-    else:
-        intercept, slope = -1.0, 0.0
-    if intercept < 0 or slope < 0:
-        if intercept < 0 and np.any(x > 0):  # through the origin
-            intercept, slope = 0.0, float(np.sum(x * w * w * y) / np.sum((x * w) ** 2))
-        if slope < 0 or not np.any(x > 0):  # a constant
-            intercept, slope = float(np.sum(w) / np.sum(w * w)), 0.0
-    residuals = (intercept + slope * x - y) / y * 100
-    return {"intercept": float(intercept), "slope": float(slope),
-            "residuals_pct": [round(float(r), 3) for r in residuals]}
 
 
 def _cost(fit: dict[str, Any]) -> float:
@@ -117,28 +94,6 @@ def fit_collectives(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return fit
 
 
-def fit_compute(rows: list[dict[str, Any]], scenario) -> dict[str, Any]:
-    m = scenario.model
-    groups: dict[tuple, list] = defaultdict(list)
-    for r in rows:
-        flops = unit_flops(m, dataclasses.replace(scenario.training, micro_batch=int(r["micro_batch"]),
-                                                  seq_len=int(r["seq_len"])))
-        unit = flops[unit_kinds(m).index(r["unit"])]  # the first unit of that kind
-        tokens = r["micro_batch"] * r["seq_len"]
-        for phase in PASSES:
-            work = getattr(unit, phase)
-            groups[int(r["processes"]), r["unit"], phase].append((work, tokens, r[f"{phase}_s"]))
-    fit: dict[str, Any] = {}
-    for (n, unit, phase), points in sorted(groups.items()):
-        per = "flop" if all(work > 0 for work, _, _ in points) else "token"
-        x = [work if per == "flop" else tokens for work, tokens, _ in points]
-        line = fit_line(x, [t for _, _, t in points])
-        fit.setdefault(str(n), {}).setdefault(unit, {})[phase] = {
-            "per": per, "overhead_s": line["intercept"], "slope": line["slope"],
-            "residuals_pct": line["residuals_pct"]}
-    return fit
-
-
 def fit_optimizer(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per process count: α-β segments over the elements of the shard (small shards live in
     cache, large ones stream from memory: one line does not fit both)."""
@@ -150,23 +105,28 @@ def fit_optimizer(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_profile(scenario, raw: dict[str, Any]) -> dict[str, Any]:
-    """`raw` (format, version, provenance, scenario, measurements) with its "fit" added."""
+    """`raw` (format, version, provenance, scenario, measurements) with its "fit" added: the
+    collectives', the box's record per world size (its units' overhead priced on `scenario`'s
+    model, the one calibrate measured) and the optimizer's."""
     if raw.get("format") != PROFILE_FORMAT or raw.get("version") != PROFILE_VERSION:
         raise InputError(f"not a version-{PROFILE_VERSION} {PROFILE_FORMAT} measurement")
     meas = raw.get("measurements", {})
     fit: dict[str, Any] = {}
     if meas.get("collectives"):
         fit["collectives"] = fit_collectives(meas["collectives"])
-    if meas.get("compute") and not scenario.model.is_bare:
-        fit["compute"] = fit_compute(meas["compute"], scenario)
+    if meas.get("ops"):
+        fit["record"] = fit_record(meas["ops"], raw.get("provenance", {}).get("hardware"))
+        if meas.get("compute") and not scenario.model.is_bare:
+            for n, record in fit["record"].items():
+                units = [r for r in meas["compute"] if str(r["processes"]) == n]
+                if units:
+                    record["unit_overhead_s"] = fit_unit_overhead(units, scenario, record)
     if meas.get("optimizer"):
         fit["optimizer"] = fit_optimizer(meas["optimizer"])
-    if meas.get("memory") and not scenario.model.is_bare:
-        fit["step"] = fit_step(meas["memory"], scenario, fit)
-        fit["memory"] = fit_memory(meas["memory"], scenario, fit)
+    if meas.get("memory_mechanisms"):
+        fit["memory"] = fit_memory(meas["memory_mechanisms"])
     check_fit(fit, "(new)")
     return {**raw, "fit": fit}
 
 
-__all__ = ["build_profile", "fit_collectives", "fit_compute", "fit_line",
-           "fit_memory", "fit_optimizer", "fit_segments", "fit_step"]
+__all__ = ["build_profile", "fit_collectives", "fit_line", "fit_optimizer", "fit_segments"]

@@ -58,6 +58,15 @@ contract.RankMeasurement) and offload's host operations (zero_real's recorder ti
 collectives; its host copies and CPU Adam lie inside its step and optimizer times). Without one
 the simulated figure is shown and not judged; step_time_s judges the whole step."""
 NOT_MEASURED = "not measured"
+UNEXPLAINED_MEMORY = {
+    2: "zero_real keeps the gradient buckets it fills as a pool from step to step (as many as "
+       "were filling at once), where zerosim frees each once reduced",
+    3: "zero_real keeps the head's gathered parameters from forward into its backward, and a "
+       "block's backward transients (activation gradients, weight-gradient outputs) beside the "
+       "gathered units, where zerosim holds the loss's workspace alone",
+}
+"""What zero_real's stages hold that no memory mechanism prices yet (measured on the 2-core box,
+issue 31: 2-11% of the tiny GPT's phases): validate names it when memory is off."""
 
 
 def category(name: str) -> str:
@@ -272,6 +281,12 @@ def validate(runs: list[dict[str, Any]], paths: list[str], scenario_path: str | 
     if scenario_path is not None:
         notes += _check_moved(first, paths[0], scenario, scenario_path, profile)
     samples = [run_samples(m, path) for m, path in zip(runs, paths)]
+    if scenario.model.dropout:
+        # zero_real's model has no dropout (zero_real/parts/model.py: runs must be
+        # bit-comparable with one process): simulate what ran, without its masks and kernels
+        scenario = dataclasses.replace(scenario, model=dataclasses.replace(scenario.model,
+                                                                           dropout=False))
+        notes.append("simulated with model.dropout = false: zero_real's model runs no dropout")
     result = simulate(scenario, first["stage"])
     measured = measured_metrics([s for s, _ in samples])
     if result.pipeline:
@@ -324,6 +339,10 @@ def judge(report: dict[str, Any], time_tolerance_pct: float,
             if judged else None}
     report["within_tolerance"] = all(c["within_tolerance"] is not False
                                      for c in report["categories"].values())
+    unexplained = UNEXPLAINED_MEMORY.get(report["stage"])
+    if unexplained and report["categories"][MEMORY]["within_tolerance"] is False:
+        report.setdefault("notes", []).append(f"memory the model does not explain at stage {report['stage']}: "
+                               f"{unexplained}")
     return report["within_tolerance"]
 
 

@@ -16,10 +16,14 @@ give it an `OpModel` if its GEMM, flash attention, streaming and launch figures 
 power limit. Then list it in `GPUS`. Nothing else changes: presets, NCCL's model, the op model
 and the host side all read the record. A figure from our own microbenchmark is committed under
 profiles/ and a test recomputes it from the file (tests/zerosim/test_op_costs.py).
+
+A box calibrated with `zero-real calibrate` has a record of its own, in the same shape, built
+from its profile by measured.py: every op-model constant measured on the box.
 """
 
 from zerosim.hardware.gpus import DEFAULT_GPU, DEVICES, GPUS, Gpu
 from zerosim.hardware.nodes import Node
-from zerosim.hardware.op_model import TRAINING_GEMMS_OVER_BEST, OpModel
+from zerosim.hardware.op_model import TRAINING_GEMMS_OVER_BEST, OpModel, OpRate
 
-__all__ = ["DEFAULT_GPU", "DEVICES", "GPUS", "Gpu", "Node", "OpModel", "TRAINING_GEMMS_OVER_BEST"]
+__all__ = ["DEFAULT_GPU", "DEVICES", "GPUS", "Gpu", "Node", "OpModel", "OpRate",
+           "TRAINING_GEMMS_OVER_BEST"]

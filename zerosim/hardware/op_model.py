@@ -22,6 +22,26 @@ from dataclasses import dataclass
 TRAINING_GEMMS_OVER_BEST = 0.898
 
 
+# The bytes each memory-bound op must read and write at least, per element of its (tokens x
+# width) input, forward and backward, in 16-bit elements: the counts sim/op_costs.py's
+# elementwise_bytes and head use (norm: x in, y out; + dy in backward; residual: two in, one
+# out; GELU and dropout as norm; SwiGLU over the ffn width: a, b in, y out; + dy in, da, db out;
+# the embedding's rows out, their gradient in and scattered; cross-entropy: the logits in, their
+# gradient out; a copy: in and out; rotary: op_costs.min_bytes). A box's record (measured.py)
+# measures each op's rate against these bytes, whatever its dtype.
+MIN_PASSES = {"norm": (2, 3), "residual": (3, 3), "gelu": (2, 3), "dropout": (2, 3),
+              "swiglu": (3, 5), "embedding": (1, 2), "cross_entropy": (1, 2), "copy": (2, 2)}
+MEMORY_OPS = (*MIN_PASSES, "rotary")
+
+
+@dataclass(frozen=True)
+class OpRate:
+    """A measured kernel (a box's record): seconds = overhead_s + work / per_s."""
+
+    overhead_s: float
+    per_s: float
+
+
 @dataclass(frozen=True, kw_only=True)
 class OpModel:
     """What one GPU's kernels reach. Rates are per GPU; TFLOP/s are 1e12 FLOP/s."""
@@ -44,6 +64,55 @@ class OpModel:
     older_flash_causal_by_seq: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
     """The same curve for the older flash kernels training.flash_kernel names ("fa1": the first
     FlashAttention, CUDA; "triton": FlashAttention written in Triton), as (kernel, curve)."""
+    training_shapes_over_best: float = TRAINING_GEMMS_OVER_BEST
+    """What training's GEMM shapes reach over the best shape's rate (TRAINING_GEMMS_OVER_BEST);
+    1 for a box's own record, whose rate was fitted on training shapes."""
+    memory_ops: tuple[tuple[str, "OpRate | None", "OpRate | None"], ...] = ()
+    """Measured memory-bound ops (a box's record, zerosim/hardware/measured.py): (op, forward,
+    backward), each overhead + minimum bytes / rate (sim/op_costs.min_bytes counts the bytes),
+    None for a pass the fit could not tell. Empty, or None: the catalogue's EAGER_FACTORS over
+    the streaming bandwidth."""
+    measured_attention: tuple[tuple[str, tuple[float, float], tuple[float, float],
+                                    tuple[tuple[int, float, float], ...]], ...] = ()
+    """Measured attention cores (a box's record): (kernel "flash" | "math", (forward, backward)
+    overhead seconds per call, (forward, backward) seconds per score element (batch x heads x
+    s^2: the math kernel's scores, mask and softmax through memory; 0 for flash), ((sequence,
+    forward TFLOP/s, backward TFLOP/s), ...)), the rates counted on the causal FLOPs. Empty:
+    flash's published curves, else two batched GEMMs."""
+    linear_overhead_s: tuple[float, float] = (0.0, 0.0)
+    """A box's record: seconds per linear layer beyond its GEMMs (bias, views, autograd's node),
+    forward and backward."""
+    backward_call_s: float = 0.0
+    """A box's record: seconds of one autograd backward call beyond its nodes (the engine's
+    setup), paid once per unit's backward: zero_real runs one torch.autograd.backward per unit
+    (zero_real/stages/replicated.py, backward), and the microbenchmarks, timing each op's
+    backward with a call of its own, have it taken out (calibration/fit_ops.py)."""
+    unit_overhead_s: tuple[tuple[str, float, float], ...] = ()
+    """A box's record: (unit kind, forward, backward) seconds a whole unit took beyond its ops
+    (the framework's per-unit host work: module calls, views, hooks), from whole units timed
+    alone (calibration/fit_ops.fit_unit_overhead)."""
+    gemm_launch_us: float | None = None
+    """A box's record: the fixed time of one GEMM (torch.mm's dispatch and launch), fitted with
+    its rate; None: kernel_launch_us."""
+    host_dispatch_s: tuple[float, float] | None = None
+    """A box's record: the host's seconds to dispatch one aten op and one GEMM (its launch rows,
+    host-bound); a unit then takes at least its ops' host time (sim/host_floor.py). None (the
+    catalogue): no floor, the device's time alone."""
+
+    def memory_op(self, op: str, backward: bool) -> "OpRate | None":
+        """The measured rate of one memory-bound op and pass, or None (not measured)."""
+        for name, forward, back in self.memory_ops:
+            if name == op:
+                return back if backward else forward
+        return None
+
+    def attention(self, kernel: str):
+        """(overheads, seconds per score element, curve) of a measured attention kernel, or
+        None."""
+        for name, overheads, scores, curve in self.measured_attention:
+            if name == kernel:
+                return overheads, scores, curve
+        return None
 
     def flash_curve(self, kernel: str) -> tuple[tuple[int, float], ...]:
         """The causal forward + backward curve of one flash kernel ("fa2", "fa1", "triton");

@@ -9,14 +9,13 @@ A profile is one JSON object:
     scenario                   the model and training settings the measurements were taken with
     measurements               raw microbenchmarks: collectives, compute, optimizer, memory
     fit                        collectives[impl][op][ranks] -> α-β segments by message size
-                               compute[processes][unit][forward|backward] -> overhead + slope
+                               record[processes] -> the box's op-model constants (GEMM rate,
+                               tile and units, attention by sequence, each memory-bound op's
+                               rate, launch): zerosim/hardware/measured.py
                                optimizer[processes] -> α-β segments by shard elements
-                               step[processes] -> compute_scale[stage],
-                               collective_scale[stage][op], other_s[stage]: what real steps
-                               showed beyond the microbenchmarks
-                               memory[processes][stage] -> activations, allocator residue,
-                               workspace (bytes = fixed + per_token * tokens), and the
-                               optimizer's temporaries per element
+                               memory[processes][mechanism] -> bytes a real step holds beyond
+                               the analytic model, each from a mechanism measured once or
+                               derived from the code (fixed + per count, none negative)
 
 Everything here is read-only lookups, on a file whose every field profile_schema.py checked when
 it was read; the fitting lives in zerosim.calibration.fit. It sits in
@@ -34,7 +33,7 @@ from zerosim.contract import (PROFILE_FORMAT, PROFILE_VERSION, busbw_factor as _
                               ring_steps as _ring_steps)
 from zerosim.errors import InputError
 from zerosim.files import read_json_object
-from zerosim.scenario.profile_schema import MEMORY_TERMS, check_fit, check_profile
+from zerosim.scenario.profile_schema import check_fit, check_profile
 from zerosim.units import GB
 
 
@@ -138,14 +137,10 @@ class Profile:
             return None
         return table[str(_nearest([int(k) for k in table], processes))]
 
-    def unit_time(self, processes: int, unit: str, phase: str, flops: float,
-                  tokens: int) -> float | None:
-        table = self._by_processes("compute", processes)
-        if table is None or unit not in table:
-            return None
-        line = table[unit][phase]
-        x = flops if line["per"] == "flop" else tokens
-        return line["overhead_s"] + line["slope"] * x
+    def record(self, processes: int) -> dict[str, Any] | None:
+        """The box's op-model record (zerosim/hardware/measured.py) measured in the world of as
+        many processes as share a box here, or the nearest; None when the profile has none."""
+        return self._by_processes("record", processes)
 
     def optimizer_time(self, processes: int, elements: int) -> float | None:
         entry = self._by_processes("optimizer", processes)
@@ -154,33 +149,11 @@ class Profile:
         alpha, beta = segment_line(entry["segments"], elements)
         return alpha + beta * elements
 
-    # in-step corrections
-    def compute_scale(self, processes: int, stage: int) -> float:
-        entry = self._by_processes("step", processes)
-        return entry["compute_scale"].get(str(stage), 1.0) if entry else 1.0
-
-    def collective_scale(self, processes: int, stage: int, op: str, impl: str) -> float:
-        """In-step time of `op` over its microbenchmark, measured with the implementation the
-        calibration's stage runs used (1 for another)."""
-        entry = self._by_processes("step", processes)
-        if not entry or entry.get("impl", "native") != impl:
-            return 1.0
-        return entry["collective_scale"].get(str(stage), {}).get(op, 1.0)
-
-    def other_s(self, processes: int, stage: int) -> float:
-        entry = self._by_processes("step", processes)
-        return entry["other_s"].get(str(stage), 0.0) if entry else 0.0
-
     # memory
-    def memory_terms(self, processes: int, stage: int, tokens: int) -> dict[str, int] | None:
-        """Bytes beyond the analytic model that the real stage showed, at this many tokens."""
-        table = self._by_processes("memory", processes)
-        if table is None or str(stage) not in table:
-            return None
-        terms = table[str(stage)]
-        out = {k: terms[k]["fixed"] + terms[k]["per_token"] * tokens for k in MEMORY_TERMS}
-        out["optimizer_per_element"] = terms.get("optimizer_per_element", 0.0)
-        return out
+    def memory_mechanisms(self, processes: int) -> dict[str, Any] | None:
+        """fit.memory's mechanisms for the world nearest `processes`
+        (zerosim/calibration/fit_memory.py; priced by analytic/mechanisms.py)."""
+        return self._by_processes("memory", processes)
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -191,7 +164,8 @@ def load_profile(path: str | Path) -> Profile:
                          f"expected {PROFILE_FORMAT!r})")
     if data.get("version") != PROFILE_VERSION:
         raise InputError(f"profile {path}: version {data.get('version')!r} is not supported "
-                         f"(this zerosim reads version {PROFILE_VERSION})")
+                         f"(this zerosim reads version {PROFILE_VERSION}: re-run zero-real "
+                         f"calibrate, which now measures the op model's constants)")
     if "fit" not in data:
         raise InputError(f"profile {path}: no 'fit' section (raw measurements only); fit it "
                          f"with zero-real calibrate")
@@ -199,4 +173,4 @@ def load_profile(path: str | Path) -> Profile:
     return Profile(str(path), data)
 
 
-__all__ = ["MEMORY_TERMS", "Profile", "check_fit", "load_profile", "segment_line"]
+__all__ = ["Profile", "check_fit", "load_profile", "segment_line"]

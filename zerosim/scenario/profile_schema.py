@@ -6,7 +6,9 @@ lookups go by (implementations, ops, unit kinds, passes, stages) are the contrac
 later never meets a missing key, a string where a number belongs, or a typo that silently falls
 back to the preset. A failure is one line naming the file and the JSON path of the field
 (`fit.collectives.native.all_reduce.4.segments[0].min_bytes`). Numbers are capped at 2**53 so
-that a line evaluated at any size stays finite.
+that a line evaluated at any size stays finite. A box's record (`fit.record[n]`, the op model's
+constants) is checked key by key: rates > 0, seconds >= 0, tiles and units whole, sequence
+lengths increasing, names among the op model's.
 """
 
 from __future__ import annotations
@@ -14,19 +16,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from zerosim.contract import COLLECTIVE_IMPLS, COLLECTIVE_OPS, OPS, PASSES, STAGES, UNIT_KINDS
+from zerosim.contract import COLLECTIVE_IMPLS, COLLECTIVE_OPS, PASSES, UNIT_KINDS
 from zerosim.errors import InputError, brief
+from zerosim.hardware.op_model import MEMORY_OPS
 from zerosim.scenario.checks import MAX_VALUE, is_finite_number
 
-# What a profile measured beyond the analytic memory model, per stage. Broadcast and reduce are not
-# calibrated (COLLECTIVE_OPS are): they keep the preset's links.
-MEMORY_TERMS = ("activations", "residue", "workspace")
-SECTIONS = ("collectives", "compute", "optimizer", "step", "memory")
+# The memory mechanisms a profile may hold (fit.memory; analytic/mechanisms.py prices each).
+MEMORY_MECHANISMS = ("loss_backward", "optimizer_grad", "optimizer_step", "norm_saved",
+                     "attention_saved", "saved_ids", "math_attention_batch1", "head_kept")
+# The fit's sections. A version-1 profile's per-unit compute lines and per-stage in-step scales
+# ("compute", "step") are gone: a fit carrying one is refused by name.
+SECTIONS = ("collectives", "optimizer", "memory", "record")
 SEGMENT_KEYS = ("alpha_s", "s_per_byte", "min_bytes", "last_bytes", "max_bytes", "points",
                 "residuals_pct")
-LINE_KEYS = ("per", "overhead_s", "slope", "residuals_pct")
-LINE_PER = ("flop", "token")
-STEP_KEYS = ("impl", "compute_scale", "collective_scale", "other_s")
+# A box's record (fit.record[n], zerosim/calibration/fit_ops.py; read by hardware/measured.py).
+RECORD_DEVICES = ("cpu", "cuda")
+RECORD_DTYPE_OF = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""torch's name of each training.precision: what a record's rows were measured in."""
+RECORD_DTYPES = tuple(RECORD_DTYPE_OF.values())
+ATTENTION_KERNELS = ("flash", "math")  # training.flash_attention true, false
+RECORD_MEMORY_OPS = MEMORY_OPS  # hardware/op_model.py
+RECORD_REQUIRED = ("name", "device", "dtype", "threads", "gemm", "launch_s", "autograd_node_s",
+                   "bandwidth_GBps", "memory_ops")
+RECORD_KEYS = (*RECORD_REQUIRED, "linear_overhead_s", "linear_residuals_pct", "attention",
+               "copies", "host_dispatch_s", "backward_call_s", "unit_overhead_s", "unfitted")
+GEMM_KEYS = ("tflops", "tile", "units", "launch_s", "residuals_pct")
+RATE_KEYS = ("overhead_s", "bytes_per_s", "residuals_pct")
+COPY_KEYS = tuple(f"{d}_{p}" for d in ("h2d", "d2h") for p in ("pinned", "pageable"))
 _KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
           list: "an array", dict: "an object", type(None): "null"}
 
@@ -65,6 +81,29 @@ class _Schema:
             raise self.fail(where, f"{value!r} is beyond 2**53")
         if not signed and value < 0:
             raise self.fail(where, f"{value!r} must be >= 0")
+        return value
+
+    def positive(self, where: str, value: Any) -> float:
+        """A finite number within 2**53, > 0 (a rate divides by it)."""
+        if self.number(where, value) <= 0:
+            raise self.fail(where, f"{value!r} must be > 0")
+        return value
+
+    def whole(self, where: str, value: Any, least: int = 1) -> int:
+        if type(value) is not int or not least <= value <= MAX_VALUE:
+            raise self.fail(where, f"must be a whole number >= {least}, got {brief(value)}")
+        return value
+
+    def choice(self, where: str, value: Any, allowed: tuple[str, ...]) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            raise self.fail(where, f"must be one of {', '.join(allowed)}, got {brief(value)}")
+        return value
+
+    def array(self, where: str, value: Any, length: int | None = None) -> list:
+        """An array, non-empty, of `length` items where given."""
+        if not isinstance(value, list) or not value or length not in (None, len(value)):
+            size = "a non-empty array" if length is None else f"an array of {length}"
+            raise self.fail(where, f"must be {size}, got {brief(value)}")
         return value
 
     def by_count(self, where: str, value: Any, least: int) -> Iterator[tuple[str, Any]]:
@@ -137,59 +176,115 @@ def _collectives(s: _Schema, fit: dict[str, Any]) -> None:
                     s.number(f"{at}.max_abs_residual_pct", entry["max_abs_residual_pct"])
 
 
-def _compute(s: _Schema, fit: dict[str, Any]) -> None:
-    for n, units in s.by_count("fit.compute", fit.get("compute", {}), 1):
-        for unit, phases in s.by_name(f"fit.compute.{n}", units, UNIT_KINDS, "a unit kind"):
-            s.object(f"fit.compute.{n}.{unit}", phases, PASSES)
-            for phase in PASSES:
-                at = f"fit.compute.{n}.{unit}.{phase}"
-                line = s.object(at, s.get(f"fit.compute.{n}.{unit}", phases, phase), LINE_KEYS)
-                if s.get(at, line, "per") not in LINE_PER:
-                    raise s.fail(f"{at}.per", f"must be one of {', '.join(LINE_PER)}, got "
-                                              f"{brief(line['per'])}")
-                for key in ("overhead_s", "slope"):
-                    s.number(f"{at}.{key}", s.get(at, line, key))
-                _residuals(s, at, line)
-
-
-def _step(s: _Schema, fit: dict[str, Any]) -> None:
-    stages = tuple(map(str, STAGES))
-    for n, entry in s.by_count("fit.step", fit.get("step", {}), 1):
-        at = f"fit.step.{n}"
-        s.object(at, entry, STEP_KEYS)
-        if entry.get("impl", COLLECTIVE_IMPLS[0]) not in COLLECTIVE_IMPLS:
-            raise s.fail(f"{at}.impl", f"must be one of {', '.join(COLLECTIVE_IMPLS)}, got "
-                                       f"{brief(entry['impl'])}")
-        for group in ("compute_scale", "other_s"):
-            for stage, value in s.by_name(f"{at}.{group}", s.get(at, entry, group), stages,
-                                          "a stage"):
-                s.number(f"{at}.{group}.{stage}", value)
-        for stage, ops in s.by_name(f"{at}.collective_scale", s.get(at, entry, "collective_scale"),
-                                    stages, "a stage"):
-            for op, value in s.by_name(f"{at}.collective_scale.{stage}", ops, OPS, "an op"):
-                s.number(f"{at}.collective_scale.{stage}.{op}", value)
-
-
 def _memory(s: _Schema, fit: dict[str, Any]) -> None:
-    for n, by_stage in s.by_count("fit.memory", fit.get("memory", {}), 1):
-        for stage, terms in s.by_name(f"fit.memory.{n}", by_stage, tuple(map(str, STAGES)),
-                                      "a stage"):
-            at = f"fit.memory.{n}.{stage}"
-            s.object(at, terms, (*MEMORY_TERMS, "optimizer_per_element"))
-            for term in MEMORY_TERMS:  # bytes beyond the analytic model: may be negative
-                line = s.object(f"{at}.{term}", s.get(at, terms, term), ("fixed", "per_token"))
-                for key in ("fixed", "per_token"):
-                    s.number(f"{at}.{term}.{key}", s.get(f"{at}.{term}", line, key), signed=True)
-            if "optimizer_per_element" in terms:
-                s.number(f"{at}.optimizer_per_element", terms["optimizer_per_element"])
+    """Per processes count, each memory mechanism (zerosim/calibration/fit_memory.py): fixed
+    bytes and bytes per count, none negative, how it was had and where from."""
+    for n, by_name in s.by_count("fit.memory", fit.get("memory", {}), 1):
+        for name, entry in s.by_name(f"fit.memory.{n}", by_name, MEMORY_MECHANISMS,
+                                     "a memory mechanism"):
+            at = f"fit.memory.{n}.{name}"
+            s.object(at, entry, ("fixed_bytes", "per", "how", "source", "points",
+                                 "residuals_pct", "dtype", "norm", "kernel"))
+            s.number(f"{at}.fixed_bytes", s.get(at, entry, "fixed_bytes"))
+            for count, value in s.mapping(f"{at}.per", s.get(at, entry, "per")).items():
+                s.number(f"{at}.per.{count}", value)
+            s.choice(f"{at}.how", s.get(at, entry, "how"), ("measured", "derived"))
+            if not isinstance(s.get(at, entry, "source"), str):
+                raise s.fail(f"{at}.source", f"must be a string, got {brief(entry['source'])}")
+            _residuals(s, at, entry)
+
+
+def _rate(s: _Schema, where: str, entry: Any) -> None:
+    """overhead_s + bytes / bytes_per_s, with its residuals."""
+    s.object(where, entry, RATE_KEYS)
+    s.number(f"{where}.overhead_s", s.get(where, entry, "overhead_s"))
+    s.positive(f"{where}.bytes_per_s", s.get(where, entry, "bytes_per_s"))
+    _residuals(s, where, entry)
+
+
+def _gemm(s: _Schema, where: str, gemm: Any) -> None:
+    s.object(where, gemm, GEMM_KEYS)
+    s.positive(f"{where}.tflops", s.get(where, gemm, "tflops"))
+    for i, side in enumerate(s.array(f"{where}.tile", s.get(where, gemm, "tile"), 2)):
+        s.whole(f"{where}.tile[{i}]", side)
+    s.whole(f"{where}.units", s.get(where, gemm, "units"))
+    s.number(f"{where}.launch_s", s.get(where, gemm, "launch_s"))
+    _residuals(s, where, gemm)
+
+
+def _attention(s: _Schema, where: str, attention: Any) -> None:
+    """Overheads per call, seconds per score element (optional: the math kernel's), then
+    (sequence, forward TFLOP/s, backward TFLOP/s) by increasing sequence length."""
+    s.object(where, attention, ("kernel", "overhead_s", "score_s", "by_seq", "residuals_pct"))
+    s.choice(f"{where}.kernel", s.get(where, attention, "kernel"), ATTENTION_KERNELS)
+    for key in ("overhead_s", "score_s"):
+        if key in attention or key == "overhead_s":
+            for i, value in enumerate(s.array(f"{where}.{key}", s.get(where, attention, key), 2)):
+                s.number(f"{where}.{key}[{i}]", value)
+    previous = 0
+    for i, point in enumerate(s.array(f"{where}.by_seq", s.get(where, attention, "by_seq"))):
+        at = f"{where}.by_seq[{i}]"
+        seq = s.whole(f"{at}[0]", s.array(at, point, 3)[0])
+        if seq <= previous:
+            raise s.fail(f"{at}[0]", f"sequence {seq} must be above the previous ({previous})")
+        previous = seq
+        s.positive(f"{at}[1]", point[1])
+        s.positive(f"{at}[2]", point[2])
+    _residuals(s, where, attention)
+
+
+def _record_entry(s: _Schema, at: str, record: Any) -> None:
+    """One box's op-model record: every key, its type and range, and every residual."""
+    s.object(at, record, RECORD_KEYS)
+    for key in RECORD_REQUIRED:
+        s.get(at, record, key)
+    name = record["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise s.fail(f"{at}.name", f"must be a non-empty string, got {brief(name)}")
+    s.choice(f"{at}.device", record["device"], RECORD_DEVICES)
+    s.choice(f"{at}.dtype", record["dtype"], RECORD_DTYPES)
+    s.whole(f"{at}.threads", record["threads"])
+    _gemm(s, f"{at}.gemm", record["gemm"])
+    for key in ("launch_s", "autograd_node_s", "backward_call_s"):
+        if key in record or key != "backward_call_s":
+            s.number(f"{at}.{key}", record[key])
+    for kind, passes in s.by_name(f"{at}.unit_overhead_s", record.get("unit_overhead_s", {}),
+                                  UNIT_KINDS, "a unit kind"):
+        for i, value in enumerate(s.array(f"{at}.unit_overhead_s.{kind}", passes, 2)):
+            s.number(f"{at}.unit_overhead_s.{kind}[{i}]", value)
+    s.positive(f"{at}.bandwidth_GBps", record["bandwidth_GBps"])
+    for key in ("linear_overhead_s", "host_dispatch_s"):
+        for i, value in enumerate(s.array(f"{at}.{key}", record[key], 2) if key in record else ()):
+            s.number(f"{at}.{key}[{i}]", value)
+    if "linear_residuals_pct" in record:
+        for i, values in enumerate(s.array(f"{at}.linear_residuals_pct",
+                                           record["linear_residuals_pct"], 2)):
+            _residuals(s, f"{at}.linear_residuals_pct[{i}]", {"residuals_pct": values})
+    if "attention" in record:
+        _attention(s, f"{at}.attention", record["attention"])
+    for i, line in enumerate(s.array(f"{at}.unfitted", record["unfitted"])
+                             if "unfitted" in record else ()):
+        if not isinstance(line, str):
+            raise s.fail(f"{at}.unfitted[{i}]", f"must be a string, got {brief(line)}")
+    for op, passes in s.by_name(f"{at}.memory_ops", record["memory_ops"], RECORD_MEMORY_OPS,
+                                "a memory-bound op"):
+        s.object(f"{at}.memory_ops.{op}", passes, PASSES)  # a pass may be unfitted
+        if op == "copy":  # the record's bandwidth
+            s.get(f"{at}.memory_ops.{op}", passes, PASSES[0])
+        for name, entry in passes.items():
+            _rate(s, f"{at}.memory_ops.{op}.{name}", entry)
+    for key, entry in s.by_name(f"{at}.copies", record.get("copies", {}), COPY_KEYS, "a copy"):
+        _rate(s, f"{at}.copies.{key}", entry)
 
 
 def check_fit(fit: Any, path: Path | str) -> None:
     """Every section of a profile's fit, every field of it."""
     s = _Schema(path)
     s.object("fit", fit, SECTIONS)
-    for check in (_collectives, _compute, _step, _memory):
+    for check in (_collectives, _memory):
         check(s, fit)
+    for n, record in s.by_count("fit.record", fit.get("record", {}), 1):
+        _record_entry(s, f"fit.record.{n}", record)
     for n, entry in s.by_count("fit.optimizer", fit.get("optimizer", {}), 1):
         s.object(f"fit.optimizer.{n}", entry, ("segments",))
         _segments(s, f"fit.optimizer.{n}", entry)

@@ -217,7 +217,7 @@ class Engine:
         else:
             choice = self._library(group).choose(op, size_bytes)
             label = choice.label
-            phases = price_phases(self.scenario, op, size_bytes, ranks, choice.phases, self.stage)
+            phases = price_phases(self.scenario, op, size_bytes, ranks, choice.phases)
         plan = None
         if self.closed_form:
             plan = idle_plan(self.cluster, ranks, phases, self.link_ranks)

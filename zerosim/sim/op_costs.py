@@ -35,7 +35,10 @@ from dataclasses import dataclass
 
 from zerosim.analytic.tensor_comm import DGRAD, WGRAD, window_linears
 from zerosim.errors import InputError
-from zerosim.hardware import DEVICES, TRAINING_GEMMS_OVER_BEST, Gpu, OpModel
+from zerosim.contract import BLOCK, EMBEDDING, HEAD
+from zerosim.hardware import DEVICES, Gpu, OpModel
+from zerosim.hardware.op_model import MIN_PASSES
+from zerosim.sim import host_floor
 
 BYTES = 2  # bf16 / fp16 activations and weights
 FP32 = 4
@@ -65,9 +68,11 @@ class OpCosts:
         self.power_scale = power_scale
         """Compute-bound throughput under a power limit over the default's (cluster key)."""
         self.flops = (spec.peak_dense_16bit_tflops * 1e12 * model.gemm_achievable_fraction
-                      * TRAINING_GEMMS_OVER_BEST * power_scale)
+                      * model.training_shapes_over_best * power_scale)
         self.bandwidth = hbm_GBps * 1e9 * model.hbm_achievable_fraction
         self.launch = (model.kernel_launch_us or 0.0) * 1e-6
+        self.gemm_launch = self.launch if model.gemm_launch_us is None else (
+            model.gemm_launch_us * 1e-6)
 
     def gemm(self, m: int, n: int, k: int, batch: int = 1) -> Kernels:
         """`batch` (m x k)(k x n) products in one launch: wave-quantized compute or memory."""
@@ -76,13 +81,25 @@ class OpCosts:
         waves = math.ceil(tiles / self.spec.sm_count)
         compute = waves * 2 * tm * tn * k * self.spec.sm_count / self.flops
         memory = batch * BYTES * (m * k + k * n + m * n) / self.bandwidth
-        return Kernels(self.launch + max(compute, memory), 1)
+        return Kernels(self.gemm_launch + max(compute, memory), 1)
 
     def linear(self, tokens: int, n_in: int, n_out: int, backward: bool) -> Kernels:
-        """A linear layer: forward (tokens x n_in)(n_in x n_out); backward dX and dW."""
+        """A linear layer: forward (tokens x n_in)(n_in x n_out); backward dX and dW; and what a
+        box's record measured beyond its GEMMs (OpModel.linear_overhead_s)."""
         if not backward:
-            return self.gemm(tokens, n_out, n_in)
-        return self.gemm(tokens, n_in, n_out) + self.gemm(n_in, n_out, tokens)
+            out = self.gemm(tokens, n_out, n_in)
+        else:
+            out = self.gemm(tokens, n_in, n_out) + self.gemm(n_in, n_out, tokens)
+        extra = self.model.linear_overhead_s[1 if backward else 0]
+        return Kernels(out.seconds + extra, out.kernels) if extra else out
+
+    def measured(self, op: str, nbytes: float, backward: bool) -> Kernels | None:
+        """A memory-bound op moving (at least) nbytes at a box's measured rate for it
+        (OpModel.memory_ops), or None where its record has none."""
+        rate = self.model.memory_op(op, backward)
+        if rate is None:
+            return None
+        return Kernels(rate.overhead_s + nbytes / rate.per_s, 1)
 
     def traffic(self, nbytes: float, kernels: int = 1) -> Kernels:
         """Memory-bound kernels moving nbytes in all."""
@@ -118,14 +135,20 @@ def flash_scale(model: OpModel, seq_len: int, kernel: str = "fa2") -> float:
         return 1.0
     best = (1 + FLASH_BACKWARD_FLOPS) / (1 / model.flash_fwd_tflops
                                          + FLASH_BACKWARD_FLOPS / model.flash_bwd_tflops)
+    return by_log2_length(curve, seq_len) / best
+
+
+def by_log2_length(curve, seq_len: int) -> float:
+    """A rate measured at some sequence lengths, ((length, rate), ...) increasing, at seq_len:
+    interpolated in log2 of the length, held at the ends."""
     x = math.log2(seq_len)
     points = [(math.log2(n), rate) for n, rate in curve]
     if x <= points[0][0]:
-        return points[0][1] / best
+        return points[0][1]
     for (x0, r0), (x1, r1) in zip(points, points[1:]):
         if x <= x1:
-            return (r0 + (r1 - r0) * (x - x0) / (x1 - x0)) / best
-    return points[-1][1] / best
+            return r0 + (r1 - r0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 def op_costs(cluster) -> OpCosts | None:
@@ -140,6 +163,9 @@ def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """QK^T, softmax and AV of one layer: flash where it runs, else two batched GEMMs per head
     and the s x s scores through HBM (fp16 scores, a softmax reading and writing them)."""
     b, s = t.micro_batch, t.seq_len
+    measured = costs.model.attention("flash" if t.flash_attention else "math")
+    if measured is not None:
+        return measured_attention(measured, b, s, m.q_width // m.head_dim, m.head_dim, backward)
     if t.flash_attention:
         flash = costs.flash(b, s, m.q_width, backward, t.flash_kernel)
         if flash is not None:
@@ -152,6 +178,20 @@ def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
         gemms += costs.gemm(s, s, d, batch) + costs.gemm(s, d, s, batch)
     softmax = costs.traffic(batch * s * s * BYTES * (3 if backward else 2))
     return gemms + softmax
+
+
+def measured_attention(measured, b: int, s: int, heads: int, head_dim: int,
+                       backward: bool) -> Kernels:
+    """An attention core at a box's measured rates (OpModel.measured_attention): its overhead per
+    call, its b x heads x s^2 score elements at the seconds each took (the math kernel's
+    scores, mask and softmax through memory), and its causal FLOPs (4 b s^2 heads head_dim / 2
+    forward, 2.5x that backward, whatever the kernel computes) at the rate measured at this
+    sequence length."""
+    overheads, scores, curve = measured
+    p = 1 if backward else 0
+    flops = 4 * b * s * s * heads * head_dim / 2 * (FLASH_BACKWARD_FLOPS if backward else 1)
+    rate = by_log2_length([(point[0], point[1 + p]) for point in curve], s)
+    return Kernels(overheads[p] + scores[p] * b * heads * s * s + flops / (rate * 1e12), 1)
 
 
 # Eager PyTorch's memory-bound ops move more than the bytes they must read and write: several
@@ -221,6 +261,61 @@ def norm_traffic(t, elements: int, backward: bool) -> tuple[float, int]:
     return BYTES * (3 if backward else 2) * elements * factor, 1
 
 
+# Each op's factor in EAGER_FACTORS, where a record has no rate of its own for it.
+_CATALOGUE = {"norm": "norm", "residual": "single", "gelu": "single", "dropout": "single",
+              "swiglu": "swiglu", "rotary": "rotary"}
+
+
+def min_bytes(op: str, backward: bool, tokens: int, width: int, head_dim: int = 0) -> float:
+    """The minimum bytes of one memory-bound op (MIN_PASSES); rotary over the queries' and keys'
+    width (x in, y out) reads cos and sin of head_dim per token as well."""
+    if op == "rotary":
+        return BYTES * (2 * tokens * width + 2 * 2 * tokens * head_dim)
+    return BYTES * MIN_PASSES[op][1 if backward else 0] * tokens * width
+
+
+def memory_op(costs: OpCosts, t, op: str, backward: bool, tokens: int, width: int,
+              head_dim: int = 0) -> Kernels:
+    """One memory-bound op: at the box's measured rate where its record has one, else its
+    minimum bytes times the catalogue's eager factor over the streaming bandwidth."""
+    if op == "norm" and t.norm_kernel == "composite_fp32":
+        return costs.traffic(*norm_traffic(t, tokens * width, backward))
+    nbytes = min_bytes(op, backward, tokens, width, head_dim)
+    measured = costs.measured(op, nbytes, backward)
+    if measured is not None:
+        return measured
+    p = 1 if backward else 0
+    if op == "cross_entropy":
+        return costs.traffic(tokens * width * CROSS_ENTROPY_BYTES[p])
+    factor = EAGER_FACTORS[_CATALOGUE[op]][p] if op in _CATALOGUE else 1.0
+    return costs.traffic(nbytes * factor)
+
+
+def layer_memory_ops(m, t) -> list[tuple[str, int, int, int]]:
+    """A layer's memory-bound ops as (op, tokens, width, head_dim), forward order: two norms,
+    two residual adds, the MLP's activation, rotary on queries and keys, two dropouts."""
+    tokens, h = t.micro_batch * t.seq_len, m.hidden
+    split = tokens // m.sequence_shards  # the tokens a rank's norms, residuals and dropouts see
+    ops = [("norm", split, h, 0)] * 2 + [("residual", split, h, 0)] * 2
+    ops.append(("swiglu" if m.mlp == "swiglu" else "gelu", tokens, m.ffn_width, 0))
+    if m.position == "rope":
+        ops.append(("rotary", tokens, m.q_width + m.n_kv_heads * m.head_dim, m.head_dim))
+    if m.dropout:
+        ops += [("dropout", split, h, 0)] * 2
+    return ops
+
+
+def memory_bound(costs: OpCosts, m, t, backward: bool) -> Kernels:
+    """A layer's memory-bound ops: op by op at a box's measured rates, or (the catalogue) their
+    bytes summed at the eager factors (elementwise_bytes)."""
+    if not costs.model.memory_ops:
+        return costs.traffic(*elementwise_bytes(m, t, backward))
+    out = Kernels()
+    for op, tokens, width, head_dim in layer_memory_ops(m, t):
+        out += memory_op(costs, t, op, backward, tokens, width, head_dim)
+    return out
+
+
 def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """One transformer layer, forward or backward (the gradient only, no recompute)."""
     tokens, h, f, q = t.micro_batch * t.seq_len, m.hidden, m.ffn_width, m.q_width
@@ -233,14 +328,17 @@ def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
     for _ in range(ups):
         out += costs.linear(tokens, h, f, backward)
     out += costs.linear(tokens, f, h, backward)                    # down
-    nbytes, kernels = elementwise_bytes(m, t, backward)
-    return out + costs.traffic(nbytes, kernels)
+    return out + memory_bound(costs, m, t, backward)
 
 
 def head(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """The final norm, the logits GEMM and cross-entropy over the vocabulary, each memory-bound
     op at its eager cost (EAGER_FACTORS, CROSS_ENTROPY_BYTES)."""
     tokens, h, v = t.micro_batch * t.seq_len, m.hidden, m.vocab
+    if costs.model.memory_ops:
+        norm = memory_op(costs, t, "norm", backward, tokens // m.sequence_shards, h)
+        loss = memory_op(costs, t, "cross_entropy", backward, tokens, v)
+        return costs.linear(tokens, h, v, backward) + norm + loss
     norm = costs.traffic(*norm_traffic(t, tokens // m.sequence_shards * h, backward))
     loss = costs.traffic(tokens * v * CROSS_ENTROPY_BYTES[1 if backward else 0], 1)
     return costs.linear(tokens, h, v, backward) + norm + loss
@@ -249,6 +347,8 @@ def head(costs: OpCosts, m, t, backward: bool) -> Kernels:
 def embedding(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """A gather of rows forward, a scatter-add of their gradient backward."""
     tokens = t.micro_batch * t.seq_len
+    if costs.model.memory_ops:
+        return memory_op(costs, t, "embedding", backward, tokens, m.hidden)
     return costs.traffic(BYTES * tokens * m.hidden * (2 if backward else 1))
 
 
@@ -260,13 +360,13 @@ def selective_op_recompute(costs: OpCosts, m, t) -> Kernels:
     out = costs.linear(tokens, h, kv, False) + costs.linear(tokens, m.q_width, h, False)
     out += costs.linear(tokens, h, f, False) if m.mlp == "swiglu" else costs.linear(
         tokens, f, h, False)
-    nbytes, kernels = elementwise_bytes(m, t, False)
-    return out + costs.traffic(nbytes, kernels)
+    return out + memory_bound(costs, m, t, False)
 
 
 def unit_seconds(costs: OpCosts, m, t) -> tuple[list[float], list[float]]:
     """Forward and backward seconds per gather unit (embedding, layers, head), backward with the
-    recomputation activation checkpointing asks for."""
+    recomputation activation checkpointing asks for; each at least the host's time to dispatch
+    its ops where a box's record measured it (sim/host_floor.py)."""
     forward_layer = layer(costs, m, t, backward=False)
     recompute = {"full": forward_layer, "selective": attention_core(costs, m, t, False),
                  "selective_op": selective_op_recompute(costs, m, t),
@@ -276,6 +376,23 @@ def unit_seconds(costs: OpCosts, m, t) -> tuple[list[float], list[float]]:
                + [head(costs, m, t, False).seconds])
     backward = ([embedding(costs, m, t, True).seconds] + [backward_layer.seconds] * m.layers
                 + [head(costs, m, t, True).seconds])
+    forward, backward = host_floor.floor(costs.model, m, t, layer_memory_ops(m, t), forward,
+                                         backward)
+    return unit_host_work(costs.model, m.layers, forward, backward)
+
+
+def unit_host_work(model: OpModel, layers: int, forward: list[float],
+                   backward: list[float]) -> tuple[list[float], list[float]]:
+    """What a box's record measured per unit beyond its ops, added to each unit: one autograd
+    call per unit's backward (OpModel.backward_call_s) and the unit's own host work
+    (OpModel.unit_overhead_s: module calls, views, hooks); nothing for a catalogue GPU."""
+    if model.backward_call_s:
+        backward = [s + model.backward_call_s for s in backward]
+    if model.unit_overhead_s:
+        extra = {kind: (fwd, bwd) for kind, fwd, bwd in model.unit_overhead_s}
+        kinds = [EMBEDDING, *[BLOCK] * layers, HEAD]
+        forward = [s + extra.get(k, (0.0, 0.0))[0] for s, k in zip(forward, kinds)]
+        backward = [s + extra.get(k, (0.0, 0.0))[1] for s, k in zip(backward, kinds)]
     return forward, backward
 
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import simpy
 
-from zerosim.contract import COMM, COMPUTE, OTHER, SimulatedEvent
+from zerosim.contract import COMM, COMPUTE, SimulatedEvent
 from zerosim.errors import InputError
 from zerosim.sim.costs import op_model
 from zerosim.sim.groups import WORLD
@@ -126,8 +126,7 @@ class RankContext:
                 yield from self._share_sms(duration_s)
             elif not self.env.advance(start_s + duration_s):  # else nothing was due before
                 yield self.env.timeout(duration_s)
-        if name != OTHER:
-            self.state.compute_s += self.env.now - start_s
+        self.state.compute_s += self.env.now - start_s
         if self.engine.keep_events:
             self._record(COMPUTE, name, phase, layer, None, 0, start_s)
 

@@ -21,13 +21,12 @@ class StageResult:
     compute_s: float
     exposed_comm_s: float
     """step_time_s - compute_s: communication compute did not hide, offload's host operations
-    (the CPU's optimizer step among them) it did not hide, plus any bookkeeping time a
-    calibration profile measured (its other_s)."""
+    (the CPU's optimizer step among them) it did not hide."""
     comm_bytes_per_rank: dict[str, int]
     comm_time_s: float
     """The critical rank's collectives' durations, summed (hidden by compute or not), each from
     the rank's own launch to its end: waiting there for a later rank is communication (rank.py),
-    so exposed_comm_s <= comm_time_s + host_time_s (+ a profile's other_s)."""
+    so exposed_comm_s <= comm_time_s + host_time_s."""
     host_bytes_per_rank: dict[str, int]
     """Offload's bytes over the host link and the drives (sim/offload.py), per rank."""
     host_time_s: float

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from zerosim.contract import (ALL_GATHER, OPS, OTHER, P2P, QUEUES, REDUCE_SCATTER, STAGE_NAMES,
+from zerosim.contract import (ALL_GATHER, OPS, P2P, QUEUES, REDUCE_SCATTER, STAGE_NAMES,
                               STEP_PHASES, STAGES)
 from zerosim.errors import InputError
 from zerosim.tradeoffs.plot_inputs import key_of, series_columns
@@ -30,9 +30,9 @@ TRADEOFF_COLUMNS = ("stage", "stage_name", "world_size", "peak_bytes",
                     "comm_bytes_per_rank_total", "comm_time_s")
 
 STAGE_COLORS = dict(zip(STAGES, ("#636efa", "#ef553b", "#00cc96", "#ab63fa")))
-# A step event's kind (_kind): its phase, bookkeeping, or its collective op; legends in this order.
-KIND_COLORS = dict(zip((*STEP_PHASES, OTHER, *OPS),
-                       ("#4c78a8", "#72b7b2", "#54a24b", "#bab0ac", "#e45756", "#f58518",
+# A step event's kind (_kind): its phase or its collective op; legends in this order.
+KIND_COLORS = dict(zip((*STEP_PHASES, *OPS),
+                       ("#4c78a8", "#72b7b2", "#54a24b", "#e45756", "#f58518",
                         "#b279a2", "#9d755d", "#eeca3b")))
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
@@ -143,7 +143,7 @@ def tradeoff_figure(rows: list[dict[str, Any]]) -> go.Figure:
 def _kind(event: dict[str, Any]) -> str:
     if event["op"]:
         return event["op"]
-    return OTHER if event["name"] == OTHER else event["phase"]
+    return event["phase"]
 
 
 def _ordered(names, known: Sequence[str]) -> list:

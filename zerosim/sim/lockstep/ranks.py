@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from zerosim.contract import COMPUTE, OTHER
+from zerosim.contract import COMPUTE
 from zerosim.sim.groups import WORLD
 from zerosim.sim.lockstep.strands import Idle, Lockstep, Sequence, Signal, Slots
 from zerosim.sim.rank import MIN_COMPUTE_RATE
@@ -81,8 +81,7 @@ class Ranks:
         if duration_s > 0:
             strand.now = start_s + scaled
             strand.anchor = self.lockstep.unanchored
-        if name != OTHER:
-            self.compute_s = self.compute_s + (strand.now - start_s)
+        self.compute_s = self.compute_s + (strand.now - start_s)
         return iter(())
 
     def _shared(self, strand, work_s: np.ndarray, name: str) -> Iterator:
@@ -100,8 +99,7 @@ class Ranks:
                 break
             yield Idle(float(end_s.max()))
         strand.now, strand.anchor = end_s, self.lockstep.unanchored
-        if name != OTHER:
-            self.compute_s = self.compute_s + (end_s - start_s)
+        self.compute_s = self.compute_s + (end_s - start_s)
 
     def _shared_end(self, start_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
         """When work_s started at start_s ends, rank by rank: at each instant a kernel starts or

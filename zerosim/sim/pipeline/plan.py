@@ -100,7 +100,7 @@ class Pricer:
     def _price(self, op: str, size_bytes: float, group: str) -> tuple[float, str, float]:
         ranks = self.groups[group]
         choice = self.libraries[group].choose(op, size_bytes)
-        phases = price_phases(self.scenario, op, size_bytes, ranks, choice.phases, self.stage)
+        phases = price_phases(self.scenario, op, size_bytes, ranks, choice.phases)
         sent = bytes_sent_per_rank(phases)
         plan = idle_plan(self.cluster, ranks, phases, self.links)
         if plan is not None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from zerosim.contract import OTHER
 from zerosim.analytic.memory import STAGE2_LIVE_BUCKETS
 from zerosim.sim.groups import WORLD
 from zerosim.sim.stages.step_shape import StepShape
@@ -72,8 +71,6 @@ class DDP:
             yield from self.micro_step()
         if self.shape.residue_bytes:
             self.ctx.alloc("residue", "allocator", self.shape.residue_bytes)
-        if self.shape.other_s:
-            yield from self.ctx.compute(self.shape.other_s, OTHER, "backward", None)
         self.ctx.mark("after_backward")
         yield from self.optimizer_step()
         yield from self.drain()

@@ -18,7 +18,7 @@ from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
-                               other_s, overlap_windows)
+                               overlap_windows)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 
@@ -63,8 +63,6 @@ class StepShape:
     """Transient bytes during backward beyond the named buffers (a profile's measurement)."""
     residue_bytes: int
     """Bytes the allocator keeps after backward (a profile's measurement)."""
-    other_s: float
-    """Seconds per step in neither compute nor a collective (a profile's measurement)."""
     grad_shard_bytes: list[list[int]] = field(default_factory=list)
     """Where sharded gradients come into being as each unit's reduce-scatter completes instead
     of a buffer held all step (Framework.grads_made_in_backward: FSDP2), each unit's parameter
@@ -213,8 +211,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         params=psi, shard=shard_elements(psi, mesh.dp_shard),
         bucket_bytes=mib_to_bytes(t.reduce_bucket_MiB),
         allgather_bucket_bytes=mib_to_bytes(t.allgather_bucket_MiB),
-        optimizer=optimizer_cost(scenario, traffic or bg + master + 2 * FP32_BYTES * moments,
-                                 stage),
+        optimizer=optimizer_cost(scenario, traffic or bg + master + 2 * FP32_BYTES * moments),
         optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
@@ -222,7 +219,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         loss_blocks=framework_of(t).loss_blocks(m, t),
         step_blocks=_step_blocks(scenario, mesh, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
-        residue_bytes=max(0, round(extra["residue"])), other_s=other_s(scenario, stage),
+        residue_bytes=max(0, round(extra["residue"])),
         family=family_shape(scenario, mesh),
         tensor=tensor, tensor_windows=windows)
 

@@ -1,0 +1,99 @@
+"""Memory mechanisms priced: the bytes a calibration profile's measured or derived mechanisms
+(zerosim.calibration.fit_memory) add beyond the analytic model, at a scenario's counts (tokens,
+logits, norms, the attention's elements and scores), by the StepShape term each joins.
+
+In the analytic layer because the memory model's cap check (memory.check_scale) and the step's
+shape (sim/costs.memory_terms) both ask it; it reads the profile the scenario carries.
+"""
+
+from __future__ import annotations
+
+from zerosim.analytic.model import gradient_units
+from zerosim.frameworks import framework_of
+from zerosim.scenario.profile_schema import RECORD_DTYPE_OF
+from zerosim.parallel.mesh import mesh_of
+from zerosim.parallel.tensor import rank_model
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
+
+
+# The memory mechanisms a profile prices (zerosim.calibration.fit_memory), and the StepShape term
+# each one's bytes join: activations (kept from forward to backward), residue (held from the end
+# of backward through the step), workspace (backward's transient), optimizer_per_element (the
+# optimizer step's transient per element of its shard).
+MEMORY_MECHANISMS = {
+    "loss_backward": "workspace", "optimizer_grad": "optimizer_per_element",
+    "optimizer_step": "optimizer_per_element",
+    "norm_saved": "activations", "attention_saved": "activations", "saved_ids": "activations",
+    "math_attention_batch1": "activations",
+    "head_kept": "residue",
+}
+
+
+def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
+    """What each mechanism's bytes go by in this scenario: its fit's `per` names, `times` the
+    copies of it a step holds (default 1), `fixed` whether its fixed bytes count (default 1;
+    the optimizer's per element alone: StepShape multiplies by the shard; its step's
+    temporaries are one optimizer's at a time, at stage 3 one per gather unit, zero_real's
+    stages/zero3.py, so the largest unit's shard over the whole shard) and `counted` the bytes
+    per unit the analytic model already counts (only the excess is added; never less than 0)."""
+    m, t = rank_model(scenario), scenario.training
+    w, b, s = BYTES_PER_ELEMENT[t.precision], t.micro_batch, t.seq_len
+    tokens = b * s
+    layer_qk = (m.layers * tokens * (m.q_width + m.n_kv_heads * m.head_dim) * w
+                if b == 1 and not t.flash_attention else 0)
+    one_optimizer = 1.0
+    if stage == 3:
+        n = mesh_of(scenario, stage).dp_shard
+        one_optimizer = (max(-(-u // n) for u in gradient_units(m))
+                         / -(-sum(gradient_units(m)) // n))
+    return {
+        "loss_backward": {"logit": tokens * m.vocab},
+        "optimizer_grad": {"element": 1, "fixed": 0},
+        "optimizer_step": {"element": one_optimizer, "fixed": 0},
+        "norm_saved": {"token": tokens, "token_hidden": tokens * m.hidden,
+                       "times": 2 * m.layers + 1},  # two per block and the final one
+        "attention_saved": {  # Korthikanti's Q, K, V and softmax output (or flash's row stats)
+            "qkv_element": tokens * (m.q_width + 2 * m.n_kv_heads * m.head_dim),
+            "score": b * m.heads * s * s, "row": b * m.heads * s, "times": m.layers,
+            "counted": {"qkv_element": w, "score": 0 if t.flash_attention else w,
+                        "row": FP32_BYTES if t.flash_attention else 0}},
+        "saved_ids": {"token": tokens, "position": s if m.position == "learned" else 0},
+        "math_attention_batch1": {"layer_token_qk_bytes": layer_qk},
+        "head_kept": {"token_hidden_bytes": tokens * m.hidden * w, "token": tokens},
+    }
+
+
+def mechanism_terms(scenario, stage: int) -> dict[str, float]:
+    """Bytes beyond the analytic model, by StepShape term, from the memory mechanisms the
+    profile measured or derived (fit_memory) at this scenario's counts; zeros without a profile
+    or for a bare-Ψ model. A mechanism measured on another norm or attention kernel than the
+    scenario's adds nothing, nor one measured in another precision, nor the loss's backward
+    where the framework already holds its buffers (Framework.loss_blocks).
+    Every coefficient is >= 0, so is every term."""
+    zero = {"activations": 0, "residue": 0, "workspace": 0, "optimizer_per_element": 0.0}
+    profile, m = scenario.profile, scenario.model
+    if profile is None or m.is_bare:
+        return zero
+    mechanisms = profile.memory_mechanisms(scenario.cluster.gpus_per_node)
+    if not mechanisms:
+        return zero
+    counts, out = mechanism_counts(scenario, stage), dict(zero)
+    t = scenario.training
+    kernel = "flash" if t.flash_attention else "math"
+    dtype = RECORD_DTYPE_OF[t.precision]
+    framework_loss = any(framework_of(t).loss_blocks(m, t).values())
+    held_by_framework = {"loss_backward"} if framework_loss else set()
+    for name, entry in mechanisms.items():
+        if entry.get("norm", m.norm) != m.norm or entry.get("kernel", kernel) != kernel:
+            continue
+        if entry.get("dtype", dtype) != dtype or name in held_by_framework:
+            continue  # measured in another precision; or the framework's own loss buffers
+        count, counted = counts[name], counts[name].get("counted", {})
+        held = entry["fixed_bytes"] * count.get("fixed", 1) + sum(
+            max(0.0, c - counted.get(unit, 0)) * count.get(unit, 0)
+            for unit, c in entry["per"].items())
+        out[MEMORY_MECHANISMS[name]] += count.get("times", 1) * held
+    return out
+
+
+__all__ = ["MEMORY_MECHANISMS", "mechanism_counts", "mechanism_terms"]
