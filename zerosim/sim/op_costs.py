@@ -335,21 +335,14 @@ def head(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """The final norm, the logits GEMM and cross-entropy over the vocabulary, each memory-bound
     op at its eager cost (EAGER_FACTORS, CROSS_ENTROPY_BYTES)."""
     tokens, h, v = t.micro_batch * t.seq_len, m.hidden, m.vocab
-    if costs.model.memory_ops:
-        norm = memory_op(costs, t, "norm", backward, tokens // m.sequence_shards, h)
-        loss = memory_op(costs, t, "cross_entropy", backward, tokens, v)
-        return costs.linear(tokens, h, v, backward) + norm + loss
-    norm = costs.traffic(*norm_traffic(t, tokens // m.sequence_shards * h, backward))
-    loss = costs.traffic(tokens * v * CROSS_ENTROPY_BYTES[1 if backward else 0], 1)
+    norm = memory_op(costs, t, "norm", backward, tokens // m.sequence_shards, h)
+    loss = memory_op(costs, t, "cross_entropy", backward, tokens, v)
     return costs.linear(tokens, h, v, backward) + norm + loss
 
 
 def embedding(costs: OpCosts, m, t, backward: bool) -> Kernels:
     """A gather of rows forward, a scatter-add of their gradient backward."""
-    tokens = t.micro_batch * t.seq_len
-    if costs.model.memory_ops:
-        return memory_op(costs, t, "embedding", backward, tokens, m.hidden)
-    return costs.traffic(BYTES * tokens * m.hidden * (2 if backward else 1))
+    return memory_op(costs, t, "embedding", backward, t.micro_batch * t.seq_len, m.hidden)
 
 
 def selective_op_recompute(costs: OpCosts, m, t) -> Kernels:
