@@ -17,10 +17,11 @@ import time
 
 import torch
 
+from zero_real.calibration.grad_path import measure_grad_path
 from zero_real.calibration.memory_bench import measure_memory
 from zero_real.calibration.ops import measure_ops
-from zero_real.calibration.timing import (WARMUP, barrier, iterations, max_over_ranks, sync,
-                                         timed, until)
+from zero_real.calibration.timing import (WARMUP, barrier, flush_caches, iterations,
+                                         max_over_ranks, sync, timed, until)
 from zero_real.parts.collectives import Collectives
 from zero_real.parts.measure import ActivationTracker, Ledger, Recorder
 from zero_real.parts.model import build_model, materialize
@@ -51,6 +52,7 @@ def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
     out["compute"] = compute(world_size, cfg, device, progress)
     out["ops"] = measure_ops(world_size, cfg, device, progress)
     out["optimizer"] = optimizer(world_size, cfg, device, progress)
+    out["grad_path"] = measure_grad_path(rank, world_size, cfg, device, progress)
     t = cfg.scenario.training
     out["memory_mechanisms"] = measure_memory(world_size, DTYPES[t.precision], device,
                                               cfg.scenario.model.norm, t.flash_attention)
@@ -201,6 +203,7 @@ def _optimizer_step(elements: int, dtype, scale: float, n: int, lr: float, devic
 
     def once() -> float:
         grad.fill_(1e-3)  # fp32 divides it in place: refill, or it decays into denormals
+        flush_caches(device)  # the step finds its states cold, as after forward and backward
         return timed(lambda: opt.step(opt.unscaled_grad(scale)), device)
 
     return once
