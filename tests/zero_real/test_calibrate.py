@@ -50,7 +50,7 @@ def two(tmp_path_factory):
 # What each world measures, in calibration/bench.py's order: the op model's constants (ops.py)
 # between the whole units and the optimizer; a world of one process runs no collectives.
 SECTIONS = ("collectives", "compute", "gemm", "linear", "launch", "attention", "memory_op",
-            "optimizer", "memory")
+            "optimizer", "gradients", "memory")
 
 
 def _known_items(n: int) -> dict[str, list[str]]:
@@ -62,6 +62,7 @@ def _known_items(n: int) -> dict[str, list[str]]:
         "compute": [f"{unit} micro-batch {b}" for b in (1, 2) for unit in UNIT_KINDS],
         "launch": ["add_ and autograd chain"],
         "optimizer": [f"{4**k} elements" for k in range(5, 12)],
+        "gradients": [f"stage {s}" for s in (0, 1, 2)],
         "memory": [f"stage {s} micro-batch {b}" for s in STAGES for b in (1, 2)]}
 
 
@@ -156,6 +157,25 @@ def test_optimizer_elements_and_times(two):
     assert all(r["iterations"] >= 5 and r["time_s"] > 0 for r in rows)
 
 
+def test_gradient_path_of_each_hooked_stage(two):
+    """Stages 0-2 in each world: the hooks fired and the buckets reduced in one backward, counted
+    by hand for the tiny GPT (token and position matrices, 2 x 12 block tensors, the final
+    norm's 2 and the tied matrix's second use: 29; 118,528 fp32 gradients in 64 KiB buckets:
+    ceil(474,112 / 65,536) = 8), and the fit's seconds per hook and per bucket are those
+    totals over these counts."""
+    rows = two[1]["measurements"]["grad_path"]
+    assert sorted((r["processes"], r["stage"]) for r in rows) == [
+        (n, s) for n in (1, 2) for s in (0, 1, 2)]
+    fit = two[1]["fit"]["grad_path"]
+    for r in rows:
+        assert (r["hooks"], r["buckets"]) == (29, 8), r
+        assert r["with_s"] > 0 and r["without_s"] > 0 and r["iterations"] >= 5
+        assert r["reduce_s"] >= r["buckets_s"]  # the collectives' time is taken out of it
+        entry = fit[str(r["processes"])][str(r["stage"])]
+        assert entry["hook_s"] == max(0.0, r["hooks_s"] / 29)
+        assert entry["bucket_s"] == max(0.0, r["buckets_s"] / 8)
+
+
 def test_memory_of_each_stage_against_its_ledger(two):
     rows = [r for r in two[1]["measurements"]["memory"] if r["processes"] == 2]
     assert {r["processes"] for r in two[1]["measurements"]["memory"]} == {1, 2}
@@ -179,7 +199,7 @@ def test_the_profile_is_fitted_and_drives_the_simulator(two):
     from zerosim.scenario.profile import load_profile
 
     _, profile, out = two
-    assert set(profile["fit"]) == {"collectives", "optimizer", "memory", "record"}
+    assert set(profile["fit"]) == {"collectives", "optimizer", "memory", "record", "grad_path"}
     assert sorted(profile["fit"]["record"]) == sorted(profile["fit"]["memory"]) == ["1", "2"]
     for n, record in profile["fit"]["record"].items():
         assert (record["device"], record["dtype"]) == ("cpu", "float32")

@@ -113,7 +113,7 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
     scenario, first = the_plan["scenario"], results[min(results)][0]
     t = scenario.training
     rows = {"collectives": [], "compute": [], "ops": [], "optimizer": [], "memory": [],
-            "memory_mechanisms": []}
+            "memory_mechanisms": [], "grad_path": []}
     for n, ranks in results.items():
         zero = ranks[0]
         rows["collectives"] += zero["collectives"]
@@ -127,6 +127,7 @@ def assemble(args, the_plan: dict, results: dict[int, list[dict]], command: str)
         rows["ops"] += [_with_max_rank(row, [r["ops"][i] for r in ranks])
                         for i, row in enumerate(zero["ops"])]
         rows["memory_mechanisms"] += zero["memory_mechanisms"]  # bytes: alike on every rank
+        rows["grad_path"] += zero["grad_path"]
         for i, row in enumerate(zero["optimizer"]):
             rows["optimizer"].append({**row, "time_s_max_rank": max(r["optimizer"][i]["time_s"]
                                                                     for r in ranks)})

@@ -10,6 +10,8 @@
   memory-bound op's rate, launches. The real stages' steps are measurements to compare against,
   never fitted.
 - Optimizer step: α-β segments over the elements of the shard it updates.
+- Gradient path: the host seconds of one gradient hook and of one bucket's reduction beyond its
+  collective, per stage with hooks (zero_real/calibration/grad_path.py's totals over its counts).
 
 Each fit keeps its residuals (percent of the measured value), so a profile says how well it fits.
 """
@@ -104,6 +106,18 @@ def fit_optimizer(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for n, points in sorted(groups.items())}
 
 
+def fit_grad_path(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per process count and stage: the hooks' work over the hooks fired, the buckets' host work
+    over the buckets reduced. Each is a median difference of two timings, which a noisy box can
+    leave below zero: a mechanism costs no less than nothing, so 0 then (the row keeps it)."""
+    fit: dict[str, Any] = {}
+    for r in rows:
+        fit.setdefault(str(r["processes"]), {})[str(r["stage"])] = {
+            "hook_s": max(0.0, r["hooks_s"] / r["hooks"]) if r["hooks"] else 0.0,
+            "bucket_s": max(0.0, r["buckets_s"] / r["buckets"]) if r["buckets"] else 0.0}
+    return fit
+
+
 def build_profile(scenario, raw: dict[str, Any]) -> dict[str, Any]:
     """`raw` (format, version, provenance, scenario, measurements) with its "fit" added: the
     collectives', the box's record per world size (its units' overhead priced on `scenario`'s
@@ -125,8 +139,11 @@ def build_profile(scenario, raw: dict[str, Any]) -> dict[str, Any]:
         fit["optimizer"] = fit_optimizer(meas["optimizer"])
     if meas.get("memory_mechanisms"):
         fit["memory"] = fit_memory(meas["memory_mechanisms"])
+    if meas.get("grad_path"):
+        fit["grad_path"] = fit_grad_path(meas["grad_path"])
     check_fit(fit, "(new)")
     return {**raw, "fit": fit}
 
 
-__all__ = ["build_profile", "fit_collectives", "fit_line", "fit_optimizer", "fit_segments"]
+__all__ = ["build_profile", "fit_collectives", "fit_grad_path", "fit_line", "fit_optimizer",
+           "fit_segments"]

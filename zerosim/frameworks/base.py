@@ -128,3 +128,10 @@ class Framework:
         """Whether each gather and reduction copies into and out of flat communication buffers
         (kernels beyond the model's own, timed by the op model)."""
         return False
+
+    def gradient_hooks(self, m, t, stage: int) -> list[int] | None:
+        """Per gradient unit, the Python hooks its backward runs, one per parameter gradient
+        (a profile's fit.grad_path prices each, and each bucket's reduction: the measurements
+        are zero_real's stages); None: no per-parameter Python hook measured for this
+        framework (DDP's Reducer hooks in C++, FSDP2 per module)."""
+        return None

@@ -6,6 +6,10 @@ from __future__ import annotations
 from zerosim.contract import PASSES
 from zerosim.frameworks.base import Framework
 
+HOOKED_STAGES = (0, 1, 2)
+"""zero_real's stages with a hook on each parameter's gradient (register_post_accumulate_grad_hook,
+zero_real/stages/replicated.py); ZeRO-3 reduces per unit, after its backward (zero3.py)."""
+
 
 class Zero(Framework):
     """The paper's model: every stage, offload and ZeRO++ expressible, no framework's extras."""
@@ -16,3 +20,19 @@ class Zero(Framework):
     def loss_blocks(self, m, t) -> dict[str, list[int]]:
         """None: the paper's accounting keeps only the log-probabilities activations() counts."""
         return {phase: [] for phase in PASSES}
+
+    def gradient_hooks(self, m, t, stage: int) -> list[int] | None:
+        """zero_real's modules (zero_real/parts/model.py): per block a norm before attention
+        and before the MLP (LayerNorm's weight and bias, RMSNorm's weight), the fused QKV and the
+        output projection, two linears (GELU) or three (SwiGLU), each with a bias where the
+        model has them; the embedding's token and learned position matrices; the head's final
+        norm and, untied, its matrix. A tied matrix is used twice and its hook fires twice:
+        once in the head's backward (gradient_waiting), once in the embedding's."""
+        if stage not in HOOKED_STAGES or m.is_bare:
+            return None
+        per_linear = 2 if m.bias else 1
+        norm = 2 if m.norm == "layernorm" and m.bias else 1
+        linears = 2 + (2 if m.mlp == "gelu" else 3)
+        embedding = 1 + (1 if m.position == "learned" else 0)
+        head = norm + 1  # the untied matrix, or the tied one's first use
+        return [embedding] + [2 * norm + linears * per_linear] * m.layers + [head]

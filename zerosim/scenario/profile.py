@@ -149,6 +149,12 @@ class Profile:
         alpha, beta = segment_line(entry["segments"], elements)
         return alpha + beta * elements
 
+    def grad_path(self, processes: int, stage: int) -> dict[str, float] | None:
+        """fit.grad_path's seconds per gradient hook and per bucket (hook_s, bucket_s) at
+        `stage`, in the world nearest `processes`; None when the profile measured none."""
+        entry = self._by_processes("grad_path", processes)
+        return None if entry is None else entry.get(str(stage))
+
     # memory
     def memory_mechanisms(self, processes: int) -> dict[str, Any] | None:
         """fit.memory's mechanisms for the world nearest `processes`

@@ -26,7 +26,7 @@ MEMORY_MECHANISMS = ("loss_backward", "optimizer_grad", "optimizer_step", "norm_
                      "attention_saved", "saved_ids", "math_attention_batch1", "head_kept")
 # The fit's sections. A version-1 profile's per-unit compute lines and per-stage in-step scales
 # ("compute", "step") are gone: a fit carrying one is refused by name.
-SECTIONS = ("collectives", "optimizer", "memory", "record")
+SECTIONS = ("collectives", "optimizer", "memory", "record", "grad_path")
 SEGMENT_KEYS = ("alpha_s", "s_per_byte", "min_bytes", "last_bytes", "max_bytes", "points",
                 "residuals_pct")
 # A box's record (fit.record[n], zerosim/calibration/fit_ops.py; read by hardware/measured.py).
@@ -277,11 +277,22 @@ def _record_entry(s: _Schema, at: str, record: Any) -> None:
         _rate(s, f"{at}.copies.{key}", entry)
 
 
+def _grad_path(s: _Schema, fit: dict[str, Any]) -> None:
+    """Per processes count and hooked stage (0-2): seconds per gradient hook and per bucket."""
+    for n, by_stage in s.by_count("fit.grad_path", fit.get("grad_path", {}), 1):
+        for stage, entry in s.by_name(f"fit.grad_path.{n}", by_stage, ("0", "1", "2"),
+                                      "a stage with gradient hooks"):
+            at = f"fit.grad_path.{n}.{stage}"
+            s.object(at, entry, ("hook_s", "bucket_s"))
+            for key in ("hook_s", "bucket_s"):
+                s.number(f"{at}.{key}", s.get(at, entry, key))
+
+
 def check_fit(fit: Any, path: Path | str) -> None:
     """Every section of a profile's fit, every field of it."""
     s = _Schema(path)
     s.object("fit", fit, SECTIONS)
-    for check in (_collectives, _memory):
+    for check in (_collectives, _memory, _grad_path):
         check(s, fit)
     for n, record in s.by_count("fit.record", fit.get("record", {}), 1):
         _record_entry(s, f"fit.record.{n}", record)

@@ -48,9 +48,32 @@ def op_model(scenario) -> OpCosts | None:
     return op_costs(c)
 
 
+def gradient_path(scenario, stage: int) -> tuple[list[float], float]:
+    """(host seconds of each unit's gradient hooks, host seconds of one bucket's reduction beyond
+    its collective): a profile's fit.grad_path for a framework whose hooks it measured
+    (Framework.gradient_hooks), in the world of as many ranks per box as here; ([], 0) else."""
+    t, profile = scenario.training, scenario.profile
+    hooks = framework_of(t).gradient_hooks(scenario.model, t, stage)
+    measured = (profile.grad_path(scenario.cluster.gpus_per_node, stage)
+                if profile is not None and hooks is not None else None)
+    if measured is None:
+        return [], 0.0
+    return [h * measured["hook_s"] for h in hooks], measured["bucket_s"]
+
+
 def compute_seconds(scenario, flops: list[UnitFlops],
                     stage: int) -> tuple[list[float], list[float]]:
-    """Forward and backward seconds of each unit for one micro-batch on one rank."""
+    """Forward and backward seconds of each unit for one micro-batch on one rank; backward with
+    its gradient hooks' host work where a profile measured it (gradient_path)."""
+    forward, backward = _unit_seconds(scenario, flops, stage)
+    hooks, _ = gradient_path(scenario, stage)
+    if hooks:
+        backward = [b + h for b, h in zip(backward, hooks)]
+    return forward, backward
+
+
+def _unit_seconds(scenario, flops: list[UnitFlops],
+                  stage: int) -> tuple[list[float], list[float]]:
     t = scenario.training
     per_op = op_model(scenario)
     if per_op is not None:

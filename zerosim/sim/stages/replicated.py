@@ -122,8 +122,15 @@ class DDP:
             self.ctx.free(("activations", unit))
             self.release(unit, "backward")
         if self.filled_bytes:
+            yield from self.bucket_host()
             self.launch_bucket()
             yield from self.synchronous()
+
+    def bucket_host(self) -> Iterator:
+        """The host's work on a full bucket before its collective (StepShape.bucket_host_s)."""
+        if self.shape.bucket_host_s:
+            yield from self.ctx.compute(self.shape.bucket_host_s, "backward", "backward",
+                                        self.unit)
 
     def produce_gradients(self, unit: int) -> Iterator:
         """Backward of one unit, cut where its gradients cross bucket boundaries."""
@@ -141,6 +148,7 @@ class DDP:
             produced += piece
             self.filled_bytes += piece
             if self.filled_bytes == self.shape.bucket_bytes:
+                yield from self.bucket_host()
                 self.launch_bucket()
                 yield from self.synchronous()
 

@@ -17,8 +17,8 @@ from zerosim.analytic.model import (activations, gather_units, gradient_units, t
 from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
-from zerosim.sim.costs import (OptimizerCost, compute_seconds, memory_terms, optimizer_cost,
-                               overlap_windows)
+from zerosim.sim.costs import (OptimizerCost, compute_seconds, gradient_path, memory_terms,
+                               optimizer_cost, overlap_windows)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 
@@ -76,6 +76,9 @@ class StepShape:
     """Per unit, per backward TP collective: seconds of the GEMM it runs beside under
     Megatron's default (0: it blocks), taken out of backward_s (stages/tensor.py runs that GEMM
     beside it); empty without TP or under tp_comm_overlap."""
+    bucket_host_s: float = 0.0
+    """Host seconds of one gradient bucket's reduction beyond its collective, on the compute
+    stream before it launches (a profile's fit.grad_path: zero_real's reduce_bucket)."""
     state_blocks: list[tuple[str, int]] = field(default_factory=list)
     """Where model states are one tensor per parameter (FSDP2: each sharded parameter, then
     each of its optimizer moments), (category, bytes) in allocation order; else one block per
@@ -221,7 +224,8 @@ def step_shape(scenario, stage: int) -> StepShape:
         workspace_bytes=max(0, round(extra["workspace"])),
         residue_bytes=max(0, round(extra["residue"])),
         family=family_shape(scenario, mesh),
-        tensor=tensor, tensor_windows=windows)
+        tensor=tensor, tensor_windows=windows,
+        bucket_host_s=gradient_path(scenario, stage)[1])
 
 
 def _tensor_windows(scenario, tensor: TensorCollectives, flops: list,

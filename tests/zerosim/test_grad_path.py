@@ -1,0 +1,151 @@
+"""The gradient path's host work (issue 31): zero_real's per-parameter gradient hooks and per-
+bucket reductions, measured by calibrate (zero_real/calibration/grad_path.py), fitted per hook and
+per bucket (calibration/fit.py: fit_grad_path), counted per unit by the framework
+(Framework.gradient_hooks) and priced by the simulator: each unit's backward gains its hooks'
+seconds, each bucket its host seconds before its collective. Expected figures are hand counts of
+zero_real's modules and the synthetic constants the rows were made from."""
+
+import copy
+import json
+import math
+
+import pytest
+
+from tests.zerosim.calibration_data import synthetic_raw, with_profile
+from zerosim.calibration.fit import build_profile, fit_grad_path
+from zerosim.errors import InputError
+from zerosim.frameworks import REGISTRY
+from zerosim.scenario.load import load_scenario
+from zerosim.scenario.profile import check_fit
+from zerosim.sim.costs import compute_seconds, gradient_path
+from zerosim.analytic.model import unit_flops
+from zerosim.sim.engine import simulate
+from tests.conftest import SCENARIOS
+
+TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
+HOOK_S, BUCKET_S = 2.0 ** -17, 2.0 ** -15  # dyadic: the fit's division is exact
+# The tiny GPT (LayerNorm with bias, GELU, learned positions, tied): the token and position
+# matrices; per block two norms (weight, bias) and four linears (weight, bias): 12; the final
+# norm's two and the tied matrix's first use in the head: 3. 29 hooks in all.
+TINY_HOOKS = [2, 12, 12, 3]
+# 118,528 fp32 gradients = 474,112 bytes in buckets of 64 KiB: 7 full and one of 15,360 bytes.
+TINY_BUCKETS = math.ceil(118_528 * 4 / 65_536)
+
+
+def _rows(n: int, hooks: int = 29, buckets: int = TINY_BUCKETS) -> list[dict]:
+    return [{"processes": n, "stage": s, "hooks": hooks, "buckets": buckets,
+             "with_s": 1e-3, "without_s": 5e-4, "hooks_s": hooks * HOOK_S * (s + 1),
+             "reduce_s": 3e-4, "buckets_s": buckets * BUCKET_S * (s + 1), "iterations": 9}
+            for s in (0, 1, 2)]
+
+
+def test_the_fit_is_the_totals_over_the_counts_exactly():
+    fit = fit_grad_path(_rows(1) + _rows(2))
+    assert sorted(fit) == ["1", "2"] and sorted(fit["2"]) == ["0", "1", "2"]
+    for n in ("1", "2"):
+        for s in (0, 1, 2):
+            assert fit[n][str(s)] == {"hook_s": HOOK_S * (s + 1), "bucket_s": BUCKET_S * (s + 1)}
+
+
+def test_a_noisy_negative_difference_is_no_work_not_negative_work():
+    rows = _rows(2)
+    rows[0]["hooks_s"], rows[1]["buckets_s"] = -1e-5, -2e-6
+    fit = fit_grad_path(rows)
+    assert fit["2"]["0"]["hook_s"] == 0.0 and fit["2"]["1"]["bucket_s"] == 0.0
+    assert fit["2"]["0"]["bucket_s"] == BUCKET_S  # the other figure of the row is kept
+
+
+@pytest.mark.parametrize("overrides, hooks", [
+    ([], TINY_HOOKS),
+    # Llama-like: RMSNorm (weight only), no biases, SwiGLU (gate, up, down), rotary, untied:
+    # token matrix; 2 norms + QKV, output, gate, up, down = 7; final norm + head matrix = 2.
+    (["model.norm='rmsnorm'", "model.bias=false", "model.mlp='swiglu'",
+      "model.position='rope'", "model.tied_embeddings=false", "model.layers=3"],
+     [1, 7, 7, 7, 2]),
+    # GPT with biases but untied: the head's own matrix instead of the tied one's first use.
+    (["model.tied_embeddings=false"], [2, 12, 12, 3]),
+])
+def test_zero_counts_zero_reals_parameter_tensors_by_hand(overrides, hooks):
+    s = load_scenario(TINY, overrides)
+    zero = REGISTRY["zero"]
+    for stage in (0, 1, 2):
+        assert zero.gradient_hooks(s.model, s.training, stage) == hooks
+    assert zero.gradient_hooks(s.model, s.training, 3) is None  # ZeRO-3 reduces per unit
+    for name in ("ddp", "deepspeed", "fsdp2"):  # hooks not measured for them
+        assert REGISTRY[name].gradient_hooks(s.model, s.training, 2) is None
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    """The synthetic calibration of the tiny GPT on worlds of 2 and 4, fitted, without and with
+    its gradient path."""
+    folder = tmp_path_factory.mktemp("grad_path")
+    scenario = load_scenario(TINY)
+    raw = synthetic_raw(scenario)
+    without = build_profile(scenario, raw)
+    raw = copy.deepcopy(raw)
+    raw["measurements"]["grad_path"] = _rows(2) + _rows(4)
+    with_ = build_profile(scenario, raw)
+    paths = {}
+    for name, data in (("without", without), ("with", with_)):
+        paths[name] = folder / f"{name}.json"
+        paths[name].write_text(json.dumps(data))
+    return paths
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_each_units_backward_gains_its_hooks_seconds(profiles, stage):
+    per_stage = HOOK_S * (stage + 1)
+    a = with_profile(profiles["without"], "cluster.gpus_per_node=2")
+    b = with_profile(profiles["with"], "cluster.gpus_per_node=2")
+    flops = unit_flops(a.model, a.training)
+    fa, ba = compute_seconds(a, flops, stage)
+    fb, bb = compute_seconds(b, flops, stage)
+    assert fa == fb
+    assert [y - x for x, y in zip(ba, bb)] == pytest.approx(
+        [h * per_stage for h in TINY_HOOKS], rel=1e-9, abs=1e-15)
+    assert gradient_path(b, stage)[1] == BUCKET_S * (stage + 1)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_a_step_gains_every_hook_and_every_bucket(profiles, stage):
+    """Without overlap (zero_real's runs), the simulated compute is longer by 29 hooks and 8
+    buckets at the stage's figures, and by nothing else."""
+    k = stage + 1
+    a = with_profile(profiles["without"], "cluster.gpus_per_node=2")
+    b = with_profile(profiles["with"], "cluster.gpus_per_node=2")
+    extra = sum(TINY_HOOKS) * HOOK_S * k + TINY_BUCKETS * BUCKET_S * k
+    ra, rb = simulate(a, stage), simulate(b, stage)
+    assert rb.compute_s - ra.compute_s == pytest.approx(extra, rel=1e-9)
+
+
+def test_stage_3_and_other_frameworks_are_unchanged(profiles):
+    a = with_profile(profiles["without"], "cluster.gpus_per_node=2")
+    b = with_profile(profiles["with"], "cluster.gpus_per_node=2")
+    assert simulate(a, 3).step_time_s == simulate(b, 3).step_time_s
+    a = with_profile(profiles["without"], "cluster.gpus_per_node=2", "training.framework='ddp'",
+                    "training.zero_stage=0")
+    b = with_profile(profiles["with"], "cluster.gpus_per_node=2", "training.framework='ddp'",
+                    "training.zero_stage=0")
+    assert simulate(a, 0).step_time_s == simulate(b, 0).step_time_s
+
+
+def test_the_world_nearest_the_box_prices_it(profiles):
+    b = with_profile(profiles["with"], "cluster.gpus_per_node=3")  # 2 and 4 measured: 4 (ties up)
+    assert b.profile.grad_path(3, 1) == {"hook_s": 2 * HOOK_S, "bucket_s": 2 * BUCKET_S}
+    assert b.profile.grad_path(1, 1) == b.profile.grad_path(2, 1)
+
+
+@pytest.mark.parametrize("change, where", [
+    (lambda f: f["2"]["0"].update(hook_s=-1e-6), "fit.grad_path.2.0.hook_s"),
+    (lambda f: f["2"].update({"3": {"hook_s": 0.0, "bucket_s": 0.0}}), "fit.grad_path.2"),
+    (lambda f: f["2"]["1"].pop("bucket_s"), "fit.grad_path.2.1"),
+    (lambda f: f["2"]["1"].update(hook_s="fast"), "fit.grad_path.2.1.hook_s"),
+    (lambda f: f.update({"two": {}}), "fit.grad_path"),
+])
+def test_a_bad_grad_path_is_refused_naming_the_field(change, where):
+    fit = {"grad_path": fit_grad_path(_rows(2))}
+    change(fit["grad_path"])
+    with pytest.raises(InputError) as e:
+        check_fit(fit, "p.json")
+    assert where in str(e.value) and "\n" not in str(e.value)

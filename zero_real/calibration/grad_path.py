@@ -1,0 +1,137 @@
+"""The gradient path's host work: what a stage's per-parameter gradient hooks and per-bucket
+reductions cost on the host beyond the kernels and collectives the op model and the collective
+fits price, measured on the stage's own code (zero_real/stages/replicated.py), so that zerosim
+prices it per hook and per bucket on any shape (issue 31: the stages' steps are never fitted;
+this is one of their mechanisms, measured by a microbenchmark of its own).
+
+Stages 0-2 run a Python hook on every parameter's gradient (register_post_accumulate_grad_hook):
+the stage's bookkeeping (gradient_ready), ZeRO-2's copy into a pooled bucket, and, when a bucket
+fills, its reduction (reduce_bucket: the collective, the Recorder splitting the unit's compute
+around it, ZeRO-1/2 adding the rank's part into its shard). On a 2-core box that is about a fifth
+of a tiny model's step (11 us a hook and 30 us a bucket at stage 0, 47 and 59 us at stage 2, one
+process), none of which the unit microbenchmarks (bench.compute) run.
+
+Per stage, on the calibration scenario's model, built as `zero-real run` builds it: a backward
+through a graph that ends in every parameter of the stage's flat buffer (a tied matrix's first
+use in a backward call of its own, so that its hook fires twice, as in the model), inside a Recorder compute
+segment as DDP.backward runs it, timed with the stage's hooks on and off, alternately. A row:
+
+    hooks, buckets     hook calls and reduce_bucket calls per backward (counted)
+    with_s, without_s  medians of the backward with and without the hooks
+    hooks_s            median over iterations of with - without - reduce: the hooks' own work
+    reduce_s           median of reduce_bucket's inclusive time per backward
+    buckets_s          median over iterations of reduce - its collectives' time (the Recorder's
+                       comm events): the buckets' host work beyond their collectives
+
+zerosim/calibration/fit_grad_path.py divides hooks_s and buckets_s by their counts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from zero_real.calibration.timing import barrier, sync, until
+from zero_real.parts.collectives import Collectives
+from zero_real.parts.measure import Recorder
+from zero_real.run import watch
+from zero_real.run.progress import Progress
+from zero_real.run.train import build_stage
+from zero_real.stages import STAGES
+from zerosim.contract import COMM
+
+HOOKED_STAGES = (0, 1, 2)
+"""The stages with a hook per parameter; ZeRO-3 reduces per unit (zero3.py), in after_backward."""
+
+
+class _Timed:
+    """Wraps the engine's reduce_bucket (an instance attribute shadows the class's: the hooks
+    and ZeRO-2's pool call self.reduce_bucket) and adds up its inclusive time and calls."""
+
+    def __init__(self, engine):
+        self.inner, self.seconds, self.calls = engine.reduce_bucket, 0.0, 0
+        engine.reduce_bucket = self
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.inner(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+
+def _backward(engine, recorder: Recorder, params: list, device) -> float:
+    """One backward into every flat parameter, as a micro-step of DDP.step starts it: the
+    gradients zeroed (ZeRO-2: set to None), every bucket empty; its seconds."""
+    engine.zero_grads()
+    engine.last_micro = engine.reducing = True
+    engine.fired, engine.filled = [0] * len(engine.uses), [0] * len(engine.buckets)
+    engine.kept = set()
+    # A tied matrix's first use (the head's) reaches its gradient in a backward call of its own,
+    # as DDP.backward runs unit by unit: within one graph autograd would sum both uses first.
+    graphs = [sum(p.sum() * 1.0 for k, p in enumerate(params) if engine.uses[k] > use)
+              for use in reversed(range(max(engine.uses)))]
+    sync(device)
+    start = time.perf_counter()
+    with recorder.compute("backward", 0):
+        for graph in graphs:
+            graph.backward()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def _hooks(engine, on: bool) -> None:
+    for handle in engine.hooks:
+        handle.remove()
+    engine.hooks = ([p.register_post_accumulate_grad_hook(engine._make_hook(k))
+                     for k, p in enumerate(engine.flat.params)] if on else [])
+
+
+def stage_row(stage: int, rank: int, n: int, cfg, device) -> dict:
+    """One stage's row: its engine built on the calibration scenario, its backward timed with
+    the hooks on and off (each iteration both, in turn), rank 0's medians."""
+    scenario = cfg.memory_scenarios[(stage, cfg.micro_batches[0])]
+    recorder = Recorder(rank, device, profile_memory=False)
+    watch.instrument(recorder, watch.Heartbeat(cfg.progress_file))  # as train() runs it
+    comm = Collectives(cfg.collective_modes[0], rank, n, recorder, cfg.backend,
+                       timeout_s=cfg.timeout_s)
+    engine, _ = build_stage(scenario, comm, STAGES[stage], recorder=recorder, device=device,
+                            seed=0, lr=cfg.lr)
+    reduce = _Timed(engine)
+    params = engine.flat.params
+    try:
+        def once() -> tuple[float, ...]:
+            _hooks(engine, False)
+            without = _backward(engine, recorder, params, device)
+            _hooks(engine, True)
+            seconds, calls, first = reduce.seconds, reduce.calls, len(recorder.events)
+            with_s = _backward(engine, recorder, params, device)
+            collective = sum(e["end_s"] - e["start_s"] for e in recorder.events[first:]
+                             if e["stream"] == COMM)
+            recorder.events.clear()
+            reduced = reduce.seconds - seconds
+            hooks = sum(engine.fired)
+            return (with_s, without, with_s - without - reduced, reduced,
+                    reduced - collective, hooks, reduce.calls - calls)
+
+        barrier(device)
+        samples = list(zip(*until(once, lambda s: s[0] + s[1], device)))
+    finally:
+        _hooks(engine, False)
+    names = ("with_s", "without_s", "hooks_s", "reduce_s", "buckets_s")
+    return {"processes": n, "stage": stage, "hooks": samples[5][0], "buckets": samples[6][0],
+            **{name: statistics.median(v) for name, v in zip(names, samples)},
+            "iterations": len(samples[0])}
+
+
+def measure_grad_path(rank: int, n: int, cfg, device, progress: Progress) -> list[dict]:
+    """A row per hooked stage in this world (bench.measure_world)."""
+    progress.begin("gradients", len(HOOKED_STAGES))
+    rows = []
+    for stage in HOOKED_STAGES:
+        rows.append(stage_row(stage, rank, n, cfg, device))
+        progress.tick(f"stage {stage}")
+    return rows
