@@ -17,6 +17,9 @@ from typing import Any, TypedDict
 
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+STAGE2_LIVE_BUCKETS = 2
+"""Gradient buckets alive at once in stage 2: one filling during backward, one being reduced
+(zerosim's memory model; zero_real's ZeRO-2 pools at most this many buffers)."""
 
 # ---- collectives: torch.distributed's / NCCL's names -----------------------------------------------
 

@@ -62,7 +62,8 @@ def _known_items(n: int) -> dict[str, list[str]]:
         "compute": [f"{unit} micro-batch {b}" for b in (1, 2) for unit in UNIT_KINDS],
         "launch": ["add_ and autograd chain"],
         "optimizer": [f"{4**k} elements" for k in range(5, 12)],
-        "gradients": [f"stage {s}" for s in (0, 1, 2)],
+        "gradients": [f"stage {s}" for s in (0, 1, 2)]
+        + [f"stage 3 visits, width x{k}" for k in (1, 2, 4)],
         "memory": [f"stage {s} micro-batch {b}" for s in STAGES for b in (1, 2)]}
 
 
@@ -157,23 +158,40 @@ def test_optimizer_elements_and_times(two):
     assert all(r["iterations"] >= 5 and r["time_s"] > 0 for r in rows)
 
 
-def test_gradient_path_of_each_hooked_stage(two):
+def test_gradient_path_of_each_stage(two):
     """Stages 0-2 in each world: the hooks fired and the buckets reduced in one backward, counted
     by hand for the tiny GPT (token and position matrices, 2 x 12 block tensors, the final
     norm's 2 and the tied matrix's second use: 29; 118,528 fp32 gradients in 64 KiB buckets:
     ceil(474,112 / 65,536) = 8), and the fit's seconds per hook and per bucket are those
-    totals over these counts."""
+    totals over these counts. Stage 3: each pass at widths x1, x2, x4 gathers 6 flat buffers
+    (token, position, two blocks, the head and the tied matrix again), whose bytes grow with
+    the width: 118,528 + 16,384 (the tied matrix again) fp32 elements at x1."""
     rows = two[1]["measurements"]["grad_path"]
-    assert sorted((r["processes"], r["stage"]) for r in rows) == [
+    hooked = [r for r in rows if "pass" not in r]
+    assert sorted((r["processes"], r["stage"]) for r in hooked) == [
         (n, s) for n in (1, 2) for s in (0, 1, 2)]
     fit = two[1]["fit"]["grad_path"]
-    for r in rows:
+    for r in hooked:
         assert (r["hooks"], r["buckets"]) == (29, 8), r
         assert r["with_s"] > 0 and r["without_s"] > 0 and r["iterations"] >= 5
         assert r["reduce_s"] >= r["buckets_s"]  # the collectives' time is taken out of it
         entry = fit[str(r["processes"])][str(r["stage"])]
         assert entry["hook_s"] == max(0.0, r["hooks_s"] / 29)
         assert entry["bucket_s"] == max(0.0, r["buckets_s"] / 8)
+    visits = [r for r in rows if "pass" in r]
+    assert sorted((r["processes"], r["pass"], r["scale"]) for r in visits) == sorted(
+        (n, p, k) for n in (1, 2) for p in ("forward", "backward") for k in (1, 2, 4))
+    for r in visits:
+        assert r["stage"] == 3 and r["counts"]["groups"] == 6 and r["iterations"] >= 5
+        if r["scale"] == 1:
+            assert r["counts"]["bytes"] == 4 * (118_528 + 16_384)
+    by_scale = {(r["processes"], r["pass"], r["scale"]): r["counts"]["bytes"] for r in visits}
+    assert all(by_scale[n, p, 1] < by_scale[n, p, 2] < by_scale[n, p, 4]
+               for n, p, _ in by_scale)
+    for n in ("1", "2"):
+        assert set(fit[n]["3"]) == {"forward", "backward"}
+        assert all(fit[n]["3"][p]["buffer_s"] >= 0 and fit[n]["3"][p]["s_per_byte"] >= 0
+                   for p in ("forward", "backward"))
 
 
 def test_memory_of_each_stage_against_its_ledger(two):

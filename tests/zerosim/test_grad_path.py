@@ -30,6 +30,13 @@ HOOK_S, BUCKET_S = 2.0 ** -17, 2.0 ** -15  # dyadic: the fit's division is exact
 TINY_HOOKS = [2, 12, 12, 3]
 # 118,528 fp32 gradients = 474,112 bytes in buckets of 64 KiB: 7 full and one of 15,360 bytes.
 TINY_BUCKETS = math.ceil(118_528 * 4 / 65_536)
+# ZeRO-3's visits: flat buffers per gather unit (token and position; each block; the head and
+# the tied token matrix again) and each unit's fp32 bytes, by hand: embedding 256 x 64 + 32 x 64;
+# a block 2 x 128 (LayerNorms) + 64 x 192 + 192 (QKV) + 64 x 64 + 64 + 64 x 256 + 256 +
+# 256 x 64 + 64 = 49,984; the head 128 + the 256 x 64 matrix.
+TINY_BUFFERS = [2, 1, 1, 2]
+TINY_UNIT_BYTES = [4 * 18_432, 4 * 49_984, 4 * 49_984, 4 * 16_512]
+VISIT = {"forward": (2.0 ** -16, 2.0 ** -30), "backward": (2.0 ** -14, 2.0 ** -29)}
 
 
 def _rows(n: int, hooks: int = 29, buckets: int = TINY_BUCKETS) -> list[dict]:
@@ -37,6 +44,17 @@ def _rows(n: int, hooks: int = 29, buckets: int = TINY_BUCKETS) -> list[dict]:
              "with_s": 1e-3, "without_s": 5e-4, "hooks_s": hooks * HOOK_S * (s + 1),
              "reduce_s": 3e-4, "buckets_s": buckets * BUCKET_S * (s + 1), "iterations": 9}
             for s in (0, 1, 2)]
+
+
+def _visit_rows(n: int) -> list[dict]:
+    """Stage 3's pass rows at three widths, made from VISIT's constants exactly."""
+    rows = []
+    for scale, size in ((1, 539_648), (2, 1_865_728), (4, 6_877_184)):
+        for phase, (buffer_s, per_byte) in VISIT.items():
+            rows.append({"processes": n, "stage": 3, "pass": phase, "scale": scale,
+                         "counts": {"groups": 6, "bytes": size},
+                         "time_s": 6 * buffer_s + size * per_byte, "iterations": 9})
+    return rows
 
 
 def test_the_fit_is_the_totals_over_the_counts_exactly():
@@ -84,7 +102,7 @@ def profiles(tmp_path_factory):
     raw = synthetic_raw(scenario)
     without = build_profile(scenario, raw)
     raw = copy.deepcopy(raw)
-    raw["measurements"]["grad_path"] = _rows(2) + _rows(4)
+    raw["measurements"]["grad_path"] = _rows(2) + _rows(4) + _visit_rows(2) + _visit_rows(4)
     with_ = build_profile(scenario, raw)
     paths = {}
     for name, data in (("without", without), ("with", with_)):
@@ -104,7 +122,7 @@ def test_each_units_backward_gains_its_hooks_seconds(profiles, stage):
     assert fa == fb
     assert [y - x for x, y in zip(ba, bb)] == pytest.approx(
         [h * per_stage for h in TINY_HOOKS], rel=1e-9, abs=1e-15)
-    assert gradient_path(b, stage)[1] == BUCKET_S * (stage + 1)
+    assert gradient_path(b, stage)[2] == BUCKET_S * (stage + 1)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])
@@ -119,10 +137,46 @@ def test_a_step_gains_every_hook_and_every_bucket(profiles, stage):
     assert rb.compute_s - ra.compute_s == pytest.approx(extra, rel=1e-9)
 
 
-def test_stage_3_and_other_frameworks_are_unchanged(profiles):
+def test_the_visit_fit_recovers_its_constants():
+    fit = fit_grad_path(_visit_rows(2))
+    for phase, (buffer_s, per_byte) in VISIT.items():
+        got = fit["2"]["3"][phase]
+        assert got["buffer_s"] == pytest.approx(buffer_s, rel=1e-9)
+        assert got["s_per_byte"] == pytest.approx(per_byte, rel=1e-9)
+        assert max(map(abs, got["residuals_pct"])) < 1e-6
+
+
+@pytest.mark.parametrize("overrides, buffers", [
+    ([], TINY_BUFFERS),
+    (["model.position='rope'", "model.tied_embeddings=false", "model.layers=3"],
+     [1, 1, 1, 1, 1]),
+])
+def test_zero_counts_zero_reals_zero3_buffers_by_hand(overrides, buffers):
+    s = load_scenario(TINY, overrides)
+    zero = REGISTRY["zero"]
+    assert zero.gather_buffers(s.model, s.training, 3) == buffers
+    assert all(zero.gather_buffers(s.model, s.training, k) is None for k in (0, 1, 2))
+    assert REGISTRY["fsdp2"].gather_buffers(s.model, s.training, 3) is None
+
+
+def test_a_zero3_step_gains_each_units_visits(profiles):
+    """Each unit's forward gains forward buffer_s per flat buffer and s_per_byte per byte of
+    it, its backward the backward line's: per unit, and the step's compute by their sum."""
     a = with_profile(profiles["without"], "cluster.gpus_per_node=2")
     b = with_profile(profiles["with"], "cluster.gpus_per_node=2")
-    assert simulate(a, 3).step_time_s == simulate(b, 3).step_time_s
+    flops = unit_flops(a.model, a.training)
+    (fa, ba), (fb, bb) = compute_seconds(a, flops, 3), compute_seconds(b, flops, 3)
+    for phase, before, after in (("forward", fa, fb), ("backward", ba, bb)):
+        buffer_s, per_byte = VISIT[phase]
+        assert [y - x for x, y in zip(before, after)] == pytest.approx(
+            [g * buffer_s + size * per_byte for g, size in zip(TINY_BUFFERS, TINY_UNIT_BYTES)],
+            rel=1e-9)
+    extra = sum(g * sum(v[0] for v in VISIT.values()) + size * sum(v[1] for v in VISIT.values())
+                for g, size in zip(TINY_BUFFERS, TINY_UNIT_BYTES))
+    assert simulate(b, 3).compute_s - simulate(a, 3).compute_s == pytest.approx(extra, rel=1e-9)
+
+
+def test_other_frameworks_are_unchanged(profiles):
     a = with_profile(profiles["without"], "cluster.gpus_per_node=2", "training.framework='ddp'",
                     "training.zero_stage=0")
     b = with_profile(profiles["with"], "cluster.gpus_per_node=2", "training.framework='ddp'",
@@ -142,9 +196,15 @@ def test_the_world_nearest_the_box_prices_it(profiles):
     (lambda f: f["2"]["1"].pop("bucket_s"), "fit.grad_path.2.1"),
     (lambda f: f["2"]["1"].update(hook_s="fast"), "fit.grad_path.2.1.hook_s"),
     (lambda f: f.update({"two": {}}), "fit.grad_path"),
+    (lambda f: f["2"].update({"4": {}}), "fit.grad_path.2"),
+    (lambda f: f["2"]["3"].pop("backward"), "fit.grad_path.2.3"),
+    (lambda f: f["2"]["3"]["forward"].update(s_per_byte=-1e-9),
+     "fit.grad_path.2.3.forward.s_per_byte"),
+    (lambda f: f["2"]["3"].update(step={}), "fit.grad_path.2.3"),
 ])
 def test_a_bad_grad_path_is_refused_naming_the_field(change, where):
-    fit = {"grad_path": fit_grad_path(_rows(2))}
+    fit = {"grad_path": fit_grad_path(_rows(2) + _visit_rows(2))}
+    check_fit(fit, "p.json")  # as fitted: accepted
     change(fit["grad_path"])
     with pytest.raises(InputError) as e:
         check_fit(fit, "p.json")

@@ -24,6 +24,10 @@ TINY = Path(__file__).resolve().parents[2] / "scenarios" / "tiny_gpt_4rank_cpu.t
 TOKENS, HIDDEN, VOCAB, LAYERS, HEADS, SEQ, BATCH = 64, 64, 256, 2, 4, 32, 2
 
 
+NONE = {"activations": 0, "residue": 0, "workspace": 0, "optimizer_per_element": 0.0,
+        "bucket_pool": 0, "last_unit_kept": 0, "tied_grad_kept": 0}
+
+
 def _rows(mechanism: str, points, **extra) -> list[dict]:
     return [{"processes": 2, "threads": 1, "dtype": "float32", "device": "cpu",
              "mechanism": mechanism, "counts": counts, "bytes": size, **extra}
@@ -104,8 +108,7 @@ def test_derived_terms_priced_by_hand():
     1,296; no batch-1 attention term at micro-batch 2."""
     terms = mechanism_terms(_tiny(memory={k: {**v, "how": "derived"} for k, v in DERIVED.items()}),
                             1)
-    assert terms == {"activations": 1296, "residue": 33_800, "workspace": 0,
-                     "optimizer_per_element": 0.0}
+    assert terms == {**NONE, "activations": 1296, "residue": 33_800}
 
 
 def test_batch_one_math_attention_keeps_the_fused_qkv_output():
@@ -124,7 +127,7 @@ def test_measured_terms_priced_by_hand():
               "norm_saved": {**_measured(token=8.0, token_hidden=0.0), "norm": "layernorm"},
               "optimizer_step": _measured(element=8.0)}
     assert mechanism_terms(_tiny(memory=memory), 1) == {
-        "activations": 2560, "residue": 0, "workspace": 131_072, "optimizer_per_element": 8.0}
+        **NONE, "activations": 2560, "workspace": 131_072, "optimizer_per_element": 8.0}
     assert mechanism_terms(_tiny("model.norm=rmsnorm", memory=memory), 1)["activations"] == 0
 
 
@@ -170,8 +173,70 @@ def test_attention_adds_only_its_excess_over_the_analytic_count():
 
 
 def test_no_profile_adds_nothing():
-    assert mechanism_terms(_tiny(), 1) == {"activations": 0, "residue": 0, "workspace": 0,
-                                        "optimizer_per_element": 0.0}
+    assert mechanism_terms(_tiny(), 1) == NONE
+
+
+def _derived(*names: str) -> dict:
+    return {name: {**DERIVED[name], "how": "derived"} for name in names}
+
+
+ZERO_REAL_OWN = ("bucket_pool", "last_unit_kept", "tied_grad_kept")
+
+
+@pytest.mark.parametrize("stage, pool, last, tied", [
+    (0, 0, 0, 0), (1, 0, 0, 0),
+    # ZeRO-2: two 64 KiB buckets of the 474,112 gradient bytes
+    (2, 131_072, 0, 0),
+    # ZeRO-3: the head's gather unit (norm 128 + the tied 256 x 64 matrix again) x 4 bytes,
+    # and the tied matrix's gradient, 4 x 16,384
+    (3, 0, 66_048, 65_536),
+])
+def test_zero_reals_own_holdings_by_hand(stage, pool, last, tied):
+    terms = mechanism_terms(_tiny(memory=_derived(*ZERO_REAL_OWN)), stage)
+    assert (terms["bucket_pool"], terms["last_unit_kept"], terms["tied_grad_kept"]) == (
+        pool, last, tied)
+
+
+def test_zero_reals_own_holdings_follow_the_model_and_the_framework():
+    memory = _derived(*ZERO_REAL_OWN)
+    untied = mechanism_terms(_tiny("model.tied_embeddings=false", memory=memory), 3)
+    # an untied head: its norm 128 and its own 256 x 64 matrix; no gradient waits
+    assert (untied["last_unit_kept"], untied["tied_grad_kept"]) == (66_048, 0)
+    big = mechanism_terms(_tiny("training.reduce_bucket_MiB=1", memory=memory), 2)
+    assert big["bucket_pool"] == 474_112  # two 1 MiB buckets: never more than the gradient
+    for name in ("deepspeed", "fsdp2"):  # not zero_real's stages: none of them
+        stage = 2 if name == "deepspeed" else 3
+        terms = mechanism_terms(_tiny(f"training.framework='{name}'",
+                                      f"training.zero_stage={stage}", memory=memory), stage)
+        assert terms["bucket_pool"] == terms["last_unit_kept"] == terms["tied_grad_kept"] == 0
+
+
+def test_a_kept_pool_is_held_from_the_steps_start():
+    """ZeRO-2 at one process: after_init (before any step) holds the states; after_forward the
+    states, the activations and the pool of two 64 KiB buckets; nothing else moves."""
+    from zerosim.sim.engine import simulate
+
+    plain = simulate(_tiny("training.zero_stage=2", memory={}), 2)
+    pooled = simulate(_tiny("training.zero_stage=2", memory=_derived("bucket_pool")), 2)
+    assert pooled.memory_at["after_init"] == plain.memory_at["after_init"]
+    assert pooled.memory_at["after_forward"] - plain.memory_at["after_forward"] == 131_072
+    assert pooled.memory_at["after_step"] - plain.memory_at["after_step"] == 131_072
+
+
+def test_zero3_keeps_its_last_unit_and_the_tied_gradient():
+    """ZeRO-3: after forward the head's unit is still gathered (66,048 bytes); the gradients and
+    the step end as before; one all-gather fewer (the head's in backward)."""
+    from zerosim.sim.engine import simulate
+
+    plain = simulate(_tiny("training.zero_stage=3", memory={}), 3)
+    kept = simulate(_tiny("training.zero_stage=3", memory=_derived(*ZERO_REAL_OWN)), 3)
+    assert kept.memory_at["after_forward"] - plain.memory_at["after_forward"] == 66_048
+    assert kept.memory_at["after_step"] == plain.memory_at["after_step"]
+    assert kept.peak_bytes >= plain.peak_bytes
+    gathers = [sum(1 for e in r.ranks[0].state.events
+                   if e["stream"] != "compute" and e["op"] == "all_gather")
+               for r in (plain, kept)]
+    assert gathers[1] == gathers[0] - 1
 
 
 def test_stage_zero_peak_with_the_mechanisms_is_the_hand_count():

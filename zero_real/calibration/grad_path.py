@@ -23,16 +23,27 @@ segment as DDP.backward runs it, timed with the stage's hooks on and off, altern
     buckets_s          median over iterations of reduce - its collectives' time (the Recorder's
                        comm events): the buckets' host work beyond their collectives
 
-zerosim/calibration/fit_grad_path.py divides hooks_s and buckets_s by their counts.
+zerosim/calibration/fit.py (fit_grad_path) divides hooks_s and buckets_s by their counts.
+
+ZeRO-3 has no such hooks: its host work is each unit's visit (zero3.py: before_forward and
+after_forward, before_backward and after_backward): gathering the unit's flat buffers (their
+storage re-allocated, the shard copied in), freeing them, allocating, zeroing and binding the
+unit's whole gradient, reduce-scattering it and adding the rank's part into the shard. Replayed
+without the units' compute, as a step calls them, at VISIT_SCALES of the model's width (the
+bytes change, the buffers do not), each visit timed less its collectives; a row per pass with
+its counts (the flat buffers it gathers and their bytes, each once per pass), which fit_visits
+fits per pass with a non-negative line: seconds per flat buffer and per byte.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
 import torch
 
+from zero_real.calibration.ops import _scaled
 from zero_real.calibration.timing import barrier, sync, until
 from zero_real.parts.collectives import Collectives
 from zero_real.parts.measure import Recorder
@@ -40,10 +51,13 @@ from zero_real.run import watch
 from zero_real.run.progress import Progress
 from zero_real.run.train import build_stage
 from zero_real.stages import STAGES
-from zerosim.contract import COMM
+from zerosim.contract import COMM, PASSES
 
 HOOKED_STAGES = (0, 1, 2)
 """The stages with a hook per parameter; ZeRO-3 reduces per unit (zero3.py), in after_backward."""
+VISIT_SCALES = (1, 2, 4)
+"""Widths of the model whose ZeRO-3 visits are replayed: the held-out runs change hidden x0.5
+and x2; bytes must outweigh the noise of a visit's fixed work at one of them."""
 
 
 class _Timed:
@@ -93,13 +107,8 @@ def _hooks(engine, on: bool) -> None:
 def stage_row(stage: int, rank: int, n: int, cfg, device) -> dict:
     """One stage's row: its engine built on the calibration scenario, its backward timed with
     the hooks on and off (each iteration both, in turn), rank 0's medians."""
-    scenario = cfg.memory_scenarios[(stage, cfg.micro_batches[0])]
-    recorder = Recorder(rank, device, profile_memory=False)
-    watch.instrument(recorder, watch.Heartbeat(cfg.progress_file))  # as train() runs it
-    comm = Collectives(cfg.collective_modes[0], rank, n, recorder, cfg.backend,
-                       timeout_s=cfg.timeout_s)
-    engine, _ = build_stage(scenario, comm, STAGES[stage], recorder=recorder, device=device,
-                            seed=0, lr=cfg.lr)
+    engine, recorder = _engine(cfg.memory_scenarios[(stage, cfg.micro_batches[0])], stage,
+                               rank, n, cfg, device)
     reduce = _Timed(engine)
     params = engine.flat.params
     try:
@@ -127,11 +136,65 @@ def stage_row(stage: int, rank: int, n: int, cfg, device) -> dict:
             "iterations": len(samples[0])}
 
 
+def _engine(scenario, stage: int, rank: int, n: int, cfg, device):
+    recorder = Recorder(rank, device, profile_memory=False)
+    watch.instrument(recorder, watch.Heartbeat(cfg.progress_file))  # as train() runs it
+    comm = Collectives(cfg.collective_modes[0], rank, n, recorder, cfg.backend,
+                       timeout_s=cfg.timeout_s)
+    engine, _ = build_stage(scenario, comm, STAGES[stage], recorder=recorder, device=device,
+                            seed=0, lr=cfg.lr)
+    return engine, recorder
+
+
+def _visit(recorder, calls) -> float:
+    """Seconds of the calls, less the collectives they ran (the Recorder's comm events)."""
+    first = len(recorder.events)
+    start = time.perf_counter()
+    for call in calls:
+        call()
+    seconds = time.perf_counter() - start
+    return seconds - sum(e["end_s"] - e["start_s"] for e in recorder.events[first:]
+                         if e["stream"] == COMM)
+
+
+def visit_rows(scale: int, rank: int, n: int, cfg, device) -> list[dict]:
+    """ZeRO-3's visits of the scenario's model at `scale` x its width, a row per pass: the sum
+    over its units' visits (a visit gathers the units prefetch_layers ahead too, so a unit's
+    own visit is not its cost; the pass's sum is every unit's), with the flat buffers and
+    parameter bytes the pass gathers, one each per unit."""
+    base = cfg.memory_scenarios[(3, cfg.micro_batches[0])]
+    scenario = dataclasses.replace(base, model=_scaled(base.model, scale, base.training.seq_len))
+    engine, recorder = _engine(scenario, 3, rank, n, cfg, device)
+    units = range(len(engine.segments))
+
+    def once() -> tuple[float, float]:  # in PASSES' order
+        engine.zero_grads()
+        engine.last_micro = engine.reducing = True
+        forward = sum(_visit(recorder, (lambda s=s: engine.before_forward(s),
+                                        lambda s=s: engine.after_forward(s))) for s in units)
+        backward = sum(_visit(recorder, (lambda s=s: engine.before_backward(s),
+                                         lambda s=s: engine.after_backward(s)))
+                       for s in reversed(units))
+        recorder.events.clear()
+        return forward, backward
+
+    barrier(device)
+    samples = list(zip(*until(once, sum, device)))
+    groups = [engine.groups[g] for s in units for g in engine.segments[s]]
+    counts = {"groups": len(groups), "bytes": sum(g.full_bytes for g in groups)}
+    return [{"processes": n, "stage": 3, "pass": phase, "scale": scale, "counts": counts,
+             "time_s": statistics.median(times), "iterations": len(times)}
+            for phase, times in zip(PASSES, samples)]
+
+
 def measure_grad_path(rank: int, n: int, cfg, device, progress: Progress) -> list[dict]:
-    """A row per hooked stage in this world (bench.measure_world)."""
-    progress.begin("gradients", len(HOOKED_STAGES))
+    """A row per hooked stage, and ZeRO-3's visit rows, in this world (bench.measure_world)."""
+    progress.begin("gradients", len(HOOKED_STAGES) + len(VISIT_SCALES))
     rows = []
     for stage in HOOKED_STAGES:
         rows.append(stage_row(stage, rank, n, cfg, device))
         progress.tick(f"stage {stage}")
+    for scale in VISIT_SCALES:
+        rows += visit_rows(scale, rank, n, cfg, device)
+        progress.tick(f"stage 3 visits, width x{scale}")
     return rows

@@ -8,25 +8,33 @@ shape (sim/costs.memory_terms) both ask it; it reads the profile the scenario ca
 
 from __future__ import annotations
 
-from zerosim.analytic.model import gradient_units
+from zerosim.analytic.model import gather_units, gradient_units
+from zerosim.contract import STAGE2_LIVE_BUCKETS
 from zerosim.frameworks import framework_of
 from zerosim.scenario.profile_schema import RECORD_DTYPE_OF
 from zerosim.parallel.mesh import mesh_of
 from zerosim.parallel.tensor import rank_model
-from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
+from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 
 # The memory mechanisms a profile prices (zerosim.calibration.fit_memory), and the StepShape term
 # each one's bytes join: activations (kept from forward to backward), residue (held from the end
 # of backward through the step), workspace (backward's transient), optimizer_per_element (the
-# optimizer step's transient per element of its shard).
+# optimizer step's transient per element of its shard), bucket_pool (ZeRO-2's bucket buffers
+# kept from step to step), last_unit_kept (ZeRO-3's last unit, gathered from its forward through
+# its backward), tied_grad_kept (ZeRO-3's tied matrix's whole gradient, from the head's backward
+# to the embedding's).
 MEMORY_MECHANISMS = {
     "loss_backward": "workspace", "optimizer_grad": "optimizer_per_element",
     "optimizer_step": "optimizer_per_element",
     "norm_saved": "activations", "attention_saved": "activations", "saved_ids": "activations",
     "math_attention_batch1": "activations",
     "head_kept": "residue",
+    "bucket_pool": "bucket_pool", "last_unit_kept": "last_unit_kept",
+    "tied_grad_kept": "tied_grad_kept",
 }
+TERMS = ("activations", "residue", "workspace", "optimizer_per_element", "bucket_pool",
+         "last_unit_kept", "tied_grad_kept")
 
 
 def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
@@ -41,6 +49,14 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
     tokens = b * s
     layer_qk = (m.layers * tokens * (m.q_width + m.n_kv_heads * m.head_dim) * w
                 if b == 1 and not t.flash_attention else 0)
+    # zero_real's own stages (a framework that runs in it): ZeRO-2's pool of at most
+    # STAGE2_LIVE_BUCKETS buckets in the training dtype (zero_real's buckets), never more than
+    # the gradient; ZeRO-3's last gather unit.
+    own = framework_of(t).runs_in_zero_real
+    pool = (min(STAGE2_LIVE_BUCKETS * mib_to_bytes(t.reduce_bucket_MiB),
+                w * sum(gradient_units(m))) if own and stage == 2 else 0)
+    last_unit = w * gather_units(m)[-1] if own and stage == 3 else 0
+    tied = w * m.vocab * m.hidden if own and stage == 3 and m.tied_embeddings else 0
     one_optimizer = 1.0
     if stage == 3:
         n = mesh_of(scenario, stage).dp_shard
@@ -60,6 +76,9 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
         "saved_ids": {"token": tokens, "position": s if m.position == "learned" else 0},
         "math_attention_batch1": {"layer_token_qk_bytes": layer_qk},
         "head_kept": {"token_hidden_bytes": tokens * m.hidden * w, "token": tokens},
+        "bucket_pool": {"pool_bytes": pool, "fixed": 1 if pool else 0},
+        "last_unit_kept": {"unit_bytes": last_unit, "fixed": 1 if last_unit else 0},
+        "tied_grad_kept": {"matrix_bytes": tied, "fixed": 1 if tied else 0},
     }
 
 
@@ -70,7 +89,7 @@ def mechanism_terms(scenario, stage: int) -> dict[str, float]:
     scenario's adds nothing, nor one measured in another precision, nor the loss's backward
     where the framework already holds its buffers (Framework.loss_blocks).
     Every coefficient is >= 0, so is every term."""
-    zero = {"activations": 0, "residue": 0, "workspace": 0, "optimizer_per_element": 0.0}
+    zero = {term: 0 for term in TERMS}
     profile, m = scenario.profile, scenario.model
     if profile is None or m.is_bare:
         return zero
@@ -96,4 +115,4 @@ def mechanism_terms(scenario, stage: int) -> dict[str, float]:
     return out
 
 
-__all__ = ["MEMORY_MECHANISMS", "mechanism_counts", "mechanism_terms"]
+__all__ = ["MEMORY_MECHANISMS", "TERMS", "mechanism_counts", "mechanism_terms"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from zerosim.contract import MEMORY_POINTS, PASSES, STAGES
+from zerosim.contract import MEMORY_POINTS, PASSES, STAGE2_LIVE_BUCKETS, STAGES
 from zerosim.frameworks import framework_of
 from zerosim.analytic.model import (activations, gather_units, gathered_elements,
                                     max_gather_window, sharded_unit_elements, total_params,
@@ -42,8 +42,6 @@ from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 # Optimizer moments kept per parameter, each fp32: Adam's m and v (Kingma & Ba), SGD's momentum.
 MOMENTS = {"adam": 2, "adamw": 2, "sgd_momentum": 1, "sgd": 0}
-# Gradient buckets alive at once in stage 2: one filling during backward, one being reduced.
-STAGE2_LIVE_BUCKETS = 2
 # Layer gradients alive at once in stage 3: one being produced, one being reduce-scattered.
 STAGE3_LIVE_LAYER_GRADS = 2
 # What a rank sends of each gathered parameter element, at most, per micro-step: ZeRO-3 gathers

@@ -10,8 +10,9 @@
   memory-bound op's rate, launches. The real stages' steps are measurements to compare against,
   never fitted.
 - Optimizer step: α-β segments over the elements of the shard it updates.
-- Gradient path: the host seconds of one gradient hook and of one bucket's reduction beyond its
-  collective, per stage with hooks (zero_real/calibration/grad_path.py's totals over its counts).
+- Gradient path (zero_real/calibration/grad_path.py): the host seconds of one gradient hook and
+  of one bucket's reduction beyond its collective at stages 0-2 (its totals over its counts);
+  at stage 3 of each unit's visits, per flat buffer and per byte, a line per pass.
 
 Each fit keeps its residuals (percent of the measured value), so a profile says how well it fits.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from zerosim.calibration.fit_memory import fit_memory
+from zerosim.calibration.fit_memory import fit_memory, nonnegative_fit
 from zerosim.calibration.fit_ops import fit_record, fit_unit_overhead
 from zerosim.calibration.lines import fit_line
 from zerosim.contract import PROFILE_FORMAT, PROFILE_VERSION, busbw_factor
@@ -106,15 +107,34 @@ def fit_optimizer(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for n, points in sorted(groups.items())}
 
 
+def _fit_visits(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One pass of ZeRO-3's visits: seconds = buffer_s x flat buffers + s_per_byte x their
+    bytes, least squares with neither below zero (fit_memory.nonnegative_fit)."""
+    counts = np.array([[float(r["counts"]["groups"]), float(r["counts"]["bytes"])] for r in rows])
+    values = np.array([float(r["time_s"]) for r in rows])
+    coef = nonnegative_fit(counts, values)
+    fitted = counts @ coef
+    return {"buffer_s": float(coef[0]), "s_per_byte": float(coef[1]),
+            "residuals_pct": [round(float((f - v) / v * 100), 3) if v > 0 else 0.0
+                              for f, v in zip(fitted, values)]}
+
+
 def fit_grad_path(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per process count and stage: the hooks' work over the hooks fired, the buckets' host work
-    over the buckets reduced. Each is a median difference of two timings, which a noisy box can
-    leave below zero: a mechanism costs no less than nothing, so 0 then (the row keeps it)."""
+    """Per process count and stage. Stages 0-2: the hooks' work over the hooks fired, the
+    buckets' host work over the buckets reduced. Each is a median difference of two timings,
+    which a noisy box can leave below zero: a mechanism costs no less than nothing, so 0 then
+    (the row keeps it). Stage 3: per pass, each visit's seconds per flat buffer and per byte."""
     fit: dict[str, Any] = {}
+    visits: dict[tuple[str, str], list] = defaultdict(list)
     for r in rows:
+        if "pass" in r:
+            visits[str(r["processes"]), r["pass"]].append(r)
+            continue
         fit.setdefault(str(r["processes"]), {})[str(r["stage"])] = {
             "hook_s": max(0.0, r["hooks_s"] / r["hooks"]) if r["hooks"] else 0.0,
             "bucket_s": max(0.0, r["buckets_s"] / r["buckets"]) if r["buckets"] else 0.0}
+    for (n, phase), group in sorted(visits.items()):
+        fit.setdefault(n, {}).setdefault("3", {})[phase] = _fit_visits(group)
     return fit
 
 

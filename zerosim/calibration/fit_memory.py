@@ -51,6 +51,19 @@ DERIVED: dict[str, dict[str, Any]] = {
                                         "autograd keeps the whole qkv output, Q's and K's parts "
                                         "beside their own copies (parts/model.py "
                                         "Block.attention; aten _scaled_dot_product_attention_math)"},
+    "bucket_pool": {"fixed_bytes": 0.0, "per": {"pool_bytes": 1.0},
+                    "source": "stages/replicated.py ZeRO2._bucket and reduce_bucket: each reduced "
+                              "bucket's buffer goes back to a pool kept for the next bucket and "
+                              "the next step, up to STAGE2_LIVE_BUCKETS filling at once (a "
+                              "linear's weight and bias reach the hooks out of address order)"},
+    "last_unit_kept": {"fixed_bytes": 0.0, "per": {"unit_bytes": 1.0},
+                       "source": "stages/zero3.py _leave keeps what the next visits need: after "
+                                 "the last unit's forward comes its own backward, so it stays "
+                                 "gathered (the head and, tied, the token matrix again)"},
+    "tied_grad_kept": {"fixed_bytes": 0.0, "per": {"matrix_bytes": 1.0},
+                       "source": "stages/zero3.py after_backward: the tied matrix's whole "
+                                 "gradient waits in its full buffer from the head's backward to "
+                                 "the embedding's, which adds its part and reduce-scatters it"},
     "head_kept": {"fixed_bytes": 8.0, "per": {"token_hidden_bytes": 2.0, "token": 16.0},
                   "source": "stages/replicated.py DDP.step keeps the head's input and its "
                             "gradient, the loss and the micro-batch's ids and targets until the "

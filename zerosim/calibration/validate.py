@@ -59,14 +59,17 @@ collectives; its host copies and CPU Adam lie inside its step and optimizer time
 the simulated figure is shown and not judged; step_time_s judges the whole step."""
 NOT_MEASURED = "not measured"
 UNEXPLAINED_MEMORY = {
-    2: "zero_real keeps the gradient buckets it fills as a pool from step to step (as many as "
-       "were filling at once), where zerosim frees each once reduced",
-    3: "zero_real keeps the head's gathered parameters from forward into its backward, and a "
-       "block's backward transients (activation gradients, weight-gradient outputs) beside the "
-       "gathered units, where zerosim holds the loss's workspace alone",
+    2: "zero_real keeps the gradient buckets it fills as a pool from step to step, which a "
+       "profile prices as its bucket_pool mechanism (one fitted before that mechanism has none: "
+       "re-fit it with zero-real calibrate)",
+    3: "zero_real holds a block's backward transients (activation gradients, weight-gradient "
+       "outputs) beside the gathered units, which no mechanism prices; the head kept gathered "
+       "into its backward and the tied matrix's gradient are a profile's last_unit_kept and "
+       "tied_grad_kept mechanisms (one fitted before them has neither)",
 }
-"""What zero_real's stages hold that no memory mechanism prices yet (measured on the 2-core box,
-issue 31: 2-11% of the tiny GPT's phases): validate names it when memory is off."""
+"""What zero_real's stages hold that a profile may not price (measured on the 2-core box, issue
+31: 1-5% of the tiny GPT's phases before the mechanisms, -1.6% left at stage 3 on 3 processes):
+validate names it when memory is off."""
 
 
 def category(name: str) -> str:

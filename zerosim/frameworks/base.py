@@ -135,3 +135,9 @@ class Framework:
         are zero_real's stages); None: no per-parameter Python hook measured for this
         framework (DDP's Reducer hooks in C++, FSDP2 per module)."""
         return None
+
+    def gather_buffers(self, m, t, stage: int) -> list[int] | None:
+        """Per gather unit, the flat buffers a ZeRO-3 visit of it gathers (a profile's
+        fit.grad_path prices each, and each byte: the measurements are zero_real's ZeRO-3);
+        None: not measured for this framework."""
+        return None

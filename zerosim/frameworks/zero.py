@@ -36,3 +36,12 @@ class Zero(Framework):
         embedding = 1 + (1 if m.position == "learned" else 0)
         head = norm + 1  # the untied matrix, or the tied one's first use
         return [embedding] + [2 * norm + linears * per_linear] * m.layers + [head]
+
+    def gather_buffers(self, m, t, stage: int) -> list[int] | None:
+        """zero_real's ZeRO-3 (zero_real/stages/zero3.py) keeps a flat buffer per parameter
+        group: the token matrix and the learned positions apart, each block, the head (final
+        norm and an untied matrix); a tied head gathers the token matrix again."""
+        if stage != 3 or m.is_bare:
+            return None
+        embedding = 1 + (1 if m.position == "learned" else 0)
+        return [embedding] + [1] * m.layers + [1 + (1 if m.tied_embeddings else 0)]

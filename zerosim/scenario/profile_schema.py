@@ -16,14 +16,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from zerosim.contract import COLLECTIVE_IMPLS, COLLECTIVE_OPS, PASSES, UNIT_KINDS
+from zerosim.contract import COLLECTIVE_IMPLS, COLLECTIVE_OPS, PASSES, STAGES, UNIT_KINDS
 from zerosim.errors import InputError, brief
 from zerosim.hardware.op_model import MEMORY_OPS
 from zerosim.scenario.checks import MAX_VALUE, is_finite_number
 
 # The memory mechanisms a profile may hold (fit.memory; analytic/mechanisms.py prices each).
 MEMORY_MECHANISMS = ("loss_backward", "optimizer_grad", "optimizer_step", "norm_saved",
-                     "attention_saved", "saved_ids", "math_attention_batch1", "head_kept")
+                     "attention_saved", "saved_ids", "math_attention_batch1", "head_kept",
+                     "bucket_pool", "last_unit_kept", "tied_grad_kept")
 # The fit's sections. A version-1 profile's per-unit compute lines and per-stage in-step scales
 # ("compute", "step") are gone: a fit carrying one is refused by name.
 SECTIONS = ("collectives", "optimizer", "memory", "record", "grad_path")
@@ -278,14 +279,25 @@ def _record_entry(s: _Schema, at: str, record: Any) -> None:
 
 
 def _grad_path(s: _Schema, fit: dict[str, Any]) -> None:
-    """Per processes count and hooked stage (0-2): seconds per gradient hook and per bucket."""
+    """Per processes count and stage: seconds per gradient hook and per bucket (stages 0-2);
+    per pass, seconds per flat buffer and per byte of ZeRO-3's visits (stage 3)."""
     for n, by_stage in s.by_count("fit.grad_path", fit.get("grad_path", {}), 1):
-        for stage, entry in s.by_name(f"fit.grad_path.{n}", by_stage, ("0", "1", "2"),
-                                      "a stage with gradient hooks"):
+        for stage, entry in s.by_name(f"fit.grad_path.{n}", by_stage,
+                                      tuple(map(str, STAGES)), "a stage"):
             at = f"fit.grad_path.{n}.{stage}"
-            s.object(at, entry, ("hook_s", "bucket_s"))
-            for key in ("hook_s", "bucket_s"):
-                s.number(f"{at}.{key}", s.get(at, entry, key))
+            if stage != "3":
+                s.object(at, entry, ("hook_s", "bucket_s"))
+                for key in ("hook_s", "bucket_s"):
+                    s.number(f"{at}.{key}", s.get(at, entry, key))
+                continue
+            s.object(at, entry, PASSES)
+            for phase in PASSES:
+                where = f"{at}.{phase}"
+                visit = s.get(at, entry, phase)
+                s.object(where, visit, ("buffer_s", "s_per_byte", "residuals_pct"))
+                for key in ("buffer_s", "s_per_byte"):
+                    s.number(f"{where}.{key}", s.get(where, visit, key))
+                _residuals(s, where, visit)
 
 
 def check_fit(fit: Any, path: Path | str) -> None:

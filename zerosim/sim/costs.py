@@ -48,27 +48,39 @@ def op_model(scenario) -> OpCosts | None:
     return op_costs(c)
 
 
-def gradient_path(scenario, stage: int) -> tuple[list[float], float]:
-    """(host seconds of each unit's gradient hooks, host seconds of one bucket's reduction beyond
-    its collective): a profile's fit.grad_path for a framework whose hooks it measured
-    (Framework.gradient_hooks), in the world of as many ranks per box as here; ([], 0) else."""
-    t, profile = scenario.training, scenario.profile
-    hooks = framework_of(t).gradient_hooks(scenario.model, t, stage)
+def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float]:
+    """The host work of the stage's gradient path beyond its kernels and collectives, as a
+    profile measured zero_real's (fit.grad_path, the world of as many ranks per box as here) for
+    a framework that runs it: (seconds added to each unit's forward, to its backward, to each
+    gradient bucket before its collective). Stages 0-2: each parameter gradient's hook
+    (Framework.gradient_hooks) and each bucket. Stage 3: each unit's visits, per flat buffer
+    gathered and per byte of it (Framework.gather_buffers). ([], [], 0) without them."""
+    t, profile, m = scenario.training, scenario.profile, scenario.model
+    fw = framework_of(t)
+    hooks, buffers = fw.gradient_hooks(m, t, stage), fw.gather_buffers(m, t, stage)
     measured = (profile.grad_path(scenario.cluster.gpus_per_node, stage)
-                if profile is not None and hooks is not None else None)
+                if profile is not None and (hooks or buffers) else None)
     if measured is None:
-        return [], 0.0
-    return [h * measured["hook_s"] for h in hooks], measured["bucket_s"]
+        return [], [], 0.0
+    if hooks:
+        return [0.0] * len(hooks), [h * measured["hook_s"] for h in hooks], measured["bucket_s"]
+    size = BYTES_PER_ELEMENT[t.precision]
+    units = gather_units(rank_model(scenario))  # a tensor-parallel rank's slices
+    forward, backward = ([g * per["buffer_s"] + size * e * per["s_per_byte"]
+                          for g, e in zip(buffers, units)]
+                         for per in (measured["forward"], measured["backward"]))
+    return forward, backward, 0.0
 
 
 def compute_seconds(scenario, flops: list[UnitFlops],
                     stage: int) -> tuple[list[float], list[float]]:
-    """Forward and backward seconds of each unit for one micro-batch on one rank; backward with
-    its gradient hooks' host work where a profile measured it (gradient_path)."""
+    """Forward and backward seconds of each unit for one micro-batch on one rank, with the host
+    work of the stage's gradient path where a profile measured it (gradient_path)."""
     forward, backward = _unit_seconds(scenario, flops, stage)
-    hooks, _ = gradient_path(scenario, stage)
-    if hooks:
-        backward = [b + h for b, h in zip(backward, hooks)]
+    extra_forward, extra_backward, _ = gradient_path(scenario, stage)
+    if extra_forward:
+        forward = [f + x for f, x in zip(forward, extra_forward)]
+        backward = [b + x for b, x in zip(backward, extra_backward)]
     return forward, backward
 
 

@@ -105,7 +105,8 @@ class Family:
     def release(self, unit: int, phase: str) -> None:
         super().release(unit, phase)
         hpz = self.shape.mesh.hpz
-        if hpz:  # hpZ: forward leaves the unit's secondary partition
+        if hpz and not self.kept(unit):  # hpZ: forward leaves the unit's secondary partition
+            # (not the last unit's where it stays gathered: its backward gathers nothing)
             key = ("secondary", unit)
             if phase == "forward":
                 size = -(-self.shape.gather_elements[unit] // hpz)

@@ -64,6 +64,7 @@ class DDP:
         if self.shape.persistent_bytes:  # DDP's bucket copies of the gradients
             self.ctx.alloc("bucket copies", "buckets", self.shape.persistent_bytes)
         self.ctx.mark("after_init")
+        self.steady_state()
         steps = self.shape.gradient_accumulation
         for micro in range(steps):
             self.reducing = self.reduces_every_micro_step or micro == steps - 1
@@ -75,6 +76,9 @@ class DDP:
         yield from self.optimizer_step()
         yield from self.drain()
         self.ctx.mark("after_step")
+
+    def steady_state(self) -> None:
+        """What earlier steps left allocated that the first one allocates (a bucket pool)."""
 
     def micro_step(self) -> Iterator:
         """Forward and backward of one micro-batch, and its reduction when it reduces."""
@@ -256,18 +260,26 @@ class ZeRO2(ZeRO1):
         self.unbucketed_bytes = self.shape.grad_bytes_per_element * self.shape.params
         yield from super().backward()
 
+    def steady_state(self) -> None:
+        """A kept bucket pool (StepShape.bucket_pool_bytes) is allocated from the first step's
+        backward on: a step after it starts with it (after_init, before any step, does not)."""
+        if self.shape.bucket_pool_bytes:
+            self.ctx.alloc("bucket pool", "buckets", self.shape.bucket_pool_bytes)
+
     def open_bucket(self) -> Iterator:
         yield from self.free_buckets.take()  # backward stalls here while two buckets are in flight
         size = min(self.shape.bucket_bytes, self.unbucketed_bytes)
         self.unbucketed_bytes -= size
-        self.ctx.alloc(("bucket", self.bucket_id), "buckets", size)
+        if not self.shape.bucket_pool_bytes:  # else a buffer of the pool
+            self.ctx.alloc(("bucket", self.bucket_id), "buckets", size)
 
     def launch_bucket(self, after=None) -> None:
         key = ("bucket", self.bucket_id)
         self.bucket_id += 1
 
         def reduced() -> None:
-            self.ctx.free(key)
+            if not self.shape.bucket_pool_bytes:
+                self.ctx.free(key)
             self.free_buckets.put()
 
         super().launch_bucket(after=reduced)

@@ -76,6 +76,16 @@ class StepShape:
     """Per unit, per backward TP collective: seconds of the GEMM it runs beside under
     Megatron's default (0: it blocks), taken out of backward_s (stages/tensor.py runs that GEMM
     beside it); empty without TP or under tp_comm_overlap."""
+    keeps_last_unit: bool = False
+    """ZeRO-3: the last unit stays gathered from its forward into its backward (a profile's
+    last_unit_kept mechanism: zero_real's zero3.py)."""
+    tied_grad_bytes: int = 0
+    """ZeRO-3 with a tied matrix: its whole gradient held from the head's backward to the
+    embedding's (a profile's tied_grad_kept mechanism: zero_real's zero3.py); 0: freed with the
+    head's gradient once reduced."""
+    bucket_pool_bytes: int = 0
+    """ZeRO-2's bucket buffers kept from step to step (a profile's bucket_pool mechanism:
+    zero_real's ZeRO2), allocated from the step's start; 0: each bucket freed once reduced."""
     bucket_host_s: float = 0.0
     """Host seconds of one gradient bucket's reduction beyond its collective, on the compute
     stream before it launches (a profile's fit.grad_path: zero_real's reduce_bucket)."""
@@ -225,7 +235,10 @@ def step_shape(scenario, stage: int) -> StepShape:
         residue_bytes=max(0, round(extra["residue"])),
         family=family_shape(scenario, mesh),
         tensor=tensor, tensor_windows=windows,
-        bucket_host_s=gradient_path(scenario, stage)[1])
+        bucket_host_s=gradient_path(scenario, stage)[2],
+        keeps_last_unit=extra["last_unit_kept"] > 0,
+        tied_grad_bytes=max(0, round(extra["tied_grad_kept"])),
+        bucket_pool_bytes=max(0, round(extra["bucket_pool"])))
 
 
 def _tensor_windows(scenario, tensor: TensorCollectives, flops: list,

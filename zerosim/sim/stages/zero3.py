@@ -27,8 +27,14 @@ class ZeRO3(ZeRO1):
         self.gathers: dict[tuple[str, int], object] = {}
         self.grad_shards: set[int] = set()
 
+    def kept(self, unit: int) -> bool:
+        """The last unit, when it stays gathered from its forward into its backward."""
+        return self.shape.keeps_last_unit and unit == self.layers - 1
+
     def start_gathers(self, phase: str, units) -> None:
         for unit in units:
+            if phase == "backward" and self.kept(unit):
+                continue  # still gathered, since its forward
             size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
 
             def take_slot(unit=unit, size=size) -> Iterator:
@@ -53,8 +59,9 @@ class ZeRO3(ZeRO1):
         return self.group
 
     def gathered(self, unit: int, phase: str) -> Iterator:
-        yield self.gathers.pop((phase, unit))
-        yield from self.unpack(unit, phase)
+        if not (phase == "backward" and self.kept(unit)):
+            yield self.gathers.pop((phase, unit))
+            yield from self.unpack(unit, phase)
         if not self.shape.overlap_comm:  # synchronous prefetch: the next units before compute
             # gathers are queued in the order the units compute
             ahead = [self.gathers[key] for key in self.gathers if key[0] == phase]
@@ -67,6 +74,10 @@ class ZeRO3(ZeRO1):
         return iter(())
 
     def release(self, unit: int, phase: str) -> None:
+        if self.kept(unit):
+            if phase == "forward":
+                return  # its backward follows at once
+            phase = "forward"  # the buffer its forward gathered
         self.ctx.free(("gathered", phase, unit))
         self.gather_slots.put()
 
@@ -76,12 +87,20 @@ class ZeRO3(ZeRO1):
         key = ("layer_grads", unit)
         # A tied head produces a gradient for the whole shared matrix (memory), but its part is
         # added to the embedding's and reduce-scattered with the embedding unit: sent once.
-        self.ctx.alloc(key, "layer_grads", bg * self.shape.gather_elements[unit])
+        held = bg * self.shape.gather_elements[unit]
+        tied = self.shape.tied_grad_bytes
+        if tied and unit == self.layers - 1:  # the tied matrix's part waits for the embedding's
+            self.ctx.alloc("tied gradient", "layer_grads", tied)
+        if tied and unit in (0, self.layers - 1):
+            held -= tied  # the head's own part; the embedding adds into the tied one's buffer
+        self.ctx.alloc(key, "layer_grads", held)
         size = bg * self.shape.gradient_elements[unit]
         yield from self.ctx.compute(self.shape.backward_s[unit], "backward", "backward", unit)
 
         def reduced() -> None:
             self.ctx.free(key)
+            if tied and unit == 0:
+                self.ctx.free("tied gradient")
             self.grad_slots.put()
             if self.shape.grad_shard_bytes and unit not in self.grad_shards:
                 self.grad_shards.add(unit)  # once: later micro-steps add into it. FSDP2 makes
