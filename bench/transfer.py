@@ -4,9 +4,10 @@ sequences, micro-batches, world sizes and stages the calibration never ran (issu
     python bench/transfer.py [--profile P | --save-profile P] [--repeats 3] [--timed-steps 30]
                              [--only NAME,NAME,...] [--runs DIR] [--json FILE]
 
-1. The profile: `zero-real calibrate scenarios/tiny_gpt_4rank_cpu.toml --nproc 2 --backend gloo`
-   (skipped with --profile P, which reuses one). It measures the box's op-model constants by
-   microbenchmarks; no real stage's step is fitted, so every stage below is held out.
+1. The profile: `zero-real calibrate scenarios/tiny_gpt_4rank_cpu.toml --nproc N --backend gloo`,
+   N the largest world the held-out runs use (3; skipped with --profile P, which reuses one). It
+   measures the box's op-model constants and its stages' host mechanisms by microbenchmarks, in
+   each world of 1..N processes; no real stage's step is fitted, so every stage below is held out.
 2. Held-out runs: `zero-real run` of each configuration in HELD_OUT (the tiny scenario with
    `--set` overrides), --repeats times, interleaved so that a slow spell of the box hits every
    configuration alike (bench/fidelity.py's run_interleaved); with --runs DIR the measurements
@@ -215,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         profile = args.profile
         if profile is None:
             profile = args.save_profile or Path(tmp) / "profile.json"
-            progress(f"calibrating on {BASE_NPROC} gloo processes -> {profile}")
-            took_s = calibrate(profile, BASE_NPROC, "--max-size-MiB", args.max_size_MiB,
+            # Every world the held-out runs use, as a GPU box is calibrated over all its GPUs:
+            # the microbenchmarks measure each world (its ranks share the box), the stages'
+            # steps are never run or fitted; a world beyond the cores is measured as it runs.
+            worlds = max(c.nproc for c in args.configurations)
+            progress(f"calibrating worlds of 1..{worlds} gloo processes -> {profile}")
+            took_s = calibrate(profile, worlds, "--max-size-MiB", args.max_size_MiB,
                                "--seconds-per-size", args.seconds_per_size)
             progress(f"calibrated in {took_s:.0f} s")
         held_out(profile, args.configurations)

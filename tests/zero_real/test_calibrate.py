@@ -48,8 +48,9 @@ def two(tmp_path_factory):
 
 
 # What each world measures, in calibration/bench.py's order: the op model's constants (ops.py)
-# between the whole units and the optimizer; a world of one process runs no collectives.
-SECTIONS = ("collectives", "compute", "gemm", "linear", "launch", "attention", "memory_op",
+# before the whole units, the optimizer and the stages' gradient path after them; a world of one
+# process runs no collectives.
+SECTIONS = ("collectives", "gemm", "linear", "launch", "attention", "memory_op", "compute",
             "optimizer", "gradients", "memory")
 
 

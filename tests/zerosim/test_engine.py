@@ -278,9 +278,11 @@ RING_STEPS_AND_BYTES = {  # every collective of a step: ring steps (1 s each), b
     0: (8 * 6, 1.5 * GRAD_BYTES),  # 8 gradient buckets all-reduced
     1: (8 * 3 + 3, 1.5 * GRAD_BYTES),  # reduce-scattered, then one 25 MiB chunk all-gathers
     2: (8 * 3 + 3, 1.5 * GRAD_BYTES),  # the parameters
-    # each unit gathered for forward and again for backward; each unit's gradient reduce-scattered
-    # once (the tied head sends only its final LayerNorm's 512 bytes)
-    3: (8 * 3 + 4 * 3, 0.75 * (2 * sum(UNIT_BYTES) + GRAD_BYTES)),
+    # each unit gathered for forward and again for backward, a collective per flat buffer as
+    # zero_real keeps them (Framework.gather_buffers: the token and position matrices apart,
+    # the head's LayerNorm and the tied matrix again apart): 6 and 6; each buffer's gradient
+    # reduce-scattered once (the tied head sends only its final LayerNorm's 512 bytes): 5
+    3: (12 * 3 + 5 * 3, 0.75 * (2 * sum(UNIT_BYTES) + GRAD_BYTES)),
 }
 
 

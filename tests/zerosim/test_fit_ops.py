@@ -225,6 +225,25 @@ def test_units_are_fitted_without_the_scenarios_recomputation():
         assert close(fitted[0], 1e-4) and close(fitted[1], 2e-4)
 
 
+def test_a_slow_spell_over_two_of_three_micro_batches_leaves_the_overhead():
+    """The unit's host work is the least excess over the micro-batches: interference only adds
+    time, and a slow spell covering micro-batches 1 and 2 (0.8 and 0.6 ms more) must not become
+    a millisecond of overhead in every block (the median would give 0.7 ms)."""
+    tiny = load_scenario(TINY)
+    record = fit_record(cpu_rows(), "x86_64, 2 CPUs")["1"]
+    costs = op_costs.OpCosts(record_gpu(record, DEVICES["CPU"]), record["bandwidth_GBps"])
+    model = dataclasses.replace(tiny.model, dropout=False)
+    units = []
+    for b, noise in ((1, 8e-4), (2, 6e-4), (4, 0.0)):
+        t = dataclasses.replace(tiny.training, micro_batch=b)
+        forward, backward = op_costs.unit_seconds(costs, model, t)
+        units.append({"processes": 1, "unit": "block", "micro_batch": b,
+                      "seq_len": t.seq_len, "forward_s": forward[1] + 1e-4 + noise,
+                      "backward_s": backward[1] + 2e-4 + noise})
+    fitted = fit_unit_overhead(units, tiny, record)["block"]
+    assert close(fitted[0], 1e-4) and close(fitted[1], 2e-4)
+
+
 def test_a_noisy_host_copy_is_unfitted_not_fatal():
     """Review R1: equal times at three sizes left the whole calibration without a profile."""
     rows = cpu_rows() + [{**base(), "kind": "copy_host", "direction": "h2d", "pinned": False,

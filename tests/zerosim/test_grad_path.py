@@ -18,7 +18,7 @@ from zerosim.frameworks import REGISTRY
 from zerosim.scenario.load import load_scenario
 from zerosim.scenario.profile import check_fit
 from zerosim.sim.costs import compute_seconds, gradient_path
-from zerosim.analytic.model import unit_flops
+from zerosim.analytic.model import buffer_elements, unit_flops
 from zerosim.sim.engine import simulate
 from tests.conftest import SCENARIOS
 
@@ -147,14 +147,16 @@ def test_the_visit_fit_recovers_its_constants():
 
 
 @pytest.mark.parametrize("overrides, buffers", [
-    ([], TINY_BUFFERS),
+    # token 256 x 64, positions 32 x 64; blocks 49,984; the head's norm 128, the tied matrix
+    ([], [[16_384, 2_048], [49_984], [49_984], [128, 16_384]]),
+    # rotary: no position matrix; untied: the head's norm and its own matrix in one buffer
     (["model.position='rope'", "model.tied_embeddings=false", "model.layers=3"],
-     [1, 1, 1, 1, 1]),
+     [[16_384], [49_984], [49_984], [49_984], [128 + 16_384]]),
 ])
 def test_zero_counts_zero_reals_zero3_buffers_by_hand(overrides, buffers):
     s = load_scenario(TINY, overrides)
     zero = REGISTRY["zero"]
-    assert zero.gather_buffers(s.model, s.training, 3) == buffers
+    assert buffer_elements(s.model, zero.gather_buffers(s.model, s.training, 3)) == buffers
     assert all(zero.gather_buffers(s.model, s.training, k) is None for k in (0, 1, 2))
     assert REGISTRY["fsdp2"].gather_buffers(s.model, s.training, 3) is None
 
@@ -174,6 +176,30 @@ def test_a_zero3_step_gains_each_units_visits(profiles):
     extra = sum(g * sum(v[0] for v in VISIT.values()) + size * sum(v[1] for v in VISIT.values())
                 for g, size in zip(TINY_BUFFERS, TINY_UNIT_BYTES))
     assert simulate(b, 3).compute_s - simulate(a, 3).compute_s == pytest.approx(extra, rel=1e-9)
+
+
+def _collectives(result, op: str) -> list[float]:
+    return [e["bytes"] for e in result.ranks[0].state.events
+            if e["stream"] != "compute" and e["op"] == op]
+
+
+@pytest.mark.parametrize("kept, gathers", [(False, 12), (True, 10)])
+def test_zero3_collectives_per_flat_buffer_as_zero_real_runs_them(profiles, kept, gathers):
+    """zero_real's ZeRO-3 gathers and reduce-scatters each flat buffer on its own (its runs of
+    the tiny GPT at sequence 64: 10 all-gathers and 5 reduce-scatters a step): forward the
+    token and position matrices, two blocks, the head's norm and the tied matrix again (6);
+    backward the head's two again unless kept from forward, two blocks, the embedding's two;
+    reduce-scatters: the head's norm, two blocks, the token matrix (with the head's part) and
+    the positions. Bytes per buffer at fp32, whatever the profile."""
+    s = (with_profile(profiles["with"], "cluster.gpus_per_node=2") if kept else
+         load_scenario(TINY, ["cluster.gpus_per_node=2"]))
+    r = simulate(s, 3)
+    tok, pos, block, norm = 4 * 16_384, 4 * 2_048, 4 * 49_984, 4 * 128
+    assert sorted(_collectives(r, "all_gather")) == sorted(
+        [tok, pos, block, block, norm, tok] + ([] if kept else [norm, tok])
+        + [block, block, tok, pos])
+    assert len(_collectives(r, "all_gather")) == gathers
+    assert sorted(_collectives(r, "reduce_scatter")) == sorted([norm, block, block, tok, pos])
 
 
 def test_other_frameworks_are_unchanged(profiles):

@@ -1,7 +1,8 @@
 """What every rank of one calibration world measures, all ranks at once (they share the box as
-they do in a run, timing.py): collectives, one unit of each kind forward and backward (a
-diagnostic: whole units against the op model), the op model's constants (ops.py), Adam on a flat
-shard, and the real stages' memory. Rank 0's numbers are reported.
+they do in a run, timing.py): collectives, the op model's constants (ops.py), one unit of each
+kind forward and backward (their host work beyond their ops), Adam on a flat shard, the stages'
+gradient path (grad_path.py), the memory mechanisms and the real stages' memory. Rank 0's
+numbers are reported.
 
 Collectives follow nccl-tests (common.cu): a barrier, warm-up, then timed iterations; sizes are
 the whole buffer (reduce_scatter/all_gather: n x piece), fp32. Each iteration is timed on every
@@ -49,8 +50,12 @@ def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
     progress = Progress(cfg.progress_path, rank)
     out = {"rank": rank, "device": device.type, "hardware": hardware(device)}
     out["collectives"] = collectives(rank, world_size, cfg, device, progress)
-    out["compute"] = compute(world_size, cfg, device, progress)
     out["ops"] = measure_ops(world_size, cfg, device, progress)
+    # The whole units after the ops: a fresh process's first seconds run slow (on the 2-core
+    # box the tiny block's forward took 1.54 ms at micro-batch 1 and 1.20 ms at 4 as a world of
+    # one's first rows, 0.78-0.99 ms later), and their host work is what they take beyond their
+    # ops as the record prices them (fit_ops.fit_unit_overhead).
+    out["compute"] = compute(world_size, cfg, device, progress)
     out["optimizer"] = optimizer(world_size, cfg, device, progress)
     out["grad_path"] = measure_grad_path(rank, world_size, cfg, device, progress)
     t = cfg.scenario.training

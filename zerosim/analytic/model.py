@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from zerosim.contract import BLOCK, EMBEDDING, HEAD
 from zerosim.scenario.checks import within_cap
+from zerosim.frameworks.base import TOKEN
 from zerosim.scenario.config import ModelConfig, TrainingConfig
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
@@ -202,6 +203,17 @@ def gather_units(m: ModelConfig) -> list[int]:
         return [quotient + (1 if i < remainder else 0) for i in range(m.n_layers)]
     c = param_counts(m)
     return [c.embedding] + [c.per_layer] * c.layers + [c.final_norm + (c.lm_head or m.vocab * m.hidden)]
+
+
+def buffer_elements(m: ModelConfig, buffers: list[list[str]]) -> list[list[int]]:
+    """The elements of each flat buffer of each gather unit that Framework.gather_buffers names:
+    TOKEN the token matrix (vocab x hidden), REST what else the unit holds (gather_units')."""
+    matrix = m.vocab * m.hidden
+    out = []
+    for names, whole in zip(buffers, gather_units(m)):
+        rest = whole - matrix * names.count(TOKEN)
+        out.append([matrix if name == TOKEN else rest for name in names])
+    return out
 
 
 def gathered_elements(m: ModelConfig) -> int:

@@ -224,8 +224,12 @@ def fit_unit_overhead(rows: list[dict[str, Any]], scenario,
                       record: dict[str, Any]) -> dict[str, list[float]]:
     """What a whole unit (the embedding, a block, the head), timed alone as zero_real's stages
     run it (its saved-tensor hooks, one autograd call; calibration/bench.py `compute`), takes
-    beyond the sum of its ops as the record prices them: per kind and pass, the median over the
-    micro-batches measured of (measured - op model), floored at 0. The framework's per-unit host
+    beyond the sum of its ops as the record prices them: per kind and pass, the least over the
+    micro-batches measured of (measured - op model), floored at 0. The least, not the median: a
+    shared box's interference only adds time, and a slow spell can cover two of three rows (one
+    calibration on the 2-core box timed the tiny block's forward at 1.54 and 1.78 ms at
+    micro-batches 1 and 2 and 1.20 ms at 4, where a quiet one took 0.78-0.99 ms; the median put
+    a millisecond of noise into every block of every prediction). The framework's per-unit host
     work (module calls, views, its hooks), which no op's microbenchmark holds; a constant per
     call by nature, so it carries to other shapes. The op model adds it after the host floor
     (op_costs.unit_host_work), as it is measured here. The model is priced without dropout, which
@@ -245,7 +249,7 @@ def fit_unit_overhead(rows: list[dict[str, Any]], scenario,
         index = {EMBEDDING: 0, HEAD: -1}.get(r["unit"], 1)
         for name, seconds in zip(PASSES, unit_seconds(costs, model, t)):
             extra[r["unit"], name].append(r[f"{name}_s"] - seconds[index])
-    return {unit: [max(0.0, float(statistics.median(extra[unit, name]))) for name in PASSES]
+    return {unit: [max(0.0, float(min(extra[unit, name]))) for name in PASSES]
             for unit in sorted({u for u, _ in extra})}
 
 

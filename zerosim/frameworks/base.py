@@ -12,6 +12,10 @@ from zerosim.contract import PASSES, STAGES
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 
+TOKEN, REST = "token", "rest"
+"""Flat buffers of a gather unit (Framework.gather_buffers): the token matrix; the rest of it."""
+
+
 class Framework:
     """A framework as the memory model and the stage programs see it."""
 
@@ -136,8 +140,10 @@ class Framework:
         framework (DDP's Reducer hooks in C++, FSDP2 per module)."""
         return None
 
-    def gather_buffers(self, m, t, stage: int) -> list[int] | None:
-        """Per gather unit, the flat buffers a ZeRO-3 visit of it gathers (a profile's
-        fit.grad_path prices each, and each byte: the measurements are zero_real's ZeRO-3);
-        None: not measured for this framework."""
+    def gather_buffers(self, m, t, stage: int) -> list[list[str]] | None:
+        """Per gather unit, the flat buffers ZeRO-3 gathers for it, one collective each: TOKEN
+        (the token matrix), REST (what else the unit holds); analytic/model.buffer_elements
+        counts them (a profile's fit.grad_path also prices each buffer's and each byte's host
+        work: measured on zero_real's ZeRO-3). None: one buffer per unit, its host work not
+        measured."""
         return None

@@ -4,7 +4,7 @@ the stages' buffers, nothing a particular framework adds."""
 from __future__ import annotations
 
 from zerosim.contract import PASSES
-from zerosim.frameworks.base import Framework
+from zerosim.frameworks.base import REST, TOKEN, Framework
 
 HOOKED_STAGES = (0, 1, 2)
 """zero_real's stages with a hook on each parameter's gradient (register_post_accumulate_grad_hook,
@@ -37,11 +37,13 @@ class Zero(Framework):
         head = norm + 1  # the untied matrix, or the tied one's first use
         return [embedding] + [2 * norm + linears * per_linear] * m.layers + [head]
 
-    def gather_buffers(self, m, t, stage: int) -> list[int] | None:
+    def gather_buffers(self, m, t, stage: int) -> list[list[str]] | None:
         """zero_real's ZeRO-3 (zero_real/stages/zero3.py) keeps a flat buffer per parameter
-        group: the token matrix and the learned positions apart, each block, the head (final
-        norm and an untied matrix); a tied head gathers the token matrix again."""
+        group and gathers and reduce-scatters each on its own: the token matrix and the learned
+        positions apart, each block, the head (final norm and an untied matrix); a tied head
+        gathers the token matrix again (its gradient goes with the embedding's)."""
         if stage != 3 or m.is_bare:
             return None
-        embedding = 1 + (1 if m.position == "learned" else 0)
-        return [embedding] + [1] * m.layers + [1 + (1 if m.tied_embeddings else 0)]
+        embedding = [TOKEN] + ([REST] if m.position == "learned" else [])
+        head = [REST] + ([TOKEN] if m.tied_embeddings else [])
+        return [embedding] + [[REST]] * m.layers + [head]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from zerosim.contract import COLLECTIVE_OPS
 from zerosim.frameworks import framework_of
 from zerosim.analytic.mechanisms import mechanism_terms
-from zerosim.analytic.model import UnitFlops, gather_units, gradient_units
+from zerosim.analytic.model import UnitFlops, buffer_elements, gather_units, gradient_units
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.collectives.ring import FLAT, Group, Phase
 from zerosim.sim.network import INTER
@@ -57,7 +57,8 @@ def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float
     gathered and per byte of it (Framework.gather_buffers). ([], [], 0) without them."""
     t, profile, m = scenario.training, scenario.profile, scenario.model
     fw = framework_of(t)
-    hooks, buffers = fw.gradient_hooks(m, t, stage), fw.gather_buffers(m, t, stage)
+    hooks, names = fw.gradient_hooks(m, t, stage), fw.gather_buffers(m, t, stage)
+    buffers = buffer_elements(rank_model(scenario), names) if names else None  # a TP rank's
     measured = (profile.grad_path(scenario.cluster.gpus_per_node, stage)
                 if profile is not None and (hooks or buffers) else None)
     if measured is None:
@@ -65,10 +66,8 @@ def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float
     if hooks:
         return [0.0] * len(hooks), [h * measured["hook_s"] for h in hooks], measured["bucket_s"]
     size = BYTES_PER_ELEMENT[t.precision]
-    units = gather_units(rank_model(scenario))  # a tensor-parallel rank's slices
-    forward, backward = ([g * per["buffer_s"] + size * e * per["s_per_byte"]
-                          for g, e in zip(buffers, units)]
-                         for per in (measured["forward"], measured["backward"]))
+    forward, backward = ([len(b) * per["buffer_s"] + size * sum(b) * per["s_per_byte"]
+                          for b in buffers] for per in (measured["forward"], measured["backward"]))
     return forward, backward, 0.0
 
 

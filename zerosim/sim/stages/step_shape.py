@@ -12,7 +12,7 @@ from zerosim.frameworks import framework_of
 from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element, shard_elements,
                                      stage_memory)
 from zerosim.analytic.tensor_comm import TensorCollectives, tensor_collectives, window_flops
-from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
+from zerosim.analytic.model import (activations, buffer_elements, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.tensor import rank_model
@@ -76,6 +76,9 @@ class StepShape:
     """Per unit, per backward TP collective: seconds of the GEMM it runs beside under
     Megatron's default (0: it blocks), taken out of backward_s (stages/tensor.py runs that GEMM
     beside it); empty without TP or under tp_comm_overlap."""
+    gather_buffers: list[list[int]] = field(default_factory=list)
+    """ZeRO-3: per unit, the elements of each flat buffer gathered, one collective each
+    (Framework.gather_buffers); empty: one per unit, gather_elements'."""
     keeps_last_unit: bool = False
     """ZeRO-3: the last unit stays gathered from its forward into its backward (a profile's
     last_unit_kept mechanism: zero_real's zero3.py)."""
@@ -185,6 +188,12 @@ def _fsdp2_states(scenario, mesh: Mesh, memory: StageMemory) -> dict:
     return {"grad_shard_bytes": grads, "state_blocks": states}
 
 
+def _gather_buffers(m, t, stage: int) -> list[list[int]]:
+    """StepShape.gather_buffers: the framework's flat buffers per unit, counted."""
+    names = framework_of(t).gather_buffers(m, t, stage)
+    return buffer_elements(m, names) if names else []
+
+
 def step_shape(scenario, stage: int) -> StepShape:
     m, t, mesh = rank_model(scenario), scenario.training, mesh_of(scenario, stage)
     bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
@@ -236,6 +245,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         family=family_shape(scenario, mesh),
         tensor=tensor, tensor_windows=windows,
         bucket_host_s=gradient_path(scenario, stage)[2],
+        gather_buffers=_gather_buffers(m, t, stage),
         keeps_last_unit=extra["last_unit_kept"] > 0,
         tied_grad_bytes=max(0, round(extra["tied_grad_kept"])),
         bucket_pool_bytes=max(0, round(extra["bucket_pool"])))

@@ -43,10 +43,22 @@ class ZeRO3(ZeRO1):
                 self.ctx.alloc(("gathered", phase, unit), "gathered", size, stream="gather")
 
             self.fetch(phase, unit)
-            self.gathers[phase, unit] = self.ctx.comm("gather", "all_gather", self.wire(size),
-                                                      "parameter all-gather", phase, unit,
-                                                      before=take_slot,
-                                                      group=self.gather_group(phase))
+            for i, piece in enumerate(self.pieces(unit, self.shape.param_bytes_per_element)):
+                # one stream: the unit's last buffer gathered, all of them are
+                self.gathers[phase, unit] = self.ctx.comm(
+                    "gather", "all_gather", self.wire(piece), "parameter all-gather", phase, unit,
+                    before=None if i else take_slot, group=self.gather_group(phase))
+
+    def pieces(self, unit: int, element_bytes: int, gradient: bool = False) -> list[int]:
+        """The bytes of each flat buffer of the unit (StepShape.gather_buffers), one collective
+        each; of its gradient, without a tied head's matrix (reduced with the embedding's)."""
+        whole = (self.shape.gradient_elements if gradient else self.shape.gather_elements)[unit]
+        buffers = self.shape.gather_buffers[unit] if self.shape.gather_buffers else [whole]
+        if gradient and sum(buffers) != whole:
+            buffers = buffers[:-1]  # the tied matrix, gathered again by the head
+        if sum(buffers) != whole:
+            buffers = [whole]
+        return [element_bytes * b for b in buffers]
 
     def fetch(self, phase: str, unit: int) -> None:
         """What precedes a unit's all-gather on its stream (parameter offload's copy up)."""
@@ -112,10 +124,16 @@ class ZeRO3(ZeRO1):
         yield from self.synchronous()
 
     def reduce_unit(self, size: int, unit: int, after) -> Iterator:
-        """Reduce-scatter one unit's gradient (`size` bytes) among the shard group."""
-        self.pending.append(self.ctx.comm(self.reduce_stream, "reduce_scatter", size,
-                                          "gradient reduce-scatter", "backward", unit,
-                                          after=after, group=self.group))
+        """Reduce-scatter one unit's gradient (`size` bytes) among the shard group, a collective
+        per flat buffer (pieces); `after` once the last is done."""
+        pieces = self.pieces(unit, self.shape.grad_bytes_per_element, gradient=True)
+        if sum(pieces) != size:
+            pieces = [size]
+        for i, piece in enumerate(pieces):
+            last = i == len(pieces) - 1
+            self.pending.append(self.ctx.comm(self.reduce_stream, "reduce_scatter", piece,
+                                              "gradient reduce-scatter", "backward", unit,
+                                              after=after if last else None, group=self.group))
         self.reduced(self.reduce_stream, size, "backward", unit, self.group)
         return iter(())
 
