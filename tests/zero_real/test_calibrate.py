@@ -42,16 +42,19 @@ def two(tmp_path_factory):
         patch.chdir(folder)
         patch.setattr(progress, "EVERY_S", 0.0)
         result = calibrate("tiny.toml", "--nproc", 2, "--min-size-KiB", 256, "--max-size-MiB",
-                           16, "--micro-batches", "1,2", "--out", "two.json", *RUN_LIMIT)
+                           16, "--micro-batches", "1,2", "--rounds", ROUNDS, "--out", "two.json",
+                           *RUN_LIMIT)
     assert result.code == 0, result.stderr
     return result, json.loads((folder / "two.json").read_text()), folder / "two.json"
 
 
-# What each world measures, in calibration/bench.py's order: the op model's constants (ops.py)
-# before the whole units, the optimizer and the stages' gradient path after them; a world of one
-# process runs no collectives.
-SECTIONS = ("collectives", "gemm", "linear", "launch", "attention", "memory_op", "compute",
-            "optimizer", "gradients", "memory")
+# What each world measures, in calibration/bench.py's order: collectives; in each of --rounds
+# rounds the op model's constants (ops.py), then the whole units, the optimizer and the stages'
+# gradient path; the memory runs. A world of one process runs no collectives.
+TIMED = ("gemm", "linear", "launch", "attention", "memory_op", "compute", "optimizer",
+         "gradients")  # each round of the timed microbenchmarks (bench.timed_sections)
+ROUNDS = 2
+SECTIONS = ("collectives", *TIMED * ROUNDS, "memory")
 
 
 def _known_items(n: int) -> dict[str, list[str]]:
@@ -122,7 +125,7 @@ def test_provenance_and_scenario(two):
     assert p["command"] == (
         "zero-real calibrate tiny.toml --nproc 2 --backend gloo --collectives native,ring "
         "--min-size-KiB 256 --max-size-MiB 16 --micro-batches 1,2 --seconds-per-size 0.02 "
-        "--timeout-s 30 --run-timeout-s 120 --out two.json")
+        "--rounds 2 --timeout-s 30 --run-timeout-s 120 --out two.json")
     assert profile["scenario"]["model"]["hidden"] == 64
     assert profile["scenario"]["training"] == {"precision": "fp32", "optimizer": "adam",
                                                "seq_len": 32, "micro_batch": 2}
@@ -254,10 +257,24 @@ def test_the_profile_is_fitted_and_drives_the_simulator(two):
     assert result.code == 0, result.stderr
 
 
+def test_a_row_over_rounds_is_the_median_of_its_times():
+    """bench.median_row: each "*_s" time the median over the rounds (a slow round is one of
+    three, not the row), None where a round has none (a copy's backward), everything else as
+    the first round has it."""
+    from zero_real.calibration.bench import median_row
+
+    rounds = [{"op": "gelu", "tokens": 64, "forward_s": 1.0, "backward_s": None, "iterations": 9},
+              {"op": "gelu", "tokens": 64, "forward_s": 9.0, "backward_s": None, "iterations": 7},
+              {"op": "gelu", "tokens": 64, "forward_s": 2.0, "backward_s": None, "iterations": 8}]
+    assert median_row(rounds) == {"op": "gelu", "tokens": 64, "forward_s": 2.0,
+                                  "backward_s": None, "iterations": 9}
+    assert median_row(rounds[:1]) == rounds[0]
+
+
 def test_one_process_measures_no_collectives(tmp_path):
     out = tmp_path / "one.json"
     result = calibrate(TINY, "--nproc", 1, "--micro-batches", 1, "--collectives", "ring",
-                       "--out", out, *RUN_LIMIT)
+                       "--rounds", 1, "--out", out, *RUN_LIMIT)
     assert result.code == 0, result.stderr
     m = json.loads(out.read_text())["measurements"]
     assert m["collectives"] == [] and "collectives" not in result.stderr

@@ -34,6 +34,7 @@ CALIBRATE_FLAGS = {
     "--min-size-KiB": ("(0, 1073741824]", ["0", "-1", "nan", "inf", "1073741825"]),
     "--max-size-MiB": ("(0, 1048576]", ["0", "nan", "inf", "1048577"]),
     "--seconds-per-size": ("(0, 60]", ["0", "nan", "inf", "61", "-0.3"]),
+    "--rounds": ("1..20", ["0", "21", "1.5", "nan", "-1"]),
     "--timeout-s": (TIMEOUT, ["0", "nan", "inf", "1e300"]),
     "--run-timeout-s": (TIMEOUT, ["0", "nan", "-inf"]),
     "--micro-batches": ("1 to 16 whole numbers in 1..1048576",

@@ -50,18 +50,41 @@ def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
     progress = Progress(cfg.progress_path, rank)
     out = {"rank": rank, "device": device.type, "hardware": hardware(device)}
     out["collectives"] = collectives(rank, world_size, cfg, device, progress)
-    out["ops"] = measure_ops(world_size, cfg, device, progress)
-    # The whole units after the ops: a fresh process's first seconds run slow (on the 2-core
-    # box the tiny block's forward took 1.54 ms at micro-batch 1 and 1.20 ms at 4 as a world of
-    # one's first rows, 0.78-0.99 ms later), and their host work is what they take beyond their
-    # ops as the record prices them (fit_ops.fit_unit_overhead).
-    out["compute"] = compute(world_size, cfg, device, progress)
-    out["optimizer"] = optimizer(world_size, cfg, device, progress)
-    out["grad_path"] = measure_grad_path(rank, world_size, cfg, device, progress)
+    rounds = [timed_sections(rank, world_size, cfg, device, progress)
+              for _ in range(cfg.rounds)]
+    for section in rounds[0]:
+        out[section] = [median_row([r[section][i] for r in rounds])
+                        for i in range(len(rounds[0][section]))]
     t = cfg.scenario.training
     out["memory_mechanisms"] = measure_memory(world_size, DTYPES[t.precision], device,
                                               cfg.scenario.model.norm, t.flash_attention)
     out["memory"] = memory(rank, world_size, cfg, device, progress)
+    return out
+
+
+def timed_sections(rank: int, n: int, cfg: CalibrationWorld, device, progress) -> dict:
+    """One round of the timed microbenchmarks. Whole units after the ops: a fresh process's
+    first seconds run slow (on the 2-core box the tiny block's forward took 1.54 ms at
+    micro-batch 1 and 1.20 ms at 4 as a world of one's first rows, 0.78-0.99 ms later), and
+    their host work is what they take beyond their ops as the record prices them
+    (fit_ops.fit_unit_overhead)."""
+    return {"ops": measure_ops(n, cfg, device, progress),
+            "compute": compute(n, cfg, device, progress),
+            "optimizer": optimizer(n, cfg, device, progress),
+            "grad_path": measure_grad_path(rank, n, cfg, device, progress)}
+
+
+def median_row(rows: list[dict]) -> dict:
+    """The same row of each round: its times ("*_s" numbers) the median over the rounds, the
+    rest as the first round has them. Rounds, not one long row: on a shared box the speed moves
+    by tens of percent for seconds at a time (five calibrations of the tiny GPT on the 2-core
+    box priced one held-out run from 4.8 to 7.6 ms), and a slow spell then spoils one round of a
+    row, not the row; the median over the rounds is the row as the box usually runs it."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        values = [r.get(key) for r in rows]
+        if key.endswith("_s") and all(type(v) in (int, float) for v in values):
+            out[key] = statistics.median(values)
     return out
 
 

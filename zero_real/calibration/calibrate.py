@@ -98,7 +98,8 @@ def prepare(args) -> dict:
         worlds[n] = CalibrationWorld(
             scenario=load(n), backend=args.backend, nproc=n, timeout_s=args.timeout_s,
             collective_modes=tuple(modes), sizes=tuple(sizes),
-            seconds_per_size=args.seconds_per_size, micro_batches=tuple(micro_batches),
+            seconds_per_size=args.seconds_per_size, rounds=args.rounds,
+            micro_batches=tuple(micro_batches),
             optimizer_elements=tuple(elements),
             memory_scenarios={(s, b): load(n, f"training.zero_stage={s}",
                                            f"training.micro_batch={b}")
@@ -194,7 +195,7 @@ def reproduce(args) -> str:
     for override in args.overrides:
         argv += ["--set", override]
     argv += ["--seconds-per-size", flags.shown(args.seconds_per_size),
-             "--timeout-s", flags.shown(args.timeout_s)]
+             "--rounds", str(args.rounds), "--timeout-s", flags.shown(args.timeout_s)]
     if args.run_timeout_s is not None:
         argv += ["--run-timeout-s", flags.shown(args.run_timeout_s)]
     return shlex.join([*argv, "--out", portable_path(args.out)])

@@ -50,6 +50,9 @@ MAX_SIZE_BYTES = 2**40
 (preflight then checks this box's) and within exact float arithmetic."""
 MAX_SECONDS_PER_SIZE = 60.0
 """--seconds-per-size: timed iterations are capped at 500 anyway (calibration/bench.py)."""
+MAX_ROUNDS = 20
+"""--rounds: each round repeats every timed microbenchmark of a world (a minute or so of a small
+model's); twenty take about twenty times that."""
 MAX_MICRO_BATCH, MAX_MICRO_BATCHES = 2**20, 16
 """--micro-batches: each value a number of sequences per rank (the memory check refuses far
 less on a real box); at most 16 values, each adding a compute shape per unit kind and a memory
@@ -113,3 +116,4 @@ timeout_s = number(*TIMEOUT_S, above=False)
 size_KiB = number(0.0, MAX_SIZE_BYTES / 2**10)
 size_MiB = number(0.0, MAX_SIZE_BYTES / 2**20)
 seconds_per_size = number(0.0, MAX_SECONDS_PER_SIZE)
+rounds = whole(1, MAX_ROUNDS)

@@ -88,6 +88,8 @@ class CalibrationWorld(RankSetup):
     sizes: tuple[int, ...] = ()
     """Collective buffers, bytes (nccl-tests' whole-buffer convention)."""
     seconds_per_size: float = 0.3
+    rounds: int = 1
+    """Rounds of the timed microbenchmarks (bench.measure_world: each row the median over them)."""
     micro_batches: tuple[int, ...] = ()
     optimizer_elements: tuple[int, ...] = ()
     lr: float = 1e-3
