@@ -3,6 +3,7 @@ what a command would launch are tested without starting a process."""
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,3 +54,15 @@ def dry_run(monkeypatch):
         assert not asked
         return DryRun(result)
     return call
+
+
+@pytest.fixture(scope="module")
+def world_of_one():
+    """A gloo world of one process in this one, for a module of tests (the calibration's
+    timing.until all-reduces over the ranks)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore(),
+                            timeout=datetime.timedelta(seconds=30))
+    yield
+    dist.destroy_process_group()

@@ -5,7 +5,6 @@ is Block.attention's own computation, and a calibration at --nproc 2 writes ever
 measurements["ops"]. No measured time is compared with a figure (a loaded machine would break
 it); only orderings that hold by far (8x the FLOPs, 64x the bytes)."""
 
-import datetime
 import json
 import os
 import shutil
@@ -37,17 +36,6 @@ TOKENS, HIDDEN, FFN, VOCAB = 64, 64, 256, 256
 
 def tiny(*overrides: str):
     return load_scenario(str(TINY), list(overrides))
-
-
-@pytest.fixture(scope="module")
-def world_of_one():
-    """A gloo world of one process in this one (timing.until all-reduces over the ranks)."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore(),
-                            timeout=datetime.timedelta(seconds=30))
-    yield
-    dist.destroy_process_group()
 
 
 def bench_of(scenario, processes: int = 2):

@@ -3,7 +3,6 @@ one process: the hooks and buckets it counts are the stage's own (zerosim's fram
 zero_real's parameter tensors, checked here against the modules themselves; the buckets of the
 flat layout). Times are only checked for sign and order (a loaded box may do anything else)."""
 
-import datetime
 import math
 
 import pytest
@@ -34,16 +33,6 @@ def test_zeros_count_is_zero_reals_parameter_tensors(overrides):
                + [len(list(b.parameters())) for b in model.blocks]
                + [len(list(model.head.parameters())) + (1 if tied else 0)])
     assert REGISTRY["zero"].gradient_hooks(s.model, s.training, 0) == counted
-
-
-@pytest.fixture(scope="module")
-def world_of_one():
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore(),
-                            timeout=datetime.timedelta(seconds=30))
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("overrides", [(), LLAMA])
