@@ -54,7 +54,7 @@ def test_calibrate_records_its_paths_relative_to_the_working_directory(here):
                                       "--out", str(here / "p.json")])
     assert reproduce(args) == (
         "zero-real calibrate sc/tiny.toml --nproc 2 --backend gloo --collectives native,ring "
-        "--min-size-KiB 1 --max-size-MiB 256 --seconds-per-size 0.3 --timeout-s 30 --out p.json")
+        "--min-size-KiB 1 --max-size-MiB 256 --seconds-per-size 0.3 --rounds 3 --timeout-s 30 --out p.json")
 
 
 def test_the_recorded_command_parses_back_to_the_same_settings(here):
