@@ -203,7 +203,7 @@ def test_zero_reals_own_holdings_follow_the_model_and_the_framework():
     # an untied head: its norm 128 and its own 256 x 64 matrix; no gradient waits
     assert (untied["last_unit_kept"], untied["tied_grad_kept"]) == (66_048, 0)
     big = mechanism_terms(_tiny("training.reduce_bucket_MiB=1", memory=memory), 2)
-    assert big["bucket_pool"] == 474_112  # two 1 MiB buckets: never more than the gradient
+    assert big["bucket_pool"] == 1_048_576  # one bucket holds it all: one whole 1 MiB buffer
     for name in ("deepspeed", "fsdp2"):  # not zero_real's stages: none of them
         stage = 2 if name == "deepspeed" else 3
         terms = mechanism_terms(_tiny(f"training.framework='{name}'",

@@ -21,7 +21,7 @@ import torch
 from zero_real.calibration.grad_path import measure_grad_path
 from zero_real.calibration.memory_bench import measure_memory
 from zero_real.calibration.ops import measure_ops
-from zero_real.calibration.timing import (WARMUP, barrier, flush_caches, iterations,
+from zero_real.calibration.timing import (WARMUP, barrier, flush_caches, iterations, release_flush,
                                          max_over_ranks, sync, timed, until)
 from zero_real.parts.collectives import Collectives
 from zero_real.parts.measure import ActivationTracker, Ledger, Recorder
@@ -219,6 +219,7 @@ def optimizer(n: int, cfg: CalibrationWorld, device, progress: Progress) -> list
         rows.append({"processes": n, "precision": precision, "elements": elements,
                      "time_s": statistics.median(times), "iterations": len(times)})
         progress.tick(f"{elements} elements")
+    release_flush(device)  # else the memory runs' allocator peaks would carry it (CUDA)
     return rows
 
 

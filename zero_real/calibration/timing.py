@@ -36,6 +36,11 @@ def flush_caches(device: torch.device) -> None:
     _FLUSH[key].zero_()
 
 
+def release_flush(device: torch.device) -> None:
+    """Free the flush buffer: on CUDA it would stay in the allocator's peaks of later runs."""
+    _FLUSH.pop(str(device), None)
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -53,8 +53,13 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
     # STAGE2_LIVE_BUCKETS buckets in the training dtype (zero_real's buckets), never more than
     # the gradient; ZeRO-3's last gather unit.
     own = framework_of(t).runs_in_zero_real
-    pool = (min(STAGE2_LIVE_BUCKETS * mib_to_bytes(t.reduce_bucket_MiB),
-                w * sum(gradient_units(m))) if own and stage == 2 else 0)
+    # Whole bucket buffers (zero_real's pool allocates bucket_elements each), one where one bucket
+    # holds the whole gradient. With two buckets or more, whether two ever fill at once depends
+    # on the hooks' order over the layout; two is the most, counted (review: a 2-bucket layout
+    # whose hooks arrive in order pooled one buffer, 314,572 bytes held against 629,144 here).
+    bucket = mib_to_bytes(t.reduce_bucket_MiB)
+    buckets = -(-w * sum(gradient_units(m)) // bucket)
+    pool = bucket * min(STAGE2_LIVE_BUCKETS, buckets) if own and stage == 2 else 0
     last_unit = w * gather_units(m)[-1] if own and stage == 3 else 0
     tied = w * m.vocab * m.hidden if own and stage == 3 and m.tied_embeddings else 0
     one_optimizer = 1.0
