@@ -8,13 +8,15 @@ Stages 0-2 run a Python hook on every parameter's gradient (register_post_accumu
 the stage's bookkeeping (gradient_ready), ZeRO-2's copy into a pooled bucket, and, when a bucket
 fills, its reduction (reduce_bucket: the collective, the Recorder splitting the unit's compute
 around it, ZeRO-1/2 adding the rank's part into its shard). On a 2-core box that is about a fifth
-of a tiny model's step (11 us a hook and 30 us a bucket at stage 0, 47 and 59 us at stage 2, one
-process), none of which the unit microbenchmarks (bench.compute) run.
+of a tiny model's step (one process, profiles/cpu_gloo_tiny.json: 5.4 us a hook and 27 us a
+bucket at stage 0, 34 and 53 us at stage 2), none of which the unit microbenchmarks
+(bench.compute) run.
 
 Per stage, on the calibration scenario's model, built as `zero-real run` builds it: a backward
 through a graph that ends in every parameter of the stage's flat buffer (a tied matrix's first
-use in a backward call of its own, so that its hook fires twice, as in the model), inside a Recorder compute
-segment as DDP.backward runs it, timed with the stage's hooks on and off, alternately. A row:
+use in a backward call of its own, so that its hook fires twice, as in the model), inside a
+Recorder compute segment as DDP.backward runs it, timed with the stage's hooks on and off,
+alternately. A row:
 
     hooks, buckets     hook calls and reduce_bucket calls per backward (counted)
     with_s, without_s  medians of the backward with and without the hooks
@@ -31,8 +33,8 @@ storage re-allocated, the shard copied in), freeing them, allocating, zeroing an
 unit's whole gradient, reduce-scattering it and adding the rank's part into the shard. Replayed
 without the units' compute, as a step calls them, at VISIT_SCALES of the model's width (the
 bytes change, the buffers do not), each visit timed less its collectives; a row per pass with
-its counts (the flat buffers it gathers and their bytes, each once per pass), which fit_visits
-fits per pass with a non-negative line: seconds per flat buffer and per byte.
+its counts (the flat buffers of every unit and their bytes), which fit.fit_grad_path fits per
+pass with a non-negative line: seconds per flat buffer and per byte.
 """
 
 from __future__ import annotations
@@ -118,8 +120,7 @@ def stage_row(stage: int, rank: int, n: int, cfg, device) -> dict:
             _hooks(engine, True)
             seconds, calls, first = reduce.seconds, reduce.calls, len(recorder.events)
             with_s = _backward(engine, recorder, params, device)
-            collective = sum(e["end_s"] - e["start_s"] for e in recorder.events[first:]
-                             if e["stream"] == COMM)
+            collective = _collectives_s(recorder, first)
             recorder.events.clear()
             reduced = reduce.seconds - seconds
             hooks = sum(engine.fired)
@@ -146,15 +147,18 @@ def _engine(scenario, stage: int, rank: int, n: int, cfg, device):
     return engine, recorder
 
 
+def _collectives_s(recorder: Recorder, first: int) -> float:
+    """Seconds of the collectives recorded from event `first` on (the Recorder's comm events)."""
+    return sum(e["end_s"] - e["start_s"] for e in recorder.events[first:] if e["stream"] == COMM)
+
+
 def _visit(recorder, calls) -> float:
-    """Seconds of the calls, less the collectives they ran (the Recorder's comm events)."""
+    """Seconds of the calls, less the collectives they ran."""
     first = len(recorder.events)
     start = time.perf_counter()
     for call in calls:
         call()
-    seconds = time.perf_counter() - start
-    return seconds - sum(e["end_s"] - e["start_s"] for e in recorder.events[first:]
-                         if e["stream"] == COMM)
+    return time.perf_counter() - start - _collectives_s(recorder, first)
 
 
 def visit_rows(scale: int, rank: int, n: int, cfg, device) -> list[dict]:

@@ -49,14 +49,13 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
     tokens = b * s
     layer_qk = (m.layers * tokens * (m.q_width + m.n_kv_heads * m.head_dim) * w
                 if b == 1 and not t.flash_attention else 0)
-    # zero_real's own stages (a framework that runs in it): ZeRO-2's pool of at most
-    # STAGE2_LIVE_BUCKETS buckets in the training dtype (zero_real's buckets), never more than
-    # the gradient; ZeRO-3's last gather unit.
+    # zero_real's own stages (a framework that runs in it). ZeRO-2's pool: whole bucket buffers
+    # in the training dtype (zero_real allocates bucket_elements each), one where one bucket
+    # holds the whole gradient; with two buckets or more, whether two ever fill at once depends
+    # on the hooks' order over the layout, and STAGE2_LIVE_BUCKETS, the most, is counted (review:
+    # a 2-bucket layout whose hooks arrive in order pooled one buffer, 314,572 bytes held
+    # against 629,144 here). ZeRO-3: its last gather unit, and a tied matrix's gradient.
     own = framework_of(t).runs_in_zero_real
-    # Whole bucket buffers (zero_real's pool allocates bucket_elements each), one where one bucket
-    # holds the whole gradient. With two buckets or more, whether two ever fill at once depends
-    # on the hooks' order over the layout; two is the most, counted (review: a 2-bucket layout
-    # whose hooks arrive in order pooled one buffer, 314,572 bytes held against 629,144 here).
     bucket = mib_to_bytes(t.reduce_bucket_MiB)
     buckets = -(-w * sum(gradient_units(m)) // bucket)
     pool = bucket * min(STAGE2_LIVE_BUCKETS, buckets) if own and stage == 2 else 0
@@ -81,9 +80,9 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
         "saved_ids": {"token": tokens, "position": s if m.position == "learned" else 0},
         "math_attention_batch1": {"layer_token_qk_bytes": layer_qk},
         "head_kept": {"token_hidden_bytes": tokens * m.hidden * w, "token": tokens},
-        "bucket_pool": {"pool_bytes": pool, "fixed": 1 if pool else 0},
-        "last_unit_kept": {"unit_bytes": last_unit, "fixed": 1 if last_unit else 0},
-        "tied_grad_kept": {"matrix_bytes": tied, "fixed": 1 if tied else 0},
+        "bucket_pool": {"pool_bytes": pool},  # fixed_bytes 0 (fit_memory.DERIVED)
+        "last_unit_kept": {"unit_bytes": last_unit},
+        "tied_grad_kept": {"matrix_bytes": tied},
     }
 
 

@@ -48,6 +48,15 @@ def op_model(scenario) -> OpCosts | None:
     return op_costs(c)
 
 
+def gather_buffers(scenario, stage: int) -> list[list[int]]:
+    """Per gather unit, the elements of each flat buffer ZeRO-3 gathers for it, one collective
+    each (Framework.gather_buffers, counted on a tensor-parallel rank's slice); [] where the
+    framework gathers each unit whole."""
+    t = scenario.training
+    names = framework_of(t).gather_buffers(scenario.model, t, stage)
+    return buffer_elements(rank_model(scenario), names) if names else []
+
+
 def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float]:
     """The host work of the stage's gradient path beyond its kernels and collectives, as a
     profile measured zero_real's (fit.grad_path, the world of as many ranks per box as here) for
@@ -56,9 +65,7 @@ def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float
     (Framework.gradient_hooks) and each bucket. Stage 3: each unit's visits, per flat buffer
     gathered and per byte of it (Framework.gather_buffers). ([], [], 0) without them."""
     t, profile, m = scenario.training, scenario.profile, scenario.model
-    fw = framework_of(t)
-    hooks, names = fw.gradient_hooks(m, t, stage), fw.gather_buffers(m, t, stage)
-    buffers = buffer_elements(rank_model(scenario), names) if names else None  # a TP rank's
+    hooks, buffers = framework_of(t).gradient_hooks(m, t, stage), gather_buffers(scenario, stage)
     measured = (profile.grad_path(scenario.cluster.gpus_per_node, stage)
                 if profile is not None and (hooks or buffers) else None)
     if measured is None:

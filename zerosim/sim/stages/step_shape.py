@@ -12,13 +12,13 @@ from zerosim.frameworks import framework_of
 from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element, shard_elements,
                                      stage_memory)
 from zerosim.analytic.tensor_comm import TensorCollectives, tensor_collectives, window_flops
-from zerosim.analytic.model import (activations, buffer_elements, gather_units, gradient_units, total_params,
+from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
                            unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
-from zerosim.sim.costs import (OptimizerCost, compute_seconds, gradient_path, memory_terms,
-                               optimizer_cost, overlap_windows)
+from zerosim.sim.costs import (OptimizerCost, compute_seconds, gather_buffers, gradient_path,
+                               memory_terms, optimizer_cost, overlap_windows)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 
@@ -188,12 +188,6 @@ def _fsdp2_states(scenario, mesh: Mesh, memory: StageMemory) -> dict:
     return {"grad_shard_bytes": grads, "state_blocks": states}
 
 
-def _gather_buffers(m, t, stage: int) -> list[list[int]]:
-    """StepShape.gather_buffers: the framework's flat buffers per unit, counted."""
-    names = framework_of(t).gather_buffers(m, t, stage)
-    return buffer_elements(m, names) if names else []
-
-
 def step_shape(scenario, stage: int) -> StepShape:
     m, t, mesh = rank_model(scenario), scenario.training, mesh_of(scenario, stage)
     bp, bg = BYTES_PER_ELEMENT[t.precision], grad_bytes_per_element(t, stage)
@@ -245,7 +239,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         family=family_shape(scenario, mesh),
         tensor=tensor, tensor_windows=windows,
         bucket_host_s=gradient_path(scenario, stage)[2],
-        gather_buffers=_gather_buffers(m, t, stage),
+        gather_buffers=gather_buffers(scenario, stage),
         keeps_last_unit=extra["last_unit_kept"] > 0,
         tied_grad_bytes=max(0, round(extra["tied_grad_kept"])),
         bucket_pool_bytes=max(0, round(extra["bucket_pool"])))
