@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from tests.conftest import SCENARIOS  # noqa: E402
 from zerosim.analytic.model import total_params  # noqa: E402
+from zerosim.contract import PASSES  # noqa: E402
 from zerosim.frameworks import REGISTRY  # noqa: E402
 from zerosim.scenario.load import load_scenario  # noqa: E402
 
@@ -56,3 +57,80 @@ def test_one_backward_fires_every_hook_and_reduces_every_bucket(world_of_one, ov
     assert (row["hooks"], row["buckets"]) == (sum(hooks), buckets)
     assert row["with_s"] > 0 and row["without_s"] > 0 and row["iterations"] >= 5
     assert row["reduce_s"] >= row["buckets_s"]
+
+
+def _visit_plan(path, overrides=(), mb_max=4):
+    from zerosim.analytic.memory import stage_memory
+
+    from zero_real.calibration.grad_path import visit_scenarios
+
+    def load(*extra):
+        return load_scenario(path, [*overrides, 'cluster.profile=""', "cluster.nodes=1",
+                                    "cluster.gpus_per_node=1", *extra])
+
+    bound = stage_memory(load("training.zero_stage=0", f"training.micro_batch={mb_max}"),
+                         0).peak_bytes
+    return load("training.zero_stage=3"), bound, visit_scenarios(load("training.zero_stage=3"),
+                                                                 bound)
+
+
+def test_the_tiny_models_visits_replay_at_x1_x2_x4():
+    from zero_real.calibration.grad_path import VISIT_LAYERS
+
+    base, _, plan = _visit_plan(TINY)
+    assert list(plan) == [1, 2, 4]
+    assert [s.model.hidden for s in plan.values()] == [64, 128, 256]
+    assert {s.model.layers for s in plan.values()} == {min(VISIT_LAYERS, base.model.layers)}
+
+
+def test_a_large_models_replay_stays_within_the_calibrations_largest_run():
+    """The H100 calibration's 1.3B GPT (24 layers, hidden 2048, bf16): replayed whole at x4
+    width it would need hundreds of GB on one rank; the plan cuts it to VISIT_LAYERS blocks and
+    keeps the widest three that fit the largest stage-0 run the calibration trains anyway."""
+    from zerosim.analytic.memory import stage_memory
+
+    from zero_real.calibration.grad_path import VISIT_LAYERS
+
+    shape = ("training.precision=bf16", "training.activation_checkpointing=none",
+             "training.flash_attention=true", "model.layers=24", "model.hidden=2048",
+             "model.heads=16")
+    base, bound, plan = _visit_plan(SCENARIOS / "megatron_7b5_64gpu.toml", shape)
+    import dataclasses
+
+    from zero_real.calibration.ops import _scaled
+    whole = dataclasses.replace(base, model=_scaled(base.model, 4, base.training.seq_len))
+    assert stage_memory(whole, 3).peak_bytes > 5 * bound  # what the uncapped replay built
+    assert list(plan) == [0.5, 1, 2]
+    for scenario in plan.values():
+        assert scenario.model.layers == VISIT_LAYERS
+        assert stage_memory(scenario, 3).peak_bytes <= bound
+
+
+def test_a_replay_that_fits_nowhere_is_refused_in_one_line():
+    from zero_real.calibration.grad_path import visit_scenarios
+    from zerosim.errors import InputError
+
+    s = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ['cluster.profile=""',
+                                                            "training.zero_stage=3"])
+    with pytest.raises(InputError, match="visit replay of .* calibrate a smaller scenario"):
+        visit_scenarios(s, 0)
+
+
+def test_a_visit_row_counts_zerosims_flat_buffers(world_of_one):
+    """One process replays the tiny GPT's visits: each pass gathers the flat buffers zerosim
+    prices a collective for (costs.gather_buffers), with their bytes."""
+    from zero_real.calibration.grad_path import visit_rows
+    from zero_real.run.runconfig import CalibrationWorld
+    from zerosim.sim.costs import gather_buffers
+
+    base, _, plan = _visit_plan(TINY)
+    cfg = CalibrationWorld(scenario=base, backend="gloo", nproc=1, timeout_s=30,
+                           collective_modes=("native",), micro_batches=(2,),
+                           visit_scenarios=plan)
+    rows = visit_rows(2, 0, 1, cfg, torch.device("cpu"))
+    buffers = gather_buffers(plan[2], 3)
+    assert tuple(r["pass"] for r in rows) == PASSES
+    for row in rows:
+        assert row["scale"] == 2 and row["time_s"] > 0
+        assert row["counts"] == {"groups": sum(map(len, buffers)),
+                                 "bytes": 4 * sum(map(sum, buffers))}

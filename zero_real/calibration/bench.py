@@ -243,11 +243,15 @@ def memory(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress)
     and ledger over MEMORY_STEPS steps, then step timings over TIMED_STEPS more without the
     profiler: kept in the profile as measurements of the real stages, which nothing is fitted to
     (the record is the microbenchmarks'): a held-out check of the box's own record."""
-    gc.collect()
     progress.begin("memory", len(cfg.memory_scenarios))
     rows = []
     for (stage, b), scenario in cfg.memory_scenarios.items():
-        if device.type == "cuda":  # train reports the peak since the last reset: this run's only
+        gc.collect()
+        if device.type == "cuda":
+            # As a run's fresh process starts: no blocks cached by the sections before (the
+            # GEMM grid, the replays) in its reserved figures, and train reports the peak since
+            # the last reset, this run's only.
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         result = train(rank, n, RunConfig(
             scenario=scenario, stage=stage, backend=cfg.backend,

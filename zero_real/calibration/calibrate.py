@@ -93,17 +93,23 @@ def prepare(args) -> dict:
     psi, elements = total_params(scenario.model), [KiB]
     while elements[-1] * 4 <= max(2**22, psi):
         elements.append(elements[-1] * 4)
+    from zerosim.analytic.memory import stage_memory
+
+    from zero_real.calibration.grad_path import visit_scenarios
+
     worlds = {}
     for n in range(1, args.nproc + 1):
+        runs = {(s, b): load(n, f"training.zero_stage={s}", f"training.micro_batch={b}")
+                for s in STAGES for b in micro_batches}
+        largest = stage_memory(runs[(0, micro_batches[-1])], 0).peak_bytes
         worlds[n] = CalibrationWorld(
             scenario=load(n), backend=args.backend, nproc=n, timeout_s=args.timeout_s,
             collective_modes=tuple(modes), sizes=tuple(sizes),
             seconds_per_size=args.seconds_per_size, rounds=args.rounds,
             micro_batches=tuple(micro_batches),
             optimizer_elements=tuple(elements),
-            memory_scenarios={(s, b): load(n, f"training.zero_stage={s}",
-                                           f"training.micro_batch={b}")
-                              for s in STAGES for b in micro_batches})
+            memory_scenarios=runs,
+            visit_scenarios=visit_scenarios(runs[(3, micro_batches[0])], largest))
     return {"scenario": scenario, "worlds": worlds, "modes": modes}
 
 

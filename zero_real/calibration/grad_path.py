@@ -31,10 +31,11 @@ ZeRO-3 has no such hooks: its host work is each unit's visit (zero3.py: before_f
 after_forward, before_backward and after_backward): gathering the unit's flat buffers (their
 storage re-allocated, the shard copied in), freeing them, allocating, zeroing and binding the
 unit's whole gradient, reduce-scattering it and adding the rank's part into the shard. Replayed
-without the units' compute, as a step calls them, at VISIT_SCALES of the model's width (the
-bytes change, the buffers do not), each visit timed less its collectives; a row per pass with
-its counts (the flat buffers of every unit and their bytes), which fit.fit_grad_path fits per
-pass with a non-negative line: seconds per flat buffer and per byte.
+without the units' compute, as a step calls them, on the model cut to VISIT_LAYERS blocks at
+three widths (visit_scenarios: the bytes change, the buffers do not), each visit timed less its
+collectives; a row per pass with its counts (the flat buffers of every unit and their bytes),
+which fit.fit_grad_path fits per pass with a non-negative line: seconds per flat buffer and per
+byte.
 """
 
 from __future__ import annotations
@@ -54,12 +55,48 @@ from zero_real.run.progress import Progress
 from zero_real.run.train import build_stage
 from zero_real.stages import STAGES
 from zerosim.contract import COMM, PASSES
+from zerosim.errors import InputError
+from zerosim.units import MiB
 
 HOOKED_STAGES = (0, 1, 2)
 """The stages with a hook per parameter; ZeRO-3 reduces per unit (zero3.py), in after_backward."""
-VISIT_SCALES = (1, 2, 4)
-"""Widths of the model whose ZeRO-3 visits are replayed: the held-out runs change hidden x0.5
-and x2; bytes must outweigh the noise of a visit's fixed work at one of them."""
+VISIT_SCALES = (4, 2, 1, 0.5, 0.25)
+"""Widths of the model whose ZeRO-3 visits may be replayed, the widest first: the held-out runs
+change hidden x0.5 and x2, and bytes must outweigh the noise of a visit's fixed work at one of
+them; visit_scenarios keeps the VISIT_WIDTHS widest that fit."""
+VISIT_WIDTHS = 3
+VISIT_LAYERS = 2
+"""Blocks of the replayed model: every unit kind (embedding, block, head) visits, and a visit's
+work is per unit, so more blocks add rows of the same line, and memory (a 1.3B GPT of 24 layers
+replayed whole at x4 width would hold about 316 GB)."""
+VISIT_FLOOR_BYTES = 256 * MiB
+"""A replay this small fits any device a run would use (a tiny model's x4 is tens of MB)."""
+
+
+def visit_scenarios(scenario, bound_bytes: float) -> dict[float, object]:
+    """The replayed scenarios by width scale: the model cut to VISIT_LAYERS blocks, at the
+    VISIT_WIDTHS widest VISIT_SCALES whose ZeRO-3 peak per rank (zerosim's analytic memory) is at
+    most max(bound_bytes, VISIT_FLOOR_BYTES); bound_bytes is a run the calibration trains anyway
+    (the largest stage-0 memory run), so the replay never needs more memory than it. Fewer than
+    two widths cannot part a buffer's cost from a byte's: refused."""
+    from zerosim.analytic.memory import stage_memory
+
+    bound = max(bound_bytes, VISIT_FLOOR_BYTES)
+    m = scenario.model
+    fits = {}
+    for scale in VISIT_SCALES:
+        model = dataclasses.replace(_scaled(m, scale, scenario.training.seq_len),
+                                    layers=min(m.layers, VISIT_LAYERS))
+        candidate = dataclasses.replace(scenario, model=model)
+        if stage_memory(candidate, 3).peak_bytes <= bound:
+            fits[scale] = candidate
+        if len(fits) == VISIT_WIDTHS:
+            break
+    if len(fits) < 2:
+        raise InputError(f"the ZeRO-3 visit replay of {m.name} at {VISIT_LAYERS} blocks needs "
+                         f"more than {bound / MiB:,.0f} MiB per rank even at x{VISIT_SCALES[-1]} "
+                         f"width; calibrate a smaller scenario")
+    return dict(sorted(fits.items()))
 
 
 class _Timed:
@@ -161,13 +198,12 @@ def _visit(recorder, calls) -> float:
     return time.perf_counter() - start - _collectives_s(recorder, first)
 
 
-def visit_rows(scale: int, rank: int, n: int, cfg, device) -> list[dict]:
-    """ZeRO-3's visits of the scenario's model at `scale` x its width, a row per pass: the sum
-    over its units' visits (a visit gathers the units prefetch_layers ahead too, so a unit's
-    own visit is not its cost; the pass's sum is every unit's), with the flat buffers and
-    parameter bytes the pass gathers, one each per unit."""
-    base = cfg.memory_scenarios[(3, cfg.micro_batches[0])]
-    scenario = dataclasses.replace(base, model=_scaled(base.model, scale, base.training.seq_len))
+def visit_rows(scale: float, rank: int, n: int, cfg, device) -> list[dict]:
+    """ZeRO-3's visits of the replayed model at `scale` x its width (cfg.visit_scenarios), a
+    row per pass: the sum over its units' visits (a visit gathers the units prefetch_layers
+    ahead too, so a unit's own visit is not its cost; the pass's sum is every unit's), with the
+    flat buffers and parameter bytes the pass gathers, one each per unit."""
+    scenario = cfg.visit_scenarios[scale]
     engine, recorder = _engine(scenario, 3, rank, n, cfg, device)
     units = range(len(engine.segments))
 
@@ -193,12 +229,12 @@ def visit_rows(scale: int, rank: int, n: int, cfg, device) -> list[dict]:
 
 def measure_grad_path(rank: int, n: int, cfg, device, progress: Progress) -> list[dict]:
     """A row per hooked stage, and ZeRO-3's visit rows, in this world (bench.measure_world)."""
-    progress.begin("gradients", len(HOOKED_STAGES) + len(VISIT_SCALES))
+    progress.begin("gradients", len(HOOKED_STAGES) + len(cfg.visit_scenarios))
     rows = []
     for stage in HOOKED_STAGES:
         rows.append(stage_row(stage, rank, n, cfg, device))
         progress.tick(f"stage {stage}")
-    for scale in VISIT_SCALES:
+    for scale in cfg.visit_scenarios:
         rows += visit_rows(scale, rank, n, cfg, device)
-        progress.tick(f"stage 3 visits, width x{scale}")
+        progress.tick(f"stage 3 visits, width x{scale:g}")
     return rows

@@ -95,6 +95,8 @@ class CalibrationWorld(RankSetup):
     lr: float = 1e-3
     memory_scenarios: dict[tuple[int, int], Any] = field(default_factory=dict)
     """(stage, micro-batch) -> the scenario its memory run trains."""
+    visit_scenarios: dict[float, Any] = field(default_factory=dict)
+    """Width scale -> the scenario whose ZeRO-3 visits are replayed (grad_path.visit_scenarios)."""
 
 
 def portable_path(path: str) -> str:
