@@ -261,11 +261,13 @@ def _calibrate_arguments(cal: argparse.ArgumentParser) -> None:
                           "smallest")
     cal.add_argument("--seconds-per-size", dest="seconds_per_size", type=flags.seconds_per_size,
                      default=0.3, metavar="S", help="timed iterations per collective size last "
-                     "about S seconds (5 to 500 iterations; default 0.3)")
+                     "about S seconds in all, S / R a round (5 to 500 iterations a round; "
+                     "default 0.3)")
     cal.add_argument("--rounds", type=flags.rounds, default=3, metavar="R",
-                     help="rounds of the timed microbenchmarks (ops, whole units, the optimizer, "
-                          "the gradient path), each row's times the median over them: a slow "
-                          "spell of a shared box then spoils one round, not the row (default 3)")
+                     help="rounds of the timed microbenchmarks (collectives, ops, whole units, "
+                          "the optimizer, the gradient path), each row's times the median over "
+                          "them: a slow spell of a shared box then spoils one round, not the row "
+                          "(default 3)")
     cal.add_argument("--micro-batches", type=flags.micro_batches, metavar="B,B,...",
                      help="micro-batches for compute and memory (default: 1, the scenario's, "
                           "twice it)")

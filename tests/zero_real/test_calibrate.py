@@ -48,13 +48,13 @@ def two(tmp_path_factory):
     return result, json.loads((folder / "two.json").read_text()), folder / "two.json"
 
 
-# What each world measures, in calibration/bench.py's order: collectives; in each of --rounds
-# rounds the op model's constants (ops.py), then the whole units, the optimizer and the stages'
-# gradient path; the memory runs. A world of one process runs no collectives.
-TIMED = ("gemm", "linear", "launch", "attention", "memory_op", "compute", "optimizer",
-         "gradients")  # each round of the timed microbenchmarks (bench.timed_sections)
+# What each world measures, in calibration/bench.py's order: in each of --rounds rounds the
+# collectives, the op model's constants (ops.py), then the whole units, the optimizer and the
+# stages' gradient path; the memory runs. A world of one process runs no collectives.
+TIMED = ("collectives", "gemm", "linear", "launch", "attention", "memory_op", "compute",
+         "optimizer", "gradients")  # each round of the timed microbenchmarks
 ROUNDS = 2
-SECTIONS = ("collectives", *TIMED * ROUNDS, "memory")
+SECTIONS = (*TIMED * ROUNDS, "memory")
 
 
 def _known_items(n: int) -> dict[str, list[str]]:
@@ -259,16 +259,29 @@ def test_the_profile_is_fitted_and_drives_the_simulator(two):
 
 def test_a_row_over_rounds_is_the_median_of_its_times():
     """bench.median_row: each "*_s" time the median over the rounds (a slow round is one of
-    three, not the row), None where a round has none (a copy's backward), everything else as
-    the first round has it."""
+    three, not the row), None where a round has none (a copy's backward), the iterations their
+    sum, everything else as the first round has it."""
     from zero_real.calibration.bench import median_row
 
     rounds = [{"op": "gelu", "tokens": 64, "forward_s": 1.0, "backward_s": None, "iterations": 9},
               {"op": "gelu", "tokens": 64, "forward_s": 9.0, "backward_s": None, "iterations": 7},
               {"op": "gelu", "tokens": 64, "forward_s": 2.0, "backward_s": None, "iterations": 8}]
     assert median_row(rounds) == {"op": "gelu", "tokens": 64, "forward_s": 2.0,
-                                  "backward_s": None, "iterations": 9}
+                                  "backward_s": None, "iterations": 24}
     assert median_row(rounds[:1]) == rounds[0]
+
+
+def test_a_collectives_row_over_rounds_has_the_bandwidths_of_its_median_time():
+    """A collective's row kept from three rounds: algbw and busbw (nccl-tests' definitions:
+    bytes / time, busbw = algbw x 2(n-1)/n for all_reduce) of the median time, not of the first
+    round's."""
+    from zero_real.calibration.bench import _bandwidths, median_row
+
+    rounds = [{"impl": "ring", "op": "all_reduce", "ranks": 4, "size_bytes": 8e9,
+               "time_s": t, "median_s": t, "iterations": 5} for t in (4.0, 1.0, 2.0)]
+    row = _bandwidths(median_row(rounds))
+    assert (row["time_s"], row["iterations"]) == (2.0, 15)
+    assert row["algbw_GBps"] == 4.0 and row["busbw_GBps"] == 4.0 * 2 * 3 / 4
 
 
 def test_one_process_measures_no_collectives(tmp_path):

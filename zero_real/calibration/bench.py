@@ -49,12 +49,17 @@ def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
     share_cores(device, world_size)  # exactly as train: ranks share the box's cores
     progress = Progress(cfg.progress_path, rank)
     out = {"rank": rank, "device": device.type, "hardware": hardware(device)}
-    out["collectives"] = collectives(rank, world_size, cfg, device, progress)
-    rounds = [timed_sections(rank, world_size, cfg, device, progress)
+    # Each round every timed section, the collectives with 1/rounds of --seconds-per-size: a
+    # slow spell (a calibration whose 2-process collectives all came out 40-48% slow) then
+    # spoils one round of a row, the others minutes apart, and the calibration takes no longer.
+    rounds = [{"collectives": collectives(rank, world_size, cfg, device, progress,
+                                          cfg.seconds_per_size / cfg.rounds),
+               **timed_sections(rank, world_size, cfg, device, progress)}
               for _ in range(cfg.rounds)]
     for section in rounds[0]:
         out[section] = [median_row([r[section][i] for r in rounds])
                         for i in range(len(rounds[0][section]))]
+    out["collectives"] = [_bandwidths(row) for row in out["collectives"]]
     t = cfg.scenario.training
     out["memory_mechanisms"] = measure_memory(world_size, DTYPES[t.precision], device,
                                               cfg.scenario.model.norm, t.flash_attention)
@@ -75,8 +80,8 @@ def timed_sections(rank: int, n: int, cfg: CalibrationWorld, device, progress) -
 
 
 def median_row(rows: list[dict]) -> dict:
-    """The same row of each round: its times ("*_s" numbers) the median over the rounds, the
-    rest as the first round has them. Rounds, not one long row: on a shared box the speed moves
+    """The same row of each round: its times ("*_s" numbers) the median over the rounds, its
+    iterations their sum, the rest as the first round has them. Rounds, not one long row: on a shared box the speed moves
     by tens of percent for seconds at a time (five calibrations of the tiny GPT on the 2-core
     box priced one held-out run from 4.8 to 7.6 ms), and a slow spell then spoils one round of a
     row, not the row; the median over the rounds is the row as the box usually runs it."""
@@ -85,14 +90,23 @@ def median_row(rows: list[dict]) -> dict:
         values = [r.get(key) for r in rows]
         if key.endswith("_s") and all(type(v) in (int, float) for v in values):
             out[key] = statistics.median(values)
+    if "iterations" in out:
+        out["iterations"] = sum(r["iterations"] for r in rows)
     return out
+
+
+def _bandwidths(row: dict) -> dict:
+    """A collective's row with algbw and busbw (nccl-tests' definitions) of its time."""
+    algbw = row["size_bytes"] / row["time_s"] / GB
+    return {**row, "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor(row["op"], row["ranks"])}
 
 
 def collectives_world(rank: int, world_size: int, cfg: CalibrationWorld) -> list[dict]:
     """Only the collectives, at cfg.sizes (bench/fidelity's held-out sizes)."""
     device = device_for(cfg.backend, rank)
     share_cores(device, world_size)
-    return collectives(rank, world_size, cfg, device, Progress(None, rank))
+    return [_bandwidths(row) for row in collectives(rank, world_size, cfg, device,
+                                                    Progress(None, rank), cfg.seconds_per_size)]
 
 
 def _collective_call(comm: Collectives, op: str, size_bytes: int, n: int, device):
@@ -106,7 +120,10 @@ def _collective_call(comm: Collectives, op: str, size_bytes: int, n: int, device
     return buf, lambda: getattr(comm, op)(buf, [piece] * n)
 
 
-def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress) -> list[dict]:
+def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress,
+                seconds_per_size: float) -> list[dict]:
+    """One sweep over cfg's modes, ops and sizes, each size timed for about seconds_per_size;
+    rows without bandwidths (_bandwidths adds them to the row kept)."""
     if n == 1:
         return []
     recorder = Recorder(rank, device, profile_memory=False)  # as the stages call them
@@ -121,21 +138,18 @@ def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Prog
                 buf, run = _collective_call(comm, op, size, n, device)
                 barrier(device)
                 warm = [timed(run, device) for _ in range(1 if size >= LARGE_BYTES else WARMUP)]
-                k = iterations(warm[-1], cfg.seconds_per_size, COLLECTIVE_ITERATIONS, device)
+                k = iterations(warm[-1], seconds_per_size, COLLECTIVE_ITERATIONS, device)
                 times = max_over_ranks([timed(run, device) for _ in range(k)], device)
                 # The mean, as nccl-tests reports it (a loop's time over its iterations): on a
                 # CPU box a collective's time is bimodal (the peer's thread awake or not), and
                 # the median jumps between the modes from one size to the next.
-                time_s = statistics.fmean(times)
-                size_bytes = buf.numel() * buf.element_size()
-                algbw = size_bytes / time_s / GB
-                rows.append({"impl": impl, "op": op, "ranks": n, "size_bytes": size_bytes,
-                             "time_s": time_s, "median_s": statistics.median(times),
-                             "iterations": k, "algbw_GBps": algbw,
-                             "busbw_GBps": algbw * busbw_factor(op, n)})
+                rows.append({"impl": impl, "op": op, "ranks": n,
+                             "size_bytes": buf.numel() * buf.element_size(),
+                             "time_s": statistics.fmean(times),
+                             "median_s": statistics.median(times), "iterations": k})
                 recorder.events.clear()
                 del buf, run
-                progress.tick(f"{impl} {op} {size_bytes} B")
+                progress.tick(f"{impl} {op} {rows[-1]['size_bytes']} B")
     return rows
 
 
