@@ -261,8 +261,8 @@ def _calibrate_arguments(cal: argparse.ArgumentParser) -> None:
                           "smallest")
     cal.add_argument("--seconds-per-size", dest="seconds_per_size", type=flags.seconds_per_size,
                      default=0.3, metavar="S", help="timed iterations per collective size last "
-                     "about S seconds in all, S / R a round (5 to 500 iterations a round; "
-                     "default 0.3)")
+                     "about S seconds in all, S / R in each of the R rounds (5 to 500 "
+                     "iterations in all; default 0.3)")
     cal.add_argument("--rounds", type=flags.rounds, default=3, metavar="R",
                      help="rounds of the timed microbenchmarks (collectives, ops, whole units, "
                           "the optimizer, the gradient path), each row's times the median over "

@@ -84,26 +84,62 @@ def test_the_tiny_models_visits_replay_at_x1_x2_x4():
 
 
 def test_a_large_models_replay_stays_within_the_calibrations_largest_run():
-    """The H100 calibration's 1.3B GPT (24 layers, hidden 2048, bf16): replayed whole at x4
-    width it would need hundreds of GB on one rank; the plan cuts it to VISIT_LAYERS blocks and
-    keeps the widest three that fit the largest stage-0 run the calibration trains anyway."""
+    """The committed H100 calibration's 1.3B GPT (its provenance: 24 layers, hidden 2048, bf16,
+    flash attention): replayed whole at x4 width it would need several times the largest run
+    the calibration trains; the plan cuts it to VISIT_LAYERS blocks and keeps the widest
+    VISIT_WIDTHS widths, one after the other in VISIT_SCALES, that fit that run."""
+    import dataclasses
+
     from zerosim.analytic.memory import stage_memory
 
-    from zero_real.calibration.grad_path import VISIT_LAYERS
+    from zero_real.calibration.grad_path import VISIT_LAYERS, VISIT_SCALES, VISIT_WIDTHS
+    from zero_real.calibration.ops import _scaled
 
     shape = ("training.precision=bf16", "training.activation_checkpointing=none",
              "training.flash_attention=true", "model.layers=24", "model.hidden=2048",
              "model.heads=16")
     base, bound, plan = _visit_plan(SCENARIOS / "megatron_7b5_64gpu.toml", shape)
-    import dataclasses
-
-    from zero_real.calibration.ops import _scaled
     whole = dataclasses.replace(base, model=_scaled(base.model, 4, base.training.seq_len))
     assert stage_memory(whole, 3).peak_bytes > 5 * bound  # what the uncapped replay built
-    assert list(plan) == [0.5, 1, 2]
+    kept = sorted(plan, reverse=True)
+    first = VISIT_SCALES.index(kept[0])
+    assert len(kept) == VISIT_WIDTHS and kept == list(VISIT_SCALES[first:first + len(kept)])
+    assert 4 not in plan  # this shape's x4 does not fit: the cap is what chose
     for scenario in plan.values():
         assert scenario.model.layers == VISIT_LAYERS
         assert stage_memory(scenario, 3).peak_bytes <= bound
+
+
+def test_scales_that_round_to_one_width_count_once(monkeypatch):
+    """A head size of 2 under rope cannot shrink (rope rotates pairs): x1, x1/2 and x1/4 are one
+    width. Bounded at x1's own peak, the plan has that one width, not three rows of it, and a
+    line needs two: refused."""
+    from zerosim.analytic.memory import stage_memory
+    from zerosim.errors import InputError
+
+    from zero_real.calibration import grad_path
+
+    rope = ("model.position='rope'", "model.hidden=8", "model.ffn=32", "model.layers=2")
+    s = load_scenario(TINY, [*rope, 'cluster.profile=""', "training.zero_stage=3"])
+    monkeypatch.setattr(grad_path, "VISIT_FLOOR_BYTES", 0)
+    with pytest.raises(InputError, match="at 1 width"):
+        grad_path.visit_scenarios(s, stage_memory(s, 3).peak_bytes)
+    plan = grad_path.visit_scenarios(s, 1e12)
+    assert [p.model.hidden for p in plan.values()] == [8, 16, 32]
+
+
+def test_calibrate_plans_each_worlds_replay_from_its_own_runs(dry_run, tmp_path):
+    """prepare: the replay starts from the first micro-batch's ZeRO-3 run of the world, capped
+    by its largest stage-0 run."""
+    from zero_real.calibration.grad_path import VISIT_LAYERS
+
+    cfg = dry_run("calibrate", TINY, "--nproc", "2", "--micro-batches", "1,3",
+                  "--out", tmp_path / "p.json").launched
+    assert cfg.nproc == 1 and list(cfg.visit_scenarios) == [1, 2, 4]
+    for scale, s in cfg.visit_scenarios.items():
+        assert (s.training.zero_stage, s.training.micro_batch) == (3, 1)
+        assert s.cluster.gpus_per_node == 1 and s.model.layers == VISIT_LAYERS
+        assert s.model.hidden == 64 * scale
 
 
 def test_a_replay_that_fits_nowhere_is_refused_in_one_line():
@@ -112,7 +148,7 @@ def test_a_replay_that_fits_nowhere_is_refused_in_one_line():
 
     s = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ['cluster.profile=""',
                                                             "training.zero_stage=3"])
-    with pytest.raises(InputError, match="visit replay of .* calibrate a smaller scenario"):
+    with pytest.raises(InputError, match="visit replay .* fits 256 MiB per rank at 0 width"):
         visit_scenarios(s, 0)
 
 

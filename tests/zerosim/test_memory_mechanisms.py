@@ -202,6 +202,11 @@ def test_zero_reals_own_holdings_follow_the_model_and_the_framework():
     untied = mechanism_terms(_tiny("model.tied_embeddings=false", memory=memory), 3)
     # an untied head: its norm 128 and its own 256 x 64 matrix; no gradient waits
     assert (untied["last_unit_kept"], untied["tied_grad_kept"]) == (66_048, 0)
+    # the tied gradient in the gradient's dtype: bf16 2 bytes, 4 where it is reduced in fp32
+    for reduce, size in (("param", 2), ("fp32", 4)):
+        terms = mechanism_terms(_tiny("training.precision='bf16'",
+                                      f"training.reduce_dtype='{reduce}'", memory=memory), 3)
+        assert terms["tied_grad_kept"] == size * VOCAB * HIDDEN
     big = mechanism_terms(_tiny("training.reduce_bucket_MiB=1", memory=memory), 2)
     assert big["bucket_pool"] == 1_048_576  # one bucket holds it all: one whole 1 MiB buffer
     for name in ("deepspeed", "fsdp2"):  # not zero_real's stages: none of them
@@ -209,6 +214,22 @@ def test_zero_reals_own_holdings_follow_the_model_and_the_framework():
         terms = mechanism_terms(_tiny(f"training.framework='{name}'",
                                       f"training.zero_stage={stage}", memory=memory), stage)
         assert terms["bucket_pool"] == terms["last_unit_kept"] == terms["tied_grad_kept"] == 0
+
+
+def test_the_scale_check_counts_zero_reals_own_holdings(monkeypatch):
+    """memory.check_scale caps each stage's peak with what its profile adds: the pool (stage 2)
+    and the kept unit and tied gradient (stage 3) too."""
+    from zerosim.analytic import memory as analytic
+
+    checked = {}
+    monkeypatch.setattr(analytic, "within_cap", lambda what, value, how="": checked.update(
+        {what: value}))
+    scenario = _tiny(memory=_derived(*ZERO_REAL_OWN))
+    analytic.check_scale(scenario)
+    bare = dataclasses.replace(scenario, profile=None)
+    for stage, added in ((2, 131_072), (3, 66_048 + 65_536)):
+        peak = analytic.stage_memory(bare, stage).peak_bytes
+        assert checked[f"stage {stage} peak_bytes"] == peak + added
 
 
 def test_a_kept_pool_is_held_from_the_steps_start():

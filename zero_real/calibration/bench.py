@@ -6,8 +6,8 @@ numbers are reported.
 
 Collectives follow nccl-tests (common.cu): a barrier, warm-up, then timed iterations; sizes are
 the whole buffer (reduce_scatter/all_gather: n x piece), fp32. Each iteration is timed on every
-rank and reduced with MAX over ranks (the collective is done when its last rank is), then the
-median is kept. They go through zero_real.parts.collectives.Collectives, the code the stages run.
+rank and reduced with MAX over ranks (the collective is done when its last rank is); a round
+keeps their mean, the row the median over the rounds. They go through zero_real.parts.collectives.Collectives, the code the stages run.
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ def measure_world(rank: int, world_size: int, cfg: CalibrationWorld) -> dict:
     share_cores(device, world_size)  # exactly as train: ranks share the box's cores
     progress = Progress(cfg.progress_path, rank)
     out = {"rank": rank, "device": device.type, "hardware": hardware(device)}
-    # Each round every timed section, the collectives with 1/rounds of --seconds-per-size: a
-    # slow spell (a calibration whose 2-process collectives all came out 40-48% slow) then
-    # spoils one round of a row, the others minutes apart, and the calibration takes no longer.
+    # Each round every timed section, the collectives with 1/rounds of --seconds-per-size and of
+    # their least and most iterations: a slow spell (a calibration whose 2-process collectives
+    # all came out 40-48% slow) then spoils one round of a row, the others minutes apart; the
+    # timed iterations take as long as in one sweep, each round adding its warm-up.
     rounds = [{"collectives": collectives(rank, world_size, cfg, device, progress,
                                           cfg.seconds_per_size / cfg.rounds),
                **timed_sections(rank, world_size, cfg, device, progress)}
@@ -102,11 +103,13 @@ def _bandwidths(row: dict) -> dict:
 
 
 def collectives_world(rank: int, world_size: int, cfg: CalibrationWorld) -> list[dict]:
-    """Only the collectives, at cfg.sizes (bench/fidelity's held-out sizes)."""
+    """Only the collectives, at cfg.sizes (bench/fidelity's held-out sizes), in cfg.rounds
+    rounds as measure_world times them."""
     device = device_for(cfg.backend, rank)
     share_cores(device, world_size)
-    return [_bandwidths(row) for row in collectives(rank, world_size, cfg, device,
-                                                    Progress(None, rank), cfg.seconds_per_size)]
+    rounds = [collectives(rank, world_size, cfg, device, Progress(None, rank),
+                          cfg.seconds_per_size / cfg.rounds) for _ in range(cfg.rounds)]
+    return [_bandwidths(median_row(list(rows))) for rows in zip(*rounds)]
 
 
 def _collective_call(comm: Collectives, op: str, size_bytes: int, n: int, device):
@@ -123,9 +126,11 @@ def _collective_call(comm: Collectives, op: str, size_bytes: int, n: int, device
 def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Progress,
                 seconds_per_size: float) -> list[dict]:
     """One sweep over cfg's modes, ops and sizes, each size timed for about seconds_per_size;
-    rows without bandwidths (_bandwidths adds them to the row kept)."""
+    rows without bandwidths (_bandwidths adds them to the row kept). The iterations' bounds
+    are COLLECTIVE_ITERATIONS' shared out over cfg.rounds."""
     if n == 1:
         return []
+    bounds = tuple(-(-k // cfg.rounds) for k in COLLECTIVE_ITERATIONS)
     recorder = Recorder(rank, device, profile_memory=False)  # as the stages call them
     watch.instrument(recorder, watch.Heartbeat(cfg.progress_file))
     progress.begin("collectives",
@@ -138,7 +143,7 @@ def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Prog
                 buf, run = _collective_call(comm, op, size, n, device)
                 barrier(device)
                 warm = [timed(run, device) for _ in range(1 if size >= LARGE_BYTES else WARMUP)]
-                k = iterations(warm[-1], seconds_per_size, COLLECTIVE_ITERATIONS, device)
+                k = iterations(warm[-1], seconds_per_size, bounds, device)
                 times = max_over_ranks([timed(run, device) for _ in range(k)], device)
                 # The mean, as nccl-tests reports it (a loop's time over its iterations): on a
                 # CPU box a collective's time is bimodal (the peer's thread awake or not), and

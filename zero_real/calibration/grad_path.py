@@ -32,7 +32,7 @@ after_forward, before_backward and after_backward): gathering the unit's flat bu
 storage re-allocated, the shard copied in), freeing them, allocating, zeroing and binding the
 unit's whole gradient, reduce-scattering it and adding the rank's part into the shard. Replayed
 without the units' compute, as a step calls them, on the model cut to VISIT_LAYERS blocks at
-three widths (visit_scenarios: the bytes change, the buffers do not), each visit timed less its
+two or three widths (visit_scenarios: the bytes change, the buffers do not), each visit timed less its
 collectives; a row per pass with its counts (the flat buffers of every unit and their bytes),
 which fit.fit_grad_path fits per pass with a non-negative line: seconds per flat buffer and per
 byte.
@@ -83,19 +83,22 @@ def visit_scenarios(scenario, bound_bytes: float) -> dict[float, object]:
 
     bound = max(bound_bytes, VISIT_FLOOR_BYTES)
     m = scenario.model
-    fits = {}
+    fits, widths = {}, set()
     for scale in VISIT_SCALES:
         model = dataclasses.replace(_scaled(m, scale, scenario.training.seq_len),
                                     layers=min(m.layers, VISIT_LAYERS))
         candidate = dataclasses.replace(scenario, model=model)
-        if stage_memory(candidate, 3).peak_bytes <= bound:
+        # A small head size rounds several scales to one width: each width once.
+        if model.hidden not in widths and stage_memory(candidate, 3).peak_bytes <= bound:
             fits[scale] = candidate
+            widths.add(model.hidden)
         if len(fits) == VISIT_WIDTHS:
             break
     if len(fits) < 2:
-        raise InputError(f"the ZeRO-3 visit replay of {m.name} at {VISIT_LAYERS} blocks needs "
-                         f"more than {bound / MiB:,.0f} MiB per rank even at x{VISIT_SCALES[-1]} "
-                         f"width; calibrate a smaller scenario")
+        raise InputError(f"ZeRO-3's visit replay (the model cut to {VISIT_LAYERS} blocks) fits "
+                         f"{bound / MiB:,.0f} MiB per rank at {len(fits)} width(s) of x"
+                         f"{', x'.join(f'{s:g}' for s in VISIT_SCALES)}, where its fit needs "
+                         f"two; calibrate a smaller scenario")
     return dict(sorted(fits.items()))
 
 
@@ -229,6 +232,8 @@ def visit_rows(scale: float, rank: int, n: int, cfg, device) -> list[dict]:
 
 def measure_grad_path(rank: int, n: int, cfg, device, progress: Progress) -> list[dict]:
     """A row per hooked stage, and ZeRO-3's visit rows, in this world (bench.measure_world)."""
+    if not cfg.visit_scenarios:  # calibrate.prepare plans them; without, stage 3 would go unpriced
+        raise ValueError("CalibrationWorld.visit_scenarios is empty (grad_path.visit_scenarios)")
     progress.begin("gradients", len(HOOKED_STAGES) + len(cfg.visit_scenarios))
     rows = []
     for stage in HOOKED_STAGES:

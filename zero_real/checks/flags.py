@@ -49,7 +49,8 @@ MAX_SIZE_BYTES = 2**40
 """--min-size-KiB and --max-size-MiB: 1 TiB per collective buffer, beyond any box's memory
 (preflight then checks this box's) and within exact float arithmetic."""
 MAX_SECONDS_PER_SIZE = 60.0
-"""--seconds-per-size: timed iterations are capped at 500 anyway (calibration/bench.py)."""
+"""--seconds-per-size: timed iterations are capped at 500 over the rounds anyway
+(calibration/bench.py)."""
 MAX_ROUNDS = 20
 """--rounds: each round repeats every timed microbenchmark of a world (a minute or so of a small
 model's); twenty take about twenty times that."""

@@ -9,7 +9,7 @@ from zero_real.parts.flat import FlatParams
 from zero_real.parts.measure import ActivationTracker
 from zero_real.parts.optim import LossScale, ShardAdam
 from zero_real.stages.sharding import Sharding
-from zerosim.analytic.memory import STAGE2_LIVE_BUCKETS
+from zerosim.contract import STAGE2_LIVE_BUCKETS
 from zerosim.units import MiB
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -60,7 +60,8 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
     buckets = -(-w * sum(gradient_units(m)) // bucket)
     pool = bucket * min(STAGE2_LIVE_BUCKETS, buckets) if own and stage == 2 else 0
     last_unit = w * gather_units(m)[-1] if own and stage == 3 else 0
-    tied = w * m.vocab * m.hidden if own and stage == 3 and m.tied_embeddings else 0
+    grad = FP32_BYTES if t.reduce_dtype == "fp32" else w  # the unsharded gradient's element
+    tied = grad * m.vocab * m.hidden if own and stage == 3 and m.tied_embeddings else 0
     one_optimizer = 1.0
     if stage == 3:
         n = mesh_of(scenario, stage).dp_shard

@@ -316,7 +316,7 @@ def check_scale(scenario: Scenario) -> Scenario:
     for stage in STAGES:
         row = stage_memory(scenario, stage)
         extra = mechanism_terms(scenario, stage)  # its memory mechanisms: every term >= 0
-        added = (extra["activations"] + extra["residue"] + extra["workspace"]
+        added = (sum(v for term, v in extra.items() if term != "optimizer_per_element")
                  + extra["optimizer_per_element"] * total_params(m))
         for key, value in row.as_dict().items():
             extra_bytes = added if key == "peak_bytes" else 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from zerosim.analytic.memory import STAGE2_LIVE_BUCKETS
+from zerosim.contract import STAGE2_LIVE_BUCKETS
 from zerosim.sim.groups import WORLD
 from zerosim.sim.stages.step_shape import StepShape
 
