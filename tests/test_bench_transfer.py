@@ -56,6 +56,36 @@ def test_step_time_is_within_10_percent_or_the_spread(transfer, step_error, spre
     assert (row["compute_error_pct"], row["comm_error_pct"]) == (-25.0, 5.0)
 
 
+@pytest.mark.parametrize("after_ms, calibration, spread, both", [
+    (17.0, 0.0, 0.0, False),            # the same prediction twice: no spread at all
+    (24.0, 100 * 7 / 41, 0.0, True),    # 17 and 24 ms: half of 7 over 20.5, 17.1% >= 15%
+    (19.0, 100 * 2 / 36, 0.0, False),   # 5.6% alone does not cover -15%
+    (19.0, 100 * 2 / 36, 14.0, True),   # with the runs' 14%: hypot = 15.06% >= 15%
+])
+def test_a_second_calibration_adds_its_spread_in_quadrature(transfer, after_ms, calibration,
+                                                            spread, both):
+    """The runs measured 20 ms; the first calibration priced 17 ms (-15%), outside 10% and the
+    runs' spread (at most 14% here); the second calibration's prediction gives the calibration's own spread, half
+    the two predictions' difference over their mean, and the count beside the bar's adds the two
+    spreads in quadrature."""
+    first = report(-15.0, spread, 0.0)
+    second = report(100 * (after_ms / 20 - 1), spread, 0.0)
+    row = transfer.row_of(transfer.Configuration("x", 1), first, second)
+    assert row["step_simulated_after_s"] == pytest.approx(after_ms / 1e3)
+    assert row["calibration_spread_pct"] == pytest.approx(calibration)
+    assert row["step_within"] is False and row["step_within_both"] is both
+    assert transfer.row_of(transfer.Configuration("x", 1), first)["step_within_both"] is None
+
+
+def test_the_second_count_is_reported_beside_the_bar_never_as_it(transfer):
+    eight = [0, 0, 1, 1, 2, 2, 3, 3]
+    rows_ = [{**r, "step_within_both": True} for r in rows(eight, step_within=False)]
+    counts = transfer.bar(rows_)
+    assert (counts["step_within"], counts["step_within_both"], counts["met"]) == (0, 8, False)
+    assert "together: 8 of 8; not the bar's verdict" in transfer.format_bar(counts)
+    assert transfer.bar(rows(eight))["step_within_both"] is None
+
+
 @pytest.mark.parametrize("peak_error, within", [(2.99, True), (-3.0, True), (3.01, False)])
 def test_peak_memory_is_within_3_percent(transfer, peak_error, within):
     row = transfer.row_of(transfer.Configuration("x", 0), report(0.0, None, peak_error))
@@ -69,7 +99,7 @@ def rows(stages, step_within=True, peak_within=True):
 def test_the_bar_needs_8_configurations_all_within_and_every_stage_twice(transfer):
     eight = [0, 0, 1, 1, 2, 2, 3, 3]
     assert transfer.bar(rows(eight)) == {"configurations": 8, "step_within": 8,
-                                         "peak_within": 8,
+                                         "step_within_both": None, "peak_within": 8,
                                          "stages": {0: 2, 1: 2, 2: 2, 3: 2}, "met": True}
     assert not transfer.bar(rows(eight[:-1]))["met"]                  # 7 configurations
     assert not transfer.bar(rows([0, 0, 0, 1, 1, 2, 2, 3]))["met"]    # stage 3 once
@@ -99,6 +129,9 @@ def test_the_held_out_list_covers_what_the_issue_changes(transfer):
     (["--runs", "/nonexistent"], "--runs /nonexistent: no such folder"),
     (["--max-size-MiB", "0"], "--max-size-MiB 0"),
     (["--profile", str(SCRIPT), "--save-profile", "x.json"], "give one"),
+    (["--profile-after", str(SCRIPT)], "only with --profile"),
+    (["--profile", str(SCRIPT), "--profile-after", "/nonexistent.json"], "no such file"),
+    (["--profile", str(SCRIPT), "--profile-after", str(SCRIPT), "--no-after"], "--no-after"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args, message):
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
