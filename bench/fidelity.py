@@ -130,6 +130,7 @@ def held_out_collectives(profile_path: Path, nproc: int, impl: str,
     """Collectives at 1.5 x 2^k bytes (none of them in the profile), measured afresh as
     calibrate measures them (its default three rounds, each row their median)."""
     from zero_real.calibration.bench import collectives_world
+    from zero_real.checks.flags import DEFAULT_ROUNDS
     from zero_real.run.launch import spawn
     from zero_real.run.runconfig import CalibrationWorld
     from zerosim.scenario.profile import load_profile
@@ -137,7 +138,7 @@ def held_out_collectives(profile_path: Path, nproc: int, impl: str,
     sizes = tuple(3 * 2 ** k for k in range(9, 24))  # 1.5 KiB .. 24 MiB
     world = CalibrationWorld(scenario=None, backend="gloo", nproc=nproc, timeout_s=120.0,
                              collective_modes=(impl,), sizes=sizes,
-                             seconds_per_size=seconds_per_size, rounds=3)
+                             seconds_per_size=seconds_per_size, rounds=DEFAULT_ROUNDS)
     rows = spawn(collectives_world, nproc, world, 1200)[0]
     profile = load_profile(profile_path)
     for row in rows:

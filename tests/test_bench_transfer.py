@@ -56,34 +56,50 @@ def test_step_time_is_within_10_percent_or_the_spread(transfer, step_error, spre
     assert (row["compute_error_pct"], row["comm_error_pct"]) == (-25.0, 5.0)
 
 
-@pytest.mark.parametrize("after_ms, calibration, spread, both", [
-    (17.0, 0.0, 0.0, False),            # the same prediction twice: no spread at all
-    (24.0, 100 * 7 / 41, 0.0, True),    # 17 and 24 ms: half of 7 over 20.5, 17.1% >= 15%
-    (19.0, 100 * 2 / 36, 0.0, False),   # 5.6% alone does not cover -15%
-    (19.0, 100 * 2 / 36, 14.0, True),   # with the runs' 14%: hypot = 15.06% >= 15%
+@pytest.mark.parametrize("after_ms, spread, within_after, both", [
+    # calibration spread = |17 - after| / (2 x 20 ms); the mean's error = (17 + after) / 40 - 1
+    (17.0, 0.0, False, False),   # the same prediction twice: no spread, the mean -15%
+    (20.0, 0.0, True, True),     # the second exact: the mean, -7.5%, within 10%
+    (11.0, 0.0, False, False),   # a worse second: spread 15%, the mean -30%
+    (15.0, 16.0, False, False),  # spread 5%, the mean -20%: hypot(16, 5) = 16.8 (a sum: 21)
+    (29.0, 0.0, False, True),    # spread 30%, the mean +15%: the calibration is that unsure
 ])
-def test_a_second_calibration_adds_its_spread_in_quadrature(transfer, after_ms, calibration,
-                                                            spread, both):
-    """The runs measured 20 ms; the first calibration priced 17 ms (-15%), outside 10% and the
-    runs' spread (at most 14% here); the second calibration's prediction gives the calibration's own spread, half
-    the two predictions' difference over their mean, and the count beside the bar's adds the two
-    spreads in quadrature."""
+def test_a_second_calibration_is_judged_beside_the_bar(transfer, after_ms, spread,
+                                                      within_after, both):
+    """The runs measured 20 ms; the first calibration priced 17 ms (-15%)."""
     first = report(-15.0, spread, 0.0)
     second = report(100 * (after_ms / 20 - 1), spread, 0.0)
     row = transfer.row_of(transfer.Configuration("x", 1), first, second)
     assert row["step_simulated_after_s"] == pytest.approx(after_ms / 1e3)
-    assert row["calibration_spread_pct"] == pytest.approx(calibration)
-    assert row["step_within"] is False and row["step_within_both"] is both
+    assert row["step_error_after_pct"] == pytest.approx(100 * (after_ms / 20 - 1))
+    assert row["calibration_spread_pct"] == pytest.approx(100 * abs(17 - after_ms) / 40)
+    assert row["step_error_mean_pct"] == pytest.approx(100 * ((17 + after_ms) / 40 - 1))
+    assert row["step_within"] is (spread >= 15)
+    assert row["step_within_after"] is within_after and row["step_within_both"] is both
     assert transfer.row_of(transfer.Configuration("x", 1), first)["step_within_both"] is None
 
 
-def test_the_second_count_is_reported_beside_the_bar_never_as_it(transfer):
+def test_the_second_calibrations_counts_stand_beside_the_bar_never_as_it(transfer):
     eight = [0, 0, 1, 1, 2, 2, 3, 3]
-    rows_ = [{**r, "step_within_both": True} for r in rows(eight, step_within=False)]
+    rows_ = [{**r, "step_within_after": k < 3, "step_within_both": True}
+             for k, r in enumerate(rows(eight, step_within=False))]
     counts = transfer.bar(rows_)
-    assert (counts["step_within"], counts["step_within_both"], counts["met"]) == (0, 8, False)
-    assert "together: 8 of 8; not the bar's verdict" in transfer.format_bar(counts)
-    assert transfer.bar(rows(eight))["step_within_both"] is None
+    assert (counts["step_within"], counts["step_within_after"], counts["step_within_both"],
+            counts["met"]) == (0, 3, 8, False)
+    text = transfer.format_bar(counts)
+    assert "not its verdict: the second calibration alone 3 of 8" in text
+    assert "spreads together 8 of 8" in text and "bar NOT MET" in text
+
+
+def test_the_tables_columns_line_up_with_and_without_a_second_calibration(transfer):
+    c = transfer.Configuration("hidden128-seq64", 0)
+    for after in (None, report(45.0, 4.0, 0.0)):
+        lines = transfer.format_table([transfer.row_of(c, report(-15.0, 4.0, 0.0), after)])
+        header, row = lines.splitlines()
+        assert [i for i, ch in enumerate(header) if ch == "|"] == [
+            i for i, ch in enumerate(row) if ch == "|"]
+        assert ("2nd ms" in header) is (after is not None)
+    assert "±30.0%" in row  # |17 - 29| / (2 x 20 ms)
 
 
 @pytest.mark.parametrize("peak_error, within", [(2.99, True), (-3.0, True), (3.01, False)])
@@ -99,6 +115,7 @@ def rows(stages, step_within=True, peak_within=True):
 def test_the_bar_needs_8_configurations_all_within_and_every_stage_twice(transfer):
     eight = [0, 0, 1, 1, 2, 2, 3, 3]
     assert transfer.bar(rows(eight)) == {"configurations": 8, "step_within": 8,
+                                         "step_within_after": None,
                                          "step_within_both": None, "peak_within": 8,
                                          "stages": {0: 2, 1: 2, 2: 2, 3: 2}, "met": True}
     assert not transfer.bar(rows(eight[:-1]))["met"]                  # 7 configurations

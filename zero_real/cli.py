@@ -263,11 +263,11 @@ def _calibrate_arguments(cal: argparse.ArgumentParser) -> None:
                      default=0.3, metavar="S", help="timed iterations per collective size last "
                      "about S seconds in all, S / R in each of the R rounds (5 to 500 "
                      "iterations in all; default 0.3)")
-    cal.add_argument("--rounds", type=flags.rounds, default=3, metavar="R",
+    cal.add_argument("--rounds", type=flags.rounds, default=flags.DEFAULT_ROUNDS, metavar="R",
                      help="rounds of the timed microbenchmarks (collectives, ops, whole units, "
                           "the optimizer, the gradient path), each row's times the median over "
                           "them: a slow spell of a shared box then spoils one round, not the row "
-                          "(default 3)")
+                          f"(default {flags.DEFAULT_ROUNDS})")
     cal.add_argument("--micro-batches", type=flags.micro_batches, metavar="B,B,...",
                      help="micro-batches for compute and memory (default: 1, the scenario's, "
                           "twice it)")

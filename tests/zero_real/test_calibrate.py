@@ -138,7 +138,7 @@ def test_every_collective_once_with_its_bandwidths(two):
                                   for op in ("all_reduce", "reduce_scatter", "all_gather")
                                   for kib in SIZES_KIB)
     for r in rows:
-        assert r["time_s"] > 0 and 5 <= r["iterations"] <= 500 + ROUNDS  # 3..250 a round
+        assert r["time_s"] > 0 and 5 <= r["iterations"] <= 500  # 3..250 in each of 2 rounds
         assert r["median_s"] > 0  # kept beside the mean the fit uses
         assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * BUSBW_FACTOR_2[r["op"]])

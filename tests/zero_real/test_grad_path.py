@@ -104,28 +104,46 @@ def test_a_large_models_replay_stays_within_the_calibrations_largest_run():
     kept = sorted(plan, reverse=True)
     first = VISIT_SCALES.index(kept[0])
     assert len(kept) == VISIT_WIDTHS and kept == list(VISIT_SCALES[first:first + len(kept)])
+    assert list(plan) == [0.5, 1, 2]  # as docs/calibration.md cites it
     assert 4 not in plan  # this shape's x4 does not fit: the cap is what chose
     for scenario in plan.values():
         assert scenario.model.layers == VISIT_LAYERS
         assert stage_memory(scenario, 3).peak_bytes <= bound
 
 
-def test_scales_that_round_to_one_width_count_once(monkeypatch):
-    """A head size of 2 under rope cannot shrink (rope rotates pairs): x1, x1/2 and x1/4 are one
-    width. Bounded at x1's own peak, the plan has that one width, not three rows of it, and a
-    line needs two: refused."""
+def test_scales_that_make_one_model_count_once(monkeypatch):
+    """A head size of 2 under rope cannot shrink (rope rotates pairs): with the MLP's width
+    derived from hidden (ffn unset), x1, x1/2 and x1/4 are one model. Bounded at x1's own peak
+    the plan has it once, not three rows of it, and a line needs two sizes: refused. With an
+    explicit ffn the MLP still shrinks: three sizes, accepted."""
+    import dataclasses
+
     from zerosim.analytic.memory import stage_memory
+    from zerosim.analytic.model import gathered_elements
     from zerosim.errors import InputError
 
     from zero_real.calibration import grad_path
 
     rope = ("model.position='rope'", "model.hidden=8", "model.ffn=32", "model.layers=2")
-    s = load_scenario(TINY, [*rope, 'cluster.profile=""', "training.zero_stage=3"])
+    explicit = load_scenario(TINY, [*rope, 'cluster.profile=""', "training.zero_stage=3"])
+    derived = dataclasses.replace(explicit, model=dataclasses.replace(explicit.model, ffn=None))
     monkeypatch.setattr(grad_path, "VISIT_FLOOR_BYTES", 0)
     with pytest.raises(InputError, match="at 1 width"):
-        grad_path.visit_scenarios(s, stage_memory(s, 3).peak_bytes)
-    plan = grad_path.visit_scenarios(s, 1e12)
-    assert [p.model.hidden for p in plan.values()] == [8, 16, 32]
+        grad_path.visit_scenarios(derived, stage_memory(derived, 3).peak_bytes)
+    plan = grad_path.visit_scenarios(explicit, stage_memory(explicit, 3).peak_bytes)
+    assert list(plan) == [0.25, 0.5, 1] and {p.model.hidden for p in plan.values()} == {8}
+    assert len({gathered_elements(p.model) for p in plan.values()}) == 3
+    assert [p.model.hidden for p in grad_path.visit_scenarios(derived, 1e12).values()] == [
+        8, 16, 32]
+
+
+def test_a_world_without_a_replay_plan_is_refused():
+    from zero_real.calibration.grad_path import measure_grad_path
+    from zero_real.run.runconfig import CalibrationWorld
+
+    cfg = CalibrationWorld(scenario=None, backend="gloo", nproc=1, timeout_s=30)
+    with pytest.raises(ValueError, match="visit_scenarios is empty"):
+        measure_grad_path(0, 1, cfg, torch.device("cpu"), None)
 
 
 def test_calibrate_plans_each_worlds_replay_from_its_own_runs(dry_run, tmp_path):
@@ -148,7 +166,7 @@ def test_a_replay_that_fits_nowhere_is_refused_in_one_line():
 
     s = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ['cluster.profile=""',
                                                             "training.zero_stage=3"])
-    with pytest.raises(InputError, match="visit replay .* fits 256 MiB per rank at 0 width"):
+    with pytest.raises(InputError, match="visit replay .* fits in 256 MiB per rank at 0 width"):
         visit_scenarios(s, 0)
 
 

@@ -7,7 +7,8 @@ numbers are reported.
 Collectives follow nccl-tests (common.cu): a barrier, warm-up, then timed iterations; sizes are
 the whole buffer (reduce_scatter/all_gather: n x piece), fp32. Each iteration is timed on every
 rank and reduced with MAX over ranks (the collective is done when its last rank is); a round
-keeps their mean, the row the median over the rounds. They go through zero_real.parts.collectives.Collectives, the code the stages run.
+keeps their mean, the row the median over the rounds. They go through
+zero_real.parts.collectives.Collectives, the code the stages run.
 """
 
 from __future__ import annotations
@@ -82,10 +83,11 @@ def timed_sections(rank: int, n: int, cfg: CalibrationWorld, device, progress) -
 
 def median_row(rows: list[dict]) -> dict:
     """The same row of each round: its times ("*_s" numbers) the median over the rounds, its
-    iterations their sum, the rest as the first round has them. Rounds, not one long row: on a shared box the speed moves
-    by tens of percent for seconds at a time (five calibrations of the tiny GPT on the 2-core
-    box priced one held-out run from 4.8 to 7.6 ms), and a slow spell then spoils one round of a
-    row, not the row; the median over the rounds is the row as the box usually runs it."""
+    iterations their sum, the rest as the first round has them. Rounds, not one long row: on a
+    shared box the speed moves by tens of percent for seconds at a time (five calibrations of
+    the tiny GPT on the 2-core box priced one held-out run from 4.8 to 7.6 ms), and a slow spell
+    then spoils one round of a row, not the row; the median over the rounds is the row as the
+    box usually runs it."""
     out = dict(rows[0])
     for key, value in rows[0].items():
         values = [r.get(key) for r in rows]
@@ -130,7 +132,8 @@ def collectives(rank: int, n: int, cfg: CalibrationWorld, device, progress: Prog
     are COLLECTIVE_ITERATIONS' shared out over cfg.rounds."""
     if n == 1:
         return []
-    bounds = tuple(-(-k // cfg.rounds) for k in COLLECTIVE_ITERATIONS)
+    least, most = COLLECTIVE_ITERATIONS
+    bounds = (-(-least // cfg.rounds), max(1, most // cfg.rounds))
     recorder = Recorder(rank, device, profile_memory=False)  # as the stages call them
     watch.instrument(recorder, watch.Heartbeat(cfg.progress_file))
     progress.begin("collectives",

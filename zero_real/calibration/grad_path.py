@@ -32,10 +32,10 @@ after_forward, before_backward and after_backward): gathering the unit's flat bu
 storage re-allocated, the shard copied in), freeing them, allocating, zeroing and binding the
 unit's whole gradient, reduce-scattering it and adding the rank's part into the shard. Replayed
 without the units' compute, as a step calls them, on the model cut to VISIT_LAYERS blocks at
-two or three widths (visit_scenarios: the bytes change, the buffers do not), each visit timed less its
-collectives; a row per pass with its counts (the flat buffers of every unit and their bytes),
-which fit.fit_grad_path fits per pass with a non-negative line: seconds per flat buffer and per
-byte.
+two or three widths (visit_scenarios: the bytes change, the buffers do not), each visit timed
+less its collectives; a row per pass with its counts (the flat buffers of every unit and their
+bytes), which fit.fit_grad_path fits per pass with a non-negative line: seconds per flat buffer
+and per byte.
 """
 
 from __future__ import annotations
@@ -80,23 +80,25 @@ def visit_scenarios(scenario, bound_bytes: float) -> dict[float, object]:
     (the largest stage-0 memory run), so the replay never needs more memory than it. Fewer than
     two widths cannot part a buffer's cost from a byte's: refused."""
     from zerosim.analytic.memory import stage_memory
+    from zerosim.analytic.model import gathered_elements
 
     bound = max(bound_bytes, VISIT_FLOOR_BYTES)
     m = scenario.model
-    fits, widths = {}, set()
+    fits, sizes = {}, set()
     for scale in VISIT_SCALES:
         model = dataclasses.replace(_scaled(m, scale, scenario.training.seq_len),
                                     layers=min(m.layers, VISIT_LAYERS))
         candidate = dataclasses.replace(scenario, model=model)
-        # A small head size rounds several scales to one width: each width once.
-        if model.hidden not in widths and stage_memory(candidate, 3).peak_bytes <= bound:
+        # A small head size rounds several scales to one model (and its bytes): each once.
+        elements = gathered_elements(model)
+        if elements not in sizes and stage_memory(candidate, 3).peak_bytes <= bound:
             fits[scale] = candidate
-            widths.add(model.hidden)
+            sizes.add(elements)
         if len(fits) == VISIT_WIDTHS:
             break
     if len(fits) < 2:
         raise InputError(f"ZeRO-3's visit replay (the model cut to {VISIT_LAYERS} blocks) fits "
-                         f"{bound / MiB:,.0f} MiB per rank at {len(fits)} width(s) of x"
+                         f"in {bound / MiB:,.0f} MiB per rank at {len(fits)} width(s) of x"
                          f"{', x'.join(f'{s:g}' for s in VISIT_SCALES)}, where its fit needs "
                          f"two; calibrate a smaller scenario")
     return dict(sorted(fits.items()))

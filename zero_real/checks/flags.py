@@ -51,7 +51,7 @@ MAX_SIZE_BYTES = 2**40
 MAX_SECONDS_PER_SIZE = 60.0
 """--seconds-per-size: timed iterations are capped at 500 over the rounds anyway
 (calibration/bench.py)."""
-MAX_ROUNDS = 20
+DEFAULT_ROUNDS, MAX_ROUNDS = 3, 20
 """--rounds: each round repeats every timed microbenchmark of a world (a minute or so of a small
 model's); twenty take about twenty times that."""
 MAX_MICRO_BATCH, MAX_MICRO_BATCHES = 2**20, 16

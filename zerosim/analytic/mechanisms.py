@@ -8,7 +8,7 @@ shape (sim/costs.memory_terms) both ask it; it reads the profile the scenario ca
 
 from __future__ import annotations
 
-from zerosim.analytic.model import gather_units, gradient_units
+from zerosim.analytic.model import gather_units, grad_bytes_per_element, gradient_units
 from zerosim.contract import STAGE2_LIVE_BUCKETS
 from zerosim.frameworks import framework_of
 from zerosim.scenario.profile_schema import RECORD_DTYPE_OF
@@ -60,7 +60,9 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
     buckets = -(-w * sum(gradient_units(m)) // bucket)
     pool = bucket * min(STAGE2_LIVE_BUCKETS, buckets) if own and stage == 2 else 0
     last_unit = w * gather_units(m)[-1] if own and stage == 3 else 0
-    grad = FP32_BYTES if t.reduce_dtype == "fp32" else w  # the unsharded gradient's element
+    # The tied gradient in the gradient's dtype: zero_real reduces in the parameters' own
+    # (preflight refuses reduce_dtype = "fp32"), so fp32 here extends its code, unmeasured.
+    grad = grad_bytes_per_element(t, stage)
     tied = grad * m.vocab * m.hidden if own and stage == 3 and m.tied_embeddings else 0
     one_optimizer = 1.0
     if stage == 3:

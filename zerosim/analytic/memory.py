@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from zerosim.contract import MEMORY_POINTS, PASSES, STAGE2_LIVE_BUCKETS, STAGES
 from zerosim.frameworks import framework_of
 from zerosim.analytic.model import (activations, gather_units, gathered_elements,
-                                    max_gather_window, sharded_unit_elements, total_params,
-                                    unit_activation_bytes)
+                                    grad_bytes_per_element, max_gather_window,
+                                    sharded_unit_elements, total_params, unit_activation_bytes)
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.analytic.host_memory import offload_bytes
@@ -57,13 +57,6 @@ def optimizer_bytes_per_param(t: TrainingConfig) -> int:
     Mixed-precision Adam: 4 + 4 + 4 = 12 (§3.1); fp32 Adam: 0 + 4 + 4 = 8."""
     master = FP32_BYTES if t.precision != "fp32" else 0
     return master + FP32_BYTES * MOMENTS[t.optimizer]
-
-
-def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
-    """A gradient element: the parameters' dtype, or fp32 where stages 2-3 reduce in fp32."""
-    if stage >= 2 and t.reduce_dtype == "fp32":
-        return FP32_BYTES
-    return BYTES_PER_ELEMENT[t.precision]
 
 
 def kept_parameter_bytes(m, t: TrainingConfig, mesh: Mesh) -> int:

@@ -42,6 +42,13 @@ class ParamCounts:
         return self.embedding + self.layers * self.per_layer + self.final_norm + self.lm_head
 
 
+def grad_bytes_per_element(t: TrainingConfig, stage: int) -> int:
+    """A gradient element: the parameters' dtype, or fp32 where stages 2-3 reduce in fp32."""
+    if stage >= 2 and t.reduce_dtype == "fp32":
+        return FP32_BYTES
+    return BYTES_PER_ELEMENT[t.precision]
+
+
 def param_counts(m: ModelConfig) -> ParamCounts:
     """Exact parameter counts of a shaped model (not defined for a bare Ψ)."""
     if m.is_bare:
