@@ -57,6 +57,11 @@ def test_one_backward_fires_every_hook_and_reduces_every_bucket(world_of_one, ov
     assert (row["hooks"], row["buckets"]) == (sum(hooks), buckets)
     assert row["with_s"] > 0 and row["without_s"] > 0 and row["iterations"] >= 5
     assert row["reduce_s"] >= row["buckets_s"]
+    # a micro-step that does not reduce: stage 0 reduces only on the last, ZeRO-2 on every one
+    if stage == 2:
+        assert row["idle_s"] is None and row["idle_hooks_s"] is None
+    else:
+        assert row["idle_s"] > 0 and isinstance(row["idle_hooks_s"], float)
 
 
 def _visit_plan(path, overrides=(), mb_max=4):

@@ -39,10 +39,18 @@ TINY_UNIT_BYTES = [4 * 18_432, 4 * 49_984, 4 * 49_984, 4 * 16_512]
 VISIT = {"forward": (2.0 ** -16, 2.0 ** -30), "backward": (2.0 ** -14, 2.0 ** -29)}
 
 
-def _rows(n: int, hooks: int = 29, buckets: int = TINY_BUCKETS) -> list[dict]:
+IDLE_S = 2.0 ** -19  # a hook on a micro-step that does not reduce (stages 0-1)
+
+
+def _rows(n: int, hooks: int = 29, buckets: int = TINY_BUCKETS, idle: bool = False) -> list[dict]:
+    """Stages 0-2's rows, made from HOOK_S and BUCKET_S (x the stage + 1) exactly; with `idle`,
+    stages 0-1 also time the hooks of a micro-step that does not reduce (IDLE_S each), and
+    stage 2, which reduces on every one, has None there, as calibrate writes it."""
     return [{"processes": n, "stage": s, "hooks": hooks, "buckets": buckets,
              "with_s": 1e-3, "without_s": 5e-4, "hooks_s": hooks * HOOK_S * (s + 1),
-             "reduce_s": 3e-4, "buckets_s": buckets * BUCKET_S * (s + 1), "iterations": 9}
+             "reduce_s": 3e-4, "buckets_s": buckets * BUCKET_S * (s + 1), "iterations": 9,
+             **({"idle_s": 6e-4 if s < 2 else None,
+                 "idle_hooks_s": hooks * IDLE_S if s < 2 else None} if idle else {})}
             for s in (0, 1, 2)]
 
 
@@ -63,6 +71,17 @@ def test_the_fit_is_the_totals_over_the_counts_exactly():
     for n in ("1", "2"):
         for s in (0, 1, 2):
             assert fit[n][str(s)] == {"hook_s": HOOK_S * (s + 1), "bucket_s": BUCKET_S * (s + 1)}
+
+
+def test_the_idle_hooks_fit_where_measured_and_nowhere_else():
+    fit = fit_grad_path(_rows(2, idle=True))["2"]
+    assert fit["0"]["idle_hook_s"] == fit["1"]["idle_hook_s"] == IDLE_S
+    assert "idle_hook_s" not in fit["2"]  # ZeRO-2 reduces on every micro-step: not measured
+    check_fit({"grad_path": {"2": fit}}, "(test)")
+    bad = copy.deepcopy(fit)
+    bad["0"]["idle_hook_s"] = -1.0
+    with pytest.raises(InputError, match=r"fit.grad_path.2.0.idle_hook_s: -1.0 must be >= 0"):
+        check_fit({"grad_path": {"2": bad}}, "(test)")
 
 
 def test_a_noisy_negative_difference_is_no_work_not_negative_work():
@@ -104,8 +123,10 @@ def profiles(tmp_path_factory):
     raw = copy.deepcopy(raw)
     raw["measurements"]["grad_path"] = _rows(2) + _rows(4) + _visit_rows(2) + _visit_rows(4)
     with_ = build_profile(scenario, raw)
+    raw["measurements"]["grad_path"] = _rows(2, idle=True) + _rows(4, idle=True)
+    idle = build_profile(scenario, raw)
     paths = {}
-    for name, data in (("without", without), ("with", with_)):
+    for name, data in (("without", without), ("with", with_), ("idle", idle)):
         paths[name] = folder / f"{name}.json"
         paths[name].write_text(json.dumps(data))
     return paths
@@ -135,6 +156,23 @@ def test_a_step_gains_every_hook_and_every_bucket(profiles, stage):
     extra = sum(TINY_HOOKS) * HOOK_S * k + TINY_BUCKETS * BUCKET_S * k
     ra, rb = simulate(a, stage), simulate(b, stage)
     assert rb.compute_s - ra.compute_s == pytest.approx(extra, rel=1e-9)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_a_micro_step_that_does_not_reduce_pays_only_its_idle_hooks(profiles, stage):
+    """Gradient accumulation over 3 micro-steps: at stages 0-1 the first two do not reduce, and
+    each unit's backward there costs its hooks at IDLE_S, not at hook_s: the step's compute is
+    shorter by 2 x 29 hooks x (hook_s - IDLE_S) than with a profile that measured no such
+    micro-step; ZeRO-2 reduces on every one and pays the same."""
+    sets = ("cluster.gpus_per_node=2", "training.gradient_accumulation=3")
+    a = with_profile(profiles["with"], *sets)
+    b = with_profile(profiles["idle"], *sets)
+    saved = 0 if stage == 2 else 2 * sum(TINY_HOOKS) * (HOOK_S * (stage + 1) - IDLE_S)
+    assert simulate(a, stage).compute_s - simulate(b, stage).compute_s == pytest.approx(
+        saved, rel=1e-9, abs=1e-15)
+    one = ("cluster.gpus_per_node=2",)  # without accumulation every micro-step reduces
+    assert simulate(with_profile(profiles["idle"], *one), stage).compute_s == pytest.approx(
+        simulate(with_profile(profiles["with"], *one), stage).compute_s, rel=1e-12)
 
 
 def test_the_visit_fit_recovers_its_constants():

@@ -24,8 +24,12 @@ alternately. A row:
     reduce_s           median of reduce_bucket's inclusive time per backward
     buckets_s          median over iterations of reduce - its collectives' time (the Recorder's
                        comm events): the buckets' host work beyond their collectives
+    idle_s             stages 0-1: median of the backward with the hooks on, not reducing (a
+                       micro-step before the last under gradient accumulation); None at 2
+    idle_hooks_s       median over iterations of idle - without: the hooks' work there
 
-zerosim/calibration/fit.py (fit_grad_path) divides hooks_s and buckets_s by their counts.
+zerosim/calibration/fit.py (fit_grad_path) divides hooks_s, buckets_s and idle_hooks_s by their
+counts.
 
 ZeRO-3 has no such hooks: its host work is each unit's visit (zero3.py: before_forward and
 after_forward, before_backward and after_backward): gathering the unit's flat buffers (their
@@ -121,11 +125,12 @@ class _Timed:
             self.calls += 1
 
 
-def _backward(engine, recorder: Recorder, params: list, device) -> float:
+def _backward(engine, recorder: Recorder, params: list, device, reducing: bool = True) -> float:
     """One backward into every flat parameter, as a micro-step of DDP.step starts it: the
-    gradients zeroed (ZeRO-2: set to None), every bucket empty; its seconds."""
+    gradients zeroed (ZeRO-2: set to None), every bucket empty; its seconds. Not `reducing`: a
+    micro-step before the last under gradient accumulation (its hooks only count)."""
     engine.zero_grads()
-    engine.last_micro = engine.reducing = True
+    engine.last_micro = engine.reducing = reducing
     engine.fired, engine.filled = [0] * len(engine.uses), [0] * len(engine.buckets)
     engine.kept = set()
     # A tied matrix's first use (the head's) reaches its gradient in a backward call of its own,
@@ -150,16 +155,21 @@ def _hooks(engine, on: bool) -> None:
 
 def stage_row(stage: int, rank: int, n: int, cfg, device) -> dict:
     """One stage's row: its engine built on the calibration scenario, its backward timed with
-    the hooks on and off (each iteration both, in turn), rank 0's medians."""
+    the hooks on and off (each iteration both, in turn), rank 0's medians. A stage that reduces
+    only on the last micro-step of gradient accumulation (0 and 1) is timed a third way, hooks
+    on and not reducing, as its earlier micro-steps run (`idle_s`, `idle_hooks_s`: the hooks'
+    work there); ZeRO-2 reduces on every micro-step (None)."""
     engine, recorder = _engine(cfg.memory_scenarios[(stage, cfg.micro_batches[0])], stage,
                                rank, n, cfg, device)
     reduce = _Timed(engine)
     params = engine.flat.params
+    idles = not engine.reduces_every_micro_step
     try:
         def once() -> tuple[float, ...]:
             _hooks(engine, False)
             without = _backward(engine, recorder, params, device)
             _hooks(engine, True)
+            idle = _backward(engine, recorder, params, device, reducing=False) if idles else 0.0
             seconds, calls, first = reduce.seconds, reduce.calls, len(recorder.events)
             with_s = _backward(engine, recorder, params, device)
             collective = _collectives_s(recorder, first)
@@ -167,16 +177,19 @@ def stage_row(stage: int, rank: int, n: int, cfg, device) -> dict:
             reduced = reduce.seconds - seconds
             hooks = sum(engine.fired)
             return (with_s, without, with_s - without - reduced, reduced,
-                    reduced - collective, hooks, reduce.calls - calls)
+                    reduced - collective, idle, idle - without, hooks, reduce.calls - calls)
 
         barrier(device)
-        samples = list(zip(*until(once, lambda s: s[0] + s[1], device)))
+        samples = list(zip(*until(once, lambda s: s[0] + s[1] + s[5], device)))
     finally:
         _hooks(engine, False)
-    names = ("with_s", "without_s", "hooks_s", "reduce_s", "buckets_s")
-    return {"processes": n, "stage": stage, "hooks": samples[5][0], "buckets": samples[6][0],
-            **{name: statistics.median(v) for name, v in zip(names, samples)},
-            "iterations": len(samples[0])}
+    names = ("with_s", "without_s", "hooks_s", "reduce_s", "buckets_s", "idle_s", "idle_hooks_s")
+    row = {"processes": n, "stage": stage, "hooks": samples[7][0], "buckets": samples[8][0],
+           **{name: statistics.median(v) for name, v in zip(names, samples)},
+           "iterations": len(samples[0])}
+    if not idles:
+        row["idle_s"] = row["idle_hooks_s"] = None
+    return row
 
 
 def _engine(scenario, stage: int, rank: int, n: int, cfg, device):

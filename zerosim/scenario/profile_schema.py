@@ -279,16 +279,19 @@ def _record_entry(s: _Schema, at: str, record: Any) -> None:
 
 
 def _grad_path(s: _Schema, fit: dict[str, Any]) -> None:
-    """Per processes count and stage: seconds per gradient hook and per bucket (stages 0-2);
-    per pass, seconds per flat buffer and per byte of ZeRO-3's visits (stage 3)."""
+    """Per processes count and stage: seconds per gradient hook and per bucket (stages 0-2),
+    and optionally per hook on a micro-step that does not reduce; per pass, seconds per flat
+    buffer and per byte of ZeRO-3's visits (stage 3)."""
     for n, by_stage in s.by_count("fit.grad_path", fit.get("grad_path", {}), 1):
         for stage, entry in s.by_name(f"fit.grad_path.{n}", by_stage,
                                       tuple(map(str, STAGES)), "a stage"):
             at = f"fit.grad_path.{n}.{stage}"
             if stage != "3":
-                s.object(at, entry, ("hook_s", "bucket_s"))
+                s.object(at, entry, ("hook_s", "bucket_s", "idle_hook_s"))
                 for key in ("hook_s", "bucket_s"):
                     s.number(f"{at}.{key}", s.get(at, entry, key))
+                if "idle_hook_s" in entry:  # optional: profiles fitted before it lack it
+                    s.number(f"{at}.idle_hook_s", entry["idle_hook_s"])
                 continue
             s.object(at, entry, PASSES)
             for phase in PASSES:

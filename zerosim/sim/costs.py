@@ -78,6 +78,21 @@ def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float
     return forward, backward, 0.0
 
 
+def idle_hook_savings(scenario, stage: int) -> list[float]:
+    """Per unit, the seconds a backward that does not reduce (a micro-step before the last
+    under gradient accumulation, stages 0-1) takes less than gradient_path prices: its hooks
+    only count (fit.grad_path's idle_hook_s against hook_s); [] where the profile measured no
+    such micro-step or the stage reduces on each."""
+    t, profile, m = scenario.training, scenario.profile, scenario.model
+    hooks = framework_of(t).gradient_hooks(m, t, stage)
+    measured = (profile.grad_path(scenario.cluster.gpus_per_node, stage)
+                if profile is not None and hooks else None)
+    if measured is None or "idle_hook_s" not in measured:
+        return []
+    saved = max(0.0, measured["hook_s"] - measured["idle_hook_s"])
+    return [h * saved for h in hooks]
+
+
 def compute_seconds(scenario, flops: list[UnitFlops],
                     stage: int) -> tuple[list[float], list[float]]:
     """Forward and backward seconds of each unit for one micro-batch on one rank, with the host

@@ -140,6 +140,8 @@ class DDP:
         """Backward of one unit, cut where its gradients cross bucket boundaries."""
         duration_s = self.shape.backward_s[unit]
         total = self.shape.grad_bytes_per_element * self.shape.gradient_elements[unit]
+        if not self.reducing and self.shape.idle_hook_savings_s:  # the hooks only count
+            duration_s -= self.shape.idle_hook_savings_s[unit]
         if total == 0 or not self.reducing:  # no_sync: gradients add up in the full buffer
             yield from self.ctx.compute(duration_s, "backward", "backward", unit)
             return

@@ -18,7 +18,7 @@ from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
 from zerosim.sim.costs import (OptimizerCost, compute_seconds, gather_buffers, gradient_path,
-                               memory_terms, optimizer_cost, overlap_windows)
+                               idle_hook_savings, memory_terms, optimizer_cost, overlap_windows)
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES, mib_to_bytes
 
 
@@ -92,6 +92,9 @@ class StepShape:
     bucket_host_s: float = 0.0
     """Host seconds of one gradient bucket's reduction beyond its collective, on the compute
     stream before it launches (a profile's fit.grad_path: zero_real's reduce_bucket)."""
+    idle_hook_savings_s: list[float] = field(default_factory=list)
+    """Per unit, seconds a backward that does not reduce takes less than backward_s (its hooks
+    only count: a profile's fit.grad_path idle_hook_s); empty: the same."""
     state_blocks: list[tuple[str, int]] = field(default_factory=list)
     """Where model states are one tensor per parameter (FSDP2: each sharded parameter, then
     each of its optimizer moments), (category, bytes) in allocation order; else one block per
@@ -239,6 +242,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         family=family_shape(scenario, mesh),
         tensor=tensor, tensor_windows=windows,
         bucket_host_s=gradient_path(scenario, stage)[2],
+        idle_hook_savings_s=idle_hook_savings(scenario, stage),
         gather_buffers=gather_buffers(scenario, stage),
         keeps_last_unit=extra["last_unit_kept"] > 0,
         tied_grad_bytes=max(0, round(extra["tied_grad_kept"])),
