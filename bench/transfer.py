@@ -259,10 +259,10 @@ def parse(argv: list[str] | None = None):
     args.configurations = [c for c in HELD_OUT if c.name in chosen]
     if args.runs is not None and not args.runs.is_dir():
         parser.error(f"--runs {args.runs}: no such folder")
-    after = (None if args.save_profile is None or args.no_after
-             else args.save_profile.with_suffix(".after.json"))
-    for path, what in ((args.save_profile, "--save-profile"), (after, "--save-profile's second"),
-                       (args.json, "--json")):
+    args.save_after = (None if args.save_profile is None or args.no_after
+                       else args.save_profile.with_suffix(".after.json"))
+    for path, what in ((args.save_profile, "--save-profile"),
+                       (args.save_after, "--save-profile's second"), (args.json, "--json")):
         if path is not None:
             try:
                 check_writable(path, what)
@@ -311,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             if time.perf_counter() - ran < 60:
                 progress("the runs were kept from an earlier loop: the second calibration "
                          "follows the first at once, not the minutes of the runs")
-            after = calibrated(profile.with_suffix(".after.json"), "after the runs")
+            after = calibrated(args.save_after or Path(tmp) / "profile.after.json",
+                               "after the runs")
         rows = []
         for c in args.configurations:
             progress(f"validating {c.name}")

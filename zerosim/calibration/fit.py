@@ -122,9 +122,9 @@ def _fit_visits(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def fit_grad_path(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per process count and stage. Stages 0-2: the hooks' work over the hooks fired, the
     buckets' host work over the buckets reduced; stages 0-1 also the hooks' work on a
-    micro-step that does not reduce (idle_hook_s, where the row measured it). Each is a median difference of two timings,
-    which a noisy box can leave below zero: a mechanism costs no less than nothing, so 0 then
-    (the row keeps it). Stage 3: per pass, each visit's seconds per flat buffer and per byte."""
+    micro-step that does not reduce (idle_hook_s, where the row measured it). Each is a median
+    difference of two timings, which a noisy box can leave below zero: a mechanism costs no less
+    than nothing, so 0 then (the row keeps it). Stage 3: per pass, each visit's seconds per flat buffer and per byte."""
     fit: dict[str, Any] = {}
     visits: dict[tuple[str, str], list] = defaultdict(list)
     for r in rows:

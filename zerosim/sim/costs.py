@@ -57,6 +57,14 @@ def gather_buffers(scenario, stage: int) -> list[list[int]]:
     return buffer_elements(rank_model(scenario), names) if names else []
 
 
+def _grad_path_fit(scenario, stage: int) -> dict | None:
+    """The profile's fit.grad_path at `stage`, for the world of as many ranks per box as here;
+    None without a profile or without that fit."""
+    profile = scenario.profile
+    return (None if profile is None
+            else profile.grad_path(scenario.cluster.gpus_per_node, stage))
+
+
 def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float]:
     """The host work of the stage's gradient path beyond its kernels and collectives, as a
     profile measured zero_real's (fit.grad_path, the world of as many ranks per box as here) for
@@ -64,10 +72,9 @@ def gradient_path(scenario, stage: int) -> tuple[list[float], list[float], float
     gradient bucket before its collective). Stages 0-2: each parameter gradient's hook
     (Framework.gradient_hooks) and each bucket. Stage 3: each unit's visits, per flat buffer
     gathered and per byte of it (Framework.gather_buffers). ([], [], 0) without them."""
-    t, profile, m = scenario.training, scenario.profile, scenario.model
+    t, m = scenario.training, scenario.model
     hooks, buffers = framework_of(t).gradient_hooks(m, t, stage), gather_buffers(scenario, stage)
-    measured = (profile.grad_path(scenario.cluster.gpus_per_node, stage)
-                if profile is not None and (hooks or buffers) else None)
+    measured = _grad_path_fit(scenario, stage) if hooks or buffers else None
     if measured is None:
         return [], [], 0.0
     if hooks:
@@ -83,10 +90,9 @@ def idle_hook_savings(scenario, stage: int) -> list[float]:
     under gradient accumulation, stages 0-1) takes less than gradient_path prices: its hooks
     only count (fit.grad_path's idle_hook_s against hook_s); [] where the profile measured no
     such micro-step or the stage reduces on each."""
-    t, profile, m = scenario.training, scenario.profile, scenario.model
-    hooks = framework_of(t).gradient_hooks(m, t, stage)
-    measured = (profile.grad_path(scenario.cluster.gpus_per_node, stage)
-                if profile is not None and hooks else None)
+    t = scenario.training
+    hooks = framework_of(t).gradient_hooks(scenario.model, t, stage)
+    measured = _grad_path_fit(scenario, stage) if hooks else None
     if measured is None or "idle_hook_s" not in measured:
         return []
     saved = max(0.0, measured["hook_s"] - measured["idle_hook_s"])
