@@ -273,3 +273,14 @@ def test_a_bad_grad_path_is_refused_naming_the_field(change, where):
     with pytest.raises(InputError) as e:
         check_fit(fit, "p.json")
     assert where in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_idle_saving_never_exceeds_what_is_left_of_a_backward(profiles, monkeypatch):
+    """Tensor parallelism's windows come out of backward_s after the hooks went in: the saving
+    a micro-step that does not reduce takes off is capped at what is left, never negative."""
+    from zerosim.sim.stages import step_shape as module
+
+    monkeypatch.setattr(module, "idle_hook_savings", lambda scenario, stage: [1.0] * 4)
+    shape = module.step_shape(with_profile(profiles["idle"], "cluster.gpus_per_node=2"), 0)
+    assert shape.idle_hook_savings_s == shape.backward_s
+    assert all(b > 0 for b in shape.backward_s)

@@ -124,7 +124,8 @@ def fit_grad_path(rows: list[dict[str, Any]]) -> dict[str, Any]:
     buckets' host work over the buckets reduced; stages 0-1 also the hooks' work on a
     micro-step that does not reduce (idle_hook_s, where the row measured it). Each is a median
     difference of two timings, which a noisy box can leave below zero: a mechanism costs no less
-    than nothing, so 0 then (the row keeps it). Stage 3: per pass, each visit's seconds per flat buffer and per byte."""
+    than nothing, so 0 then (the row keeps it). Stage 3: per pass, each visit's seconds per flat
+    buffer and per byte."""
     fit: dict[str, Any] = {}
     visits: dict[tuple[str, str], list] = defaultdict(list)
     for r in rows:
@@ -134,7 +135,7 @@ def fit_grad_path(rows: list[dict[str, Any]]) -> dict[str, Any]:
         entry = fit.setdefault(str(r["processes"]), {})[str(r["stage"])] = {
             "hook_s": max(0.0, r["hooks_s"] / r["hooks"]) if r["hooks"] else 0.0,
             "bucket_s": max(0.0, r["buckets_s"] / r["buckets"]) if r["buckets"] else 0.0}
-        if r.get("idle_hooks_s") is not None:  # stages 0-1, calibrated since 2026-11-28
+        if r.get("idle_hooks_s") is not None:  # stages 0-1, calibrated since 83fa72f
             idle = r["idle_hooks_s"]
             entry["idle_hook_s"] = max(0.0, idle / r["hooks"]) if r["hooks"] else 0.0
     for (n, phase), group in sorted(visits.items()):

@@ -89,7 +89,8 @@ def idle_hook_savings(scenario, stage: int) -> list[float]:
     """Per unit, the seconds a backward that does not reduce (a micro-step before the last
     under gradient accumulation, stages 0-1) takes less than gradient_path prices: its hooks
     only count (fit.grad_path's idle_hook_s against hook_s); [] where the profile measured no
-    such micro-step or the stage reduces on each."""
+    such micro-step (calibrate measures none at ZeRO-2, which reduces on each). A pipeline's
+    plan prices every micro-batch's backward alike and takes none of it (sim/pipeline/plan.py)."""
     t = scenario.training
     hooks = framework_of(t).gradient_hooks(scenario.model, t, stage)
     measured = _grad_path_fit(scenario, stage) if hooks else None

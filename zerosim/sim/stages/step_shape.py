@@ -242,7 +242,9 @@ def step_shape(scenario, stage: int) -> StepShape:
         family=family_shape(scenario, mesh),
         tensor=tensor, tensor_windows=windows,
         bucket_host_s=gradient_path(scenario, stage)[2],
-        idle_hook_savings_s=idle_hook_savings(scenario, stage),
+        # at most what is left of each backward (tensor parallelism's windows came out of it)
+        idle_hook_savings_s=[min(saved, b) for saved, b in
+                             zip(idle_hook_savings(scenario, stage), backward_s)],
         gather_buffers=gather_buffers(scenario, stage),
         keeps_last_unit=extra["last_unit_kept"] > 0,
         tied_grad_bytes=max(0, round(extra["tied_grad_kept"])),
