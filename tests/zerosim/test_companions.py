@@ -123,7 +123,13 @@ def test_deepspeed_precision_buckets_micro_batch_and_optimizer(write):
     t = scenario.training
     assert (t.zero_stage, t.precision, t.micro_batch, t.optimizer) == (1, "bf16", 4, "sgd_momentum")
     assert round(t.reduce_bucket_MiB * 2**20) == 10**9  # 5e8 bf16 elements
-    assert memory_table(scenario)[2].buffers_bytes == 2 * 10**9
+    # ZeRO-2's buckets hold what is made into them: at the untied head's backward, with every
+    # activation alive, its bf16 gradient (32000 x 4096 matrix + the final RMSNorm's 4096)
+    assert memory_table(scenario)[2].buffers_bytes == 2 * (32000 * 4096 + 4096)
+    small = ds(write, {"zero_optimization": {"stage": 2, "reduce_bucket_size": 10**7}})
+    capped = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", deepspeed=small)
+    # no fp16/bf16 section: DeepSpeed trains in fp32, 4 B per element; two full buckets
+    assert memory_table(capped)[2].buffers_bytes == 2 * 4 * 10**7
 
 
 def test_auto_keeps_the_scenarios_values_and_set_wins_over_deepspeed(write):

@@ -211,7 +211,7 @@ def test_zeropp_bytes_and_its_4x_cross_node_volume(tmp_path):
 
 def test_hpz_keeps_a_secondary_partition_until_backward(tmp_path):
     s = load_scenario(bare(tmp_path, 2, 8, f"zero_stage = 3\n{DS.split('.')[1]}\nhpz_partition = 4"))
-    plain = load_scenario(bare(tmp_path, 2, 8, "zero_stage = 3"))
+    plain = load_scenario(bare(tmp_path, 2, 8, f"zero_stage = 3\n{DS.split('.')[1]}"))
     added = stage_memory(s, 3).buffers_bytes - stage_memory(plain, 3).buffers_bytes
     assert added == 2 * 8 * -(-(PSI // 8) // 4)  # fp16, 8 units of Ψ / 8, each over 4 ranks
 

@@ -14,17 +14,19 @@ from zerosim.frameworks import FRAMEWORKS, REGISTRY, framework_of
 from zerosim.scenario.load import load_scenario
 
 T = SimpleNamespace(precision="bf16", optimizer="adam", optimizer_offload="none",
-                    gradient_as_bucket_view=False, seq_len=4, micro_batch=2, framework="zero")
+                    gradient_as_bucket_view=False, seq_len=4, micro_batch=2, framework="zero",
+                    compute_dtype="bf16")
 MODEL = SimpleNamespace(is_bare=False, vocab=10)
 
 
-def test_the_registry_is_the_four_frameworks_default_first():
-    assert FRAMEWORKS == ("zero", "deepspeed", "fsdp2", "ddp")
+def test_the_registry_is_the_five_frameworks_default_first():
+    assert FRAMEWORKS == ("zero", "deepspeed", "fsdp2", "ddp", "fsdp1")
     assert {name: REGISTRY[name].stages for name in FRAMEWORKS} == {
-        "zero": (0, 1, 2, 3), "deepspeed": (0, 1, 2, 3), "fsdp2": (2, 3), "ddp": (0,)}
+        "zero": (0, 1, 2, 3), "deepspeed": (0, 1, 2, 3), "fsdp2": (2, 3), "ddp": (0,),
+        "fsdp1": (2, 3)}
 
 
-@pytest.mark.parametrize("name, stage", [("fsdp2", 1), ("ddp", 2), ("ddp", 3)])
+@pytest.mark.parametrize("name, stage", [("fsdp2", 1), ("ddp", 2), ("ddp", 3), ("fsdp1", 0)])
 def test_a_stage_the_framework_does_not_run_is_refused(name, stage):
     with pytest.raises(InputError, match=f"training.framework = '{name}' runs ZeRO stage"):
         load_scenario(ZERO_PAPER, [f"training.framework={name}", f"training.zero_stage={stage}"])
@@ -33,7 +35,7 @@ def test_a_stage_the_framework_does_not_run_is_refused(name, stage):
 def test_loss_blocks_are_every_framework_but_the_papers():
     """2 x 4 tokens x 10 entries: bf16 logits 160 B and their fp32 copy 320 B in forward,
     two fp32 gradients of 320 B in backward; "zero" holds none."""
-    for name in ("deepspeed", "fsdp2", "ddp"):
+    for name in ("deepspeed", "fsdp2", "ddp", "fsdp1"):
         assert REGISTRY[name].loss_blocks(MODEL, T) == {"forward": [160, 320],
                                                         "backward": [320, 320]}
         assert REGISTRY[name].loss_transient_bytes(MODEL, T) == 640
@@ -46,7 +48,7 @@ def test_step_transients_by_hand():
     got = {name: [REGISTRY[name].step_transient_bytes(T, stage, 1000) for stage in range(4)]
            for name in FRAMEWORKS}
     assert got == {"zero": [0, 0, 0, 0], "deepspeed": [0, 4000, 4000, 4000],
-                   "fsdp2": [4000] * 4, "ddp": [4000] * 4}
+                   "fsdp2": [4000] * 4, "ddp": [4000] * 4, "fsdp1": [4000] * 4}
     offloaded = SimpleNamespace(**{**vars(T), "optimizer_offload": "cpu"})
     assert REGISTRY["deepspeed"].step_transient_bytes(offloaded, 2, 1000) == 0
     sgd = SimpleNamespace(**{**vars(T), "optimizer": "sgd"})
@@ -96,5 +98,6 @@ def test_which_frameworks_wait_for_their_pipeline_sends():
                                                                 "interleaved_1f1b"))
               for name, fw in REGISTRY.items()}
     assert blocks == {"zero": (True, True, False), "deepspeed": (True, True, True),
-                      "fsdp2": (False, False, False), "ddp": (False, False, False)}
+                      "fsdp2": (False, False, False), "ddp": (False, False, False),
+                      "fsdp1": (False, False, False)}
 

@@ -69,8 +69,13 @@ def test_fsdp2_gradients_exist_from_backward_to_the_step_only():
     assert result.memory_at["after_step"] == row.model_states_bytes
     deepspeed = load_scenario(MEGATRON, ["training.framework='deepspeed'",
                                          "training.zero_stage=3"])
-    ds = simulate(deepspeed, 3, keep_events=False)  # a persistent buffer from the start
-    assert ds.memory_at["after_init"] == stage_memory(deepspeed, 3).model_states_bytes
+    ds = simulate(deepspeed, 3, keep_events=False)  # persistent buffers from the start:
+    # its gradient bucket (25 MiB, contiguous_gradients) and its persistent parameters, every
+    # vector of <= 1e5 elements whole: per layer 2 LayerNorms (4h) and the biases of QKV (3h),
+    # the projection (h) and the MLP (4h + h); the final LayerNorm (2h); fp16
+    persistent = 2 * (36 * 13 * 4096 + 2 * 4096)
+    assert ds.memory_at["after_init"] == (stage_memory(deepspeed, 3).model_states_bytes
+                                          + 25 * 2**20 + persistent)
 
 
 def test_fsdp2_states_match_the_h100_measurement():

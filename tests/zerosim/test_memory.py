@@ -65,7 +65,16 @@ def test_buffers_per_stage():
     scenario = load_scenario(SCENARIOS / "megatron_7b5_64gpu.toml")
     rows = memory_table(scenario)
     assert rows[0].buffers_bytes == rows[1].buffers_bytes == 0  # in place on the flat gradient
-    assert rows[2].buffers_bytes == 2 * 25 * 2**20  # two 25 MiB buckets: filling + reducing
+    # Stage 2's buckets hold what is made into them, at most two 25 MiB (filling + reducing).
+    # Under full checkpointing the peak is the last layer's recomputation beside every stored
+    # input, and its gradient (a layer is 8x a bucket) fills both buckets then.
+    assert rows[2].buffers_bytes == 2 * 25 * 2**20
+    # Without checkpointing the peak is the head's backward, every activation alive: beside it
+    # only the tied head's own gradient, its final LayerNorm (2h fp16); the layers fill theirs
+    # as their activations go.
+    kept = load_scenario(SCENARIOS / "megatron_7b5_64gpu.toml",
+                         ["training.activation_checkpointing=none"])
+    assert stage_memory(kept, 2).buffers_bytes == 2 * 2 * H
     # Prefetch 1: two consecutive units gathered, fp16 (embedding + layer 1 is the largest pair),
     # and two units of full fp16 gradients (one produced, one being reduce-scattered).
     pair = max(EMBEDDING + LAYER, 2 * LAYER, LAYER + HEAD)

@@ -28,9 +28,11 @@ from dataclasses import asdict, dataclass
 
 from zerosim.contract import MEMORY_POINTS, PASSES, STAGE2_LIVE_BUCKETS, STAGES
 from zerosim.frameworks import framework_of
+from zerosim.analytic.fetch import fetch_memory, fetches_by_module
 from zerosim.analytic.model import (activations, gather_units, gathered_elements,
                                     grad_bytes_per_element, max_gather_window,
-                                    sharded_unit_elements, total_params, unit_activation_bytes)
+                                    param_counts, root_elements, sharded_unit_elements,
+                                    total_params, unit_activation_bytes)
 from zerosim.scenario.checks import within_cap
 from zerosim.scenario.config import Scenario, TrainingConfig
 from zerosim.analytic.host_memory import offload_bytes
@@ -61,14 +63,27 @@ def optimizer_bytes_per_param(t: TrainingConfig) -> int:
 
 def kept_parameter_bytes(m, t: TrainingConfig, mesh: Mesh) -> int:
     """What stays of the gathered parameters once forward is done, until each unit's backward:
-    under Framework.keeps_gathered_parameters every unit, 16-bit; under ZeRO++'s hpZ each unit's
+    under Framework.keeps_gathered_parameters every unit, 16-bit; under keeps_root_gathered the
+    root unit (model.root_elements); under ZeRO++'s hpZ each unit's
     secondary partition over h ranks of the node (ceil(unit / h) elements, DeepSpeed's
     _partition_param_sec); else 0."""
     if framework_of(t).keeps_gathered_parameters(t, mesh.stage):
         return BYTES_PER_ELEMENT[t.precision] * gathered_elements(m)
+    if framework_of(t).keeps_root_gathered(t, mesh.stage) and not m.is_bare:
+        return BYTES_PER_ELEMENT[t.precision] * root_elements(m)
     if mesh.hpz:  # stage 3 only
         return BYTES_PER_ELEMENT[t.precision] * sharded_unit_elements(m, mesh.hpz)
     return 0
+
+
+def persistent_param_bytes(scenario: Scenario, stage: int) -> int:
+    """Module-by-module ZeRO-3 (DeepSpeed: analytic/fetch.fetches_by_module) keeps its small
+    parameters whole on every rank beside their shards (fetch_memory); 0 elsewhere."""
+    if not fetches_by_module(scenario, stage):
+        return 0
+    m, t = rank_model(scenario), scenario.training
+    return BYTES_PER_ELEMENT[t.precision] * fetch_memory(m, t, framework_of(t),
+                                                         grad_bytes_per_element(t, 3))[1]
 
 
 def made_in_backward(t: TrainingConfig, stage: int) -> bool:
@@ -111,13 +126,37 @@ class StageMemory:
         return out
 
 
-def _bucket_bytes(bucket_MiB: float, total_bytes: int, count: int) -> int:
-    """`count` buckets of bucket_MiB, never more than the whole buffer they are cut from."""
-    return min(count * mib_to_bytes(bucket_MiB), total_bytes)
+def stage2_bucket_bytes(m, t: TrainingConfig, bg: int) -> int:
+    """ZeRO-2's buckets, as much as they add to the activations' peak: a bucket holds the
+    gradients made into it so far, never more (sim/stages/replicated.ZeRO2), and backward frees
+    each unit's activations as it goes. At each unit's backward in turn (the head, the layers
+    from the last, the embedding) what is alive is the activations left (with the unit's
+    recomputation under checkpointing) and min(STAGE2_LIVE_BUCKETS buckets, the gradients made
+    so far); the term is how far the most of those exceeds Activations.peak_bytes. A small
+    model, whose one bucket would hold its whole gradient, adds only what its first units make
+    while every activation is alive. Closed form over the layers (the planner asks of 2**36 of
+    them): the layer term rises while the buckets fill and falls after, so its ends and the
+    turn are enough."""
+    cap = STAGE2_LIVE_BUCKETS * mib_to_bytes(t.reduce_bucket_MiB)
+    if m.is_bare:  # no activations: every gradient may be in the buckets
+        return min(cap, bg * total_params(m))
+    c, acts = param_counts(m), activations(m, t)  # gradient_units' ends, in closed form
+    head_g, layer_g, first_g = bg * (c.final_norm + c.lm_head), bg * c.per_layer, bg * c.embedding
+    stored, layers = acts.stored_per_layer_bytes, m.layers
+    rest = acts.embedding_bytes + acts.recompute_bytes  # beside a layer's backward
+
+    def layer(j: int) -> int:  # the j-th layer from the last, in its backward
+        return (layers - j + 1) * stored + rest + min(cap, head_g + j * layer_g)
+
+    turn = (cap - head_g) // layer_g if layer_g else 0
+    alive = [layers * stored + acts.outside_layers_bytes + min(cap, head_g),
+             acts.embedding_bytes + min(cap, head_g + layers * layer_g + first_g)]
+    alive += [layer(j) for j in {1, layers, turn, turn + 1} if 1 <= j <= layers]
+    return max(0, max(alive) - acts.peak_bytes)
 
 
 def _stage_buffers(m, t: TrainingConfig, mesh: Mesh, psi: int, bp: int,
-                   bg: int) -> tuple[int, int]:
+                   bg: int, by_module: bool = False) -> tuple[int, int]:
     """(kept, buffers): the stage's buffers in flight at the start of backward, and the part of
     them that is FSDP2's stage-2 parameters kept from forward (0 elsewhere)."""
     stage = mesh.stage
@@ -127,7 +166,13 @@ def _stage_buffers(m, t: TrainingConfig, mesh: Mesh, psi: int, bp: int,
     if stage == 2:
         # Non-owned gradients are freed, so buckets are separate buffers (stages 0-1 reduce in
         # place on the persistent flat gradient buffer: their buckets are slices of it).
-        return 0, _bucket_bytes(t.reduce_bucket_MiB, bg * psi, STAGE2_LIVE_BUCKETS)
+        return 0, stage2_bucket_bytes(m, t, bg)
+    if by_module:
+        # Module by module (DeepSpeed): what its plan holds gathered at once, and the flush's
+        # copy of a full gradient bucket (reduce_scatter_coalesced's torch.cat: docs/research/
+        # deepspeed_zero3_fetch.md sec. 6); the bucket itself is a persistent buffer.
+        live, _ = fetch_memory(m, t, framework_of(t), bg)
+        return kept, kept + bp * live + min(mib_to_bytes(t.reduce_bucket_MiB), bg * psi)
     if stage == 3:
         # Whole layers gathered for compute (the current one plus prefetch), and full layer
         # gradients awaiting their reduce-scatter (ZeRO paper §5.3, "P_p").
@@ -148,8 +193,8 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     bg = grad_bytes_per_element(t, stage)
     params, grads, optimizer, host, nvme, optimizer_numel = _model_states(t, mesh, psi)
     fw = framework_of(t)
-    kept, buffers = _stage_buffers(m, t, mesh, psi, bp, bg)
-    persistent = fw.persistent_buffer_bytes(t, stage, psi)
+    kept, buffers = _stage_buffers(m, t, mesh, psi, bp, bg, fetches_by_module(scenario, stage))
+    persistent = fw.persistent_buffer_bytes(t, stage, psi) + persistent_param_bytes(scenario, stage)
     buffers += persistent + fw.loss_transient_bytes(m, t)
     acts = activations(m, t).peak_bytes
     return _with_peak(t, stage, (params, grads, optimizer, host, nvme), acts, buffers, kept,
@@ -245,7 +290,7 @@ def p2p_bytes(scenario: Scenario) -> int:
     under sequence parallelism (Megatron-LM's p2p_communication.py sends the tensor whole, of
     shape [s / t, b, h] then)."""
     m, t = rank_model(scenario), scenario.training
-    return BYTES_PER_ELEMENT[t.precision] * (t.seq_len or 0) * t.micro_batch * m.hidden \
+    return BYTES_PER_ELEMENT[t.compute_dtype] * (t.seq_len or 0) * t.micro_batch * m.hidden \
         // m.sequence_shards
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from zerosim.contract import BLOCK, EMBEDDING, HEAD
 from zerosim.scenario.checks import within_cap
+from zerosim.frameworks import framework_of
 from zerosim.frameworks.base import TOKEN
 from zerosim.scenario.config import ModelConfig, TrainingConfig
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
@@ -148,7 +149,7 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
     Table 2: sbh(10 + 24/t + 5as/(ht)), or sbh(34/t + 5as/(ht)) with sequence parallelism."""
     if m.is_bare:
         return ZERO_ACTIVATIONS
-    w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
+    w = BYTES_PER_ELEMENT[t.compute_dtype]  # activations are in the compute dtype
     s, b, a, f = t.seq_len, t.micro_batch, m.heads, m.ffn_width
     sbh, sbf, sbq = s * b * m.hidden // m.sequence_shards, s * b * f, s * b * m.q_width
     sbkv = s * b * m.n_kv_heads * m.head_dim
@@ -177,9 +178,31 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
         stored, recompute = per_layer, 0
     # §4.3: embedding dropout mask, final-norm input, head input, cross-entropy logits in fp32.
     outside = mask * sbh + 2 * w * sbh + FP32_BYTES * s * b * m.vocab
+    layer_casts, head_casts = autocast_weight_bytes(m, t)
+    if t.activation_checkpointing == "full" and not framework_of(t).autocast_caches_weights(t):
+        recompute += layer_casts  # recast in the layer's recomputation, held through its backward
+    else:
+        stored += layer_casts
+    outside += head_casts
     return Activations(per_layer_bytes=per_layer, stored_per_layer_bytes=stored,
                        recompute_bytes=recompute, outside_layers_bytes=outside, layers=m.layers,
                        embedding_bytes=mask * sbh)
+
+
+def autocast_weight_bytes(m: ModelConfig, t: TrainingConfig) -> tuple[int, int]:
+    """(per layer, head): the 16-bit copies torch.autocast makes of the matmul weights, held from
+    forward into backward, under training.autocast (0 without). A cast an op saves for its
+    backward lives until that backward; autocast's cache also keeps the cast of each leaf
+    parameter until the autocast region ends, with the forward (aten/src/ATen/autocast_mode.cpp,
+    cached_cast: fp32, requires_grad, a leaf), so checkpointed layers hold theirs to the forward's
+    end where the framework's parameters are leaves (Framework.autocast_caches_weights).
+    Embedding lookups are not cast (autocast's lists)."""
+    if t.autocast == "none" or m.is_bare:
+        return 0, 0
+    w, h, f = BYTES_PER_ELEMENT[t.autocast], m.hidden, m.ffn_width
+    attention = (2 * m.q_width + 2 * m.kv_width) * h
+    mlp = (2 if m.mlp == "gelu" else 3) * f * h
+    return w * (attention + mlp), w * m.vocab * h
 
 
 def selective_op_bytes(m: ModelConfig, t: TrainingConfig, w: int) -> int:
@@ -228,6 +251,13 @@ def gathered_elements(m: ModelConfig) -> int:
     bare Psi of any layer count costs nothing): Psi, plus the embedding matrix once more where
     a tied head gathers it again."""
     return total_params(m) + (m.vocab * m.hidden if not m.is_bare and m.tied_embeddings else 0)
+
+
+def root_elements(m: ModelConfig) -> int:
+    """What FSDP1's root unit holds when every block is wrapped: the embedding unit and the
+    head unit's own parameters (a tied token table once), one flat parameter."""
+    c = param_counts(m)  # closed form: the planner asks of models of 2**36 layers
+    return c.embedding + c.final_norm + (0 if m.tied_embeddings else c.lm_head)
 
 
 def sharded_unit_elements(m: ModelConfig, ways: int) -> int:
@@ -279,6 +309,36 @@ def unit_tensor_shapes(m: ModelConfig) -> list[list[tuple[int, int]]]:
     embedding = [(v, h)] + ([(m.max_seq_len, h)] if m.position == "learned" else [])
     head = norm + ([] if m.tied_embeddings else [(v, h)])
     return [embedding] + [norm + attention + norm + mlp] * m.layers + [head]
+
+
+def module_parts(m: ModelConfig) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """(the embedding unit's, one block's, the head unit's) modules in forward order, each the
+    elements of its own parameters (nn.Module.parameters(recurse=False): weight, then bias):
+    what a framework that gathers module by module fetches at once (DeepSpeed's ZeRO-3). The
+    embedding: the token table, then learned positions; a block: its norm, Q, K and V (one
+    module where model.qkv_is_fused), the output projection, its norm, the MLP's matrices; the
+    head: the final norm and the head, which under tied embeddings gathers the token table
+    again (gather_units' count). Not for a bare Psi."""
+    h, f, v = m.hidden, m.ffn_width, m.vocab
+    b = 1 if m.bias else 0
+
+    def linear(out: int, inp: int) -> list[int]:
+        return [out * inp] + [out] * b
+
+    norm = [h] * (2 if m.norm == "layernorm" and m.bias else 1)
+    q, kv = m.q_width, m.kv_width
+    qkv = ([linear(q + 2 * kv, h)] if m.qkv_is_fused
+           else [linear(q, h), linear(kv, h), linear(kv, h)])
+    mlp = ([linear(f, h), linear(h, f)] if m.mlp == "gelu"
+           else [linear(f, h), linear(f, h), linear(h, f)])
+    embedding = [[v * h]] + ([[m.max_seq_len * h]] if m.position == "learned" else [])
+    return embedding, [norm, *qkv, linear(h, q), norm, *mlp], [norm, [v * h]]
+
+
+def unit_modules(m: ModelConfig) -> list[list[list[int]]]:
+    """Each gather unit's modules (module_parts), the block repeated per layer."""
+    embedding, block, head = module_parts(m)
+    return [embedding] + [block] * m.layers + [head]
 
 
 def unit_activation_bytes(m: ModelConfig, t: TrainingConfig) -> list[int]:

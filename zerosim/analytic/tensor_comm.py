@@ -200,7 +200,7 @@ def tensor_collectives(m, t, p, grad_bytes_per_element: int,
     if p.tensor_parallel == 1 or m.is_bare:
         return TensorCollectives()
     sp = p.sequence_parallel
-    e = t.seq_len * t.micro_batch * m.hidden * BYTES_PER_ELEMENT[t.precision]
+    e = t.seq_len * t.micro_batch * m.hidden * BYTES_PER_ELEMENT[t.compute_dtype]
     loss = tuple(TpCollective(ALL_REDUCE, FP32_BYTES * t.seq_len * t.micro_batch,
                               "TP vocabulary-parallel loss all-reduce")
                  for _ in range(LOSS_ALL_REDUCES))
@@ -222,7 +222,7 @@ def tensor_collectives(m, t, p, grad_bytes_per_element: int,
         step = ()
     tp = p.tensor_parallel
     heads = m.heads + 2 * m.n_kv_heads  # Q, K and V heads of the whole layer
-    qkv = (t.seq_len * t.micro_batch * heads * m.head_dim * BYTES_PER_ELEMENT[t.precision]
+    qkv = (t.seq_len * t.micro_batch * heads * m.head_dim * BYTES_PER_ELEMENT[t.compute_dtype]
            if m.n_kv_heads < tp else 0)
     forward, backward = _layer(e, sp, t.activation_checkpointing, qkv)
     units = [embedding] + [(forward, backward)] * m.layers + [head]

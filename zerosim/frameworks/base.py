@@ -40,6 +40,10 @@ class Framework:
     """The pipeline schedules it runs (Megatron-LM's schedules.py: forward_backward_no_
     pipelining aside, 1F1B with and without interleaving; GPipe's order is its 1F1B with every
     forward as warmup, as torch.distributed.pipelining's ScheduleGPipe runs it)."""
+    fetch_defaults: dict[str, int] | None = None
+    """Where ZeRO-3 gathers parameters module by module (DeepSpeed), the defaults of the
+    [training] keys that steer it (config.FETCH_KNOBS); None: it gathers whole units (a wrapped
+    block: FSDP, zero_real) and those keys are refused."""
     step_transient_whole: str | None = None
     """The memory category of the optimizer step's transient when it is one buffer (DeepSpeed's
     fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""
@@ -53,7 +57,7 @@ class Framework:
         [4 kept], 4, 4 bytes per token and vocabulary entry."""
         if m.is_bare or t.seq_len is None:
             return {phase: [] for phase in PASSES}
-        w = BYTES_PER_ELEMENT[t.precision]  # activations are in the compute dtype
+        w = BYTES_PER_ELEMENT[t.compute_dtype]  # activations are in the compute dtype
         entries = t.micro_batch * t.seq_len * m.vocab
         forward = [w * entries] + ([FP32_BYTES * entries] if w != FP32_BYTES else [])
         return dict(zip(PASSES, (forward, [FP32_BYTES * entries, FP32_BYTES * entries])))
@@ -122,6 +126,16 @@ class Framework:
 
     def keeps_gathered_parameters(self, t, stage: int) -> bool:
         """Whether each unit gathered for forward stays gathered to the end of its backward."""
+        return False
+
+    def autocast_caches_weights(self, t) -> bool:
+        """Whether the module's parameters are leaf tensors, which torch.autocast's cache keeps
+        a 16-bit cast of until the autocast region ends (analytic/model.autocast_weight_bytes)."""
+        return True
+
+    def keeps_root_gathered(self, t, stage: int) -> bool:
+        """Whether the root unit (the embedding and the head, one flat parameter) is gathered
+        once in forward and stays gathered to the end of the step's backward."""
         return False
 
     def pinned_bit16_host_partition(self, t, stage: int) -> bool:

@@ -3,7 +3,9 @@ beyond the paper's model states."""
 
 from __future__ import annotations
 
+from zerosim.frameworks import deepspeed_fetch
 from zerosim.frameworks.base import Framework
+from zerosim.units import mib_to_bytes
 
 
 class DeepSpeed(Framework):
@@ -12,6 +14,10 @@ class DeepSpeed(Framework):
 
     name = "deepspeed"
     step_transient_whole = "grads"  # one fp32 buffer per partition
+    fetch_defaults = {"prefetch_bucket_elements": deepspeed_fetch.PREFETCH_BUCKET,
+                      "max_live_parameters": deepspeed_fetch.MAX_LIVE,
+                      "max_reuse_distance": deepspeed_fetch.MAX_REUSE_DISTANCE,
+                      "param_persistence_threshold": deepspeed_fetch.PERSISTENCE_THRESHOLD}
     pipeline_stages = (0, 1)
     pipeline_schedules = ("1f1b",)  # PipelineEngine.train_batch always builds TrainSchedule
     # (deepspeed/runtime/pipe/engine.py, schedule.py): 1F1B, one chunk per stage
@@ -38,3 +44,21 @@ class DeepSpeed(Framework):
         """Stages 1-2 add a pinned 16-bit copy of the partition that the step casts into before
         copying it up (stage_1_and_2.py, param_buffer_of_bit16_for_cpu_offload_groups)."""
         return stage in (1, 2)
+
+    def fetch_plan(self, t, visits, sizes, reduce_bucket_elements: int):
+        """ZeRO-3's steady-state plan of one micro-batch (deepspeed_fetch.fetch_plan) under the
+        [training] keys, each DeepSpeed's default where the scenario leaves it (None)."""
+        knobs = {key: default if getattr(t, key) is None else getattr(t, key)
+                 for key, default in self.fetch_defaults.items()}
+        return deepspeed_fetch.fetch_plan(
+            visits, sizes, prefetch_bucket=knobs["prefetch_bucket_elements"],
+            max_live=knobs["max_live_parameters"],
+            threshold=knobs["param_persistence_threshold"], max_reuse=knobs["max_reuse_distance"],
+            reduce_bucket=reduce_bucket_elements)
+
+    def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
+        """ZeRO-3 copies each final gradient into a flat bucket of reduce_bucket_size elements
+        allocated once, at the optimizer's construction (contiguous_gradients, True by default:
+        stage3.py lines 731-735 at edaa722; docs/research/deepspeed_zero3_fetch.md sec. 6)."""
+        return mib_to_bytes(t.reduce_bucket_MiB) if stage == 3 else 0
+

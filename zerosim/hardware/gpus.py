@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from zerosim.hardware.nodes import CPU_BOX, DGX_2, DGX_A100, DGX_H100, Node
+from zerosim.hardware.nodes import CPU_BOX, DGX_1V, DGX_2, DGX_A100, DGX_H100, Node
 from zerosim.hardware.op_model import (CUBLAS_TILE, FA2_A100, FA2_H100, OLDER_A100, OLDER_H100,
                                        OpModel)
 
@@ -41,6 +41,12 @@ from zerosim.hardware.op_model import (CUBLAS_TILE, FA2_A100, FA2_H100, OLDER_A1
 #          Dimensions In cuBLAS And Performance" (256x128 and 128x256 most efficient).
 # [CUTL]   NVIDIA/cutlass include/cutlass/gemm/device/default_gemm_configuration.h
 #          (OpClassTensorOp Sm70: 128x256x32, Sm80: 128x256x64).
+# [DB]     Baidu DeepBench, results/train/DeepBench_NV_V100.xlsx, sheet "Results - FP16 ip, Mixed
+#          math", row 24 (4096 x 7000 x 4096, 112.3 TFLOP/s; DGX-1 V100 SXM2, CUDA 10.1),
+#          baidu-research/DeepBench @ da81ba7 (docs/research/fsdp1_amp_v100.md C.3).
+# [CLP]    clpeak README sample, Tesla V100-SXM2-16GB: kernel launch latency 7.22 us (OpenCL
+#          queue-to-start, krrishnarraj/clpeak @ 810fb4f, lines 21-65); a latency, not the
+#          back-to-back fit [RRZE-K] gives the other GPUs (no V100 file there).
 # [H100-MB] Our own microbenchmark on one H100 80GB HBM3 (SXM, 700 W, torch 2.11 + CUDA 13.0,
 #          2026-11-24): bench/h100/microbench.py, results in profiles/h100/microbench_2026-11-24.json
 #          (rows named in the comments; docs/research/compute_model.md sec. 8).
@@ -95,6 +101,17 @@ class Gpu:
     """What its kernels reach (op_model.py); None: the flat model times it."""
 
 
+V100_OPS = OpModel(
+    gemm_achievable_fraction=0.898,   # [DB] 112.3 / 125 (CUDA 10.1; [MARK]'s 83 / 112.7 on CUDA
+                                      # 9.0 was the older library)
+    flash_fwd_tflops=None,            # [FA-RM] FlashAttention does not run on Volta
+    flash_bwd_tflops=None,            # [FA-RM]
+    hbm_achievable_fraction=0.899,    # [RRZE-S] v100.txt: 809 / 900
+    kernel_launch_us=7.22,            # [CLP] V100-SXM2-16GB
+    gemm_tile=CUBLAS_TILE,
+)
+"""The V100 SXM2's op model: the 16 GB and 32 GB parts run at the same clocks and rates."""
+
 V100_32GB = Gpu(
     name="V100-32GB", generation="volta", node=DGX_2,  # the ZeRO paper's cluster (nodes.py)
     hbm_GiB=32.0,
@@ -103,14 +120,18 @@ V100_32GB = Gpu(
     peak_fp32_tflops=15.7,            # [WP-V] Table 1, [DS-V]
     sm_count=80,                      # [WP-V] Table 1
     l2_MiB=6.0,                       # [WP-V] Table 1: 6144 KB
-    op_model=OpModel(
-        gemm_achievable_fraction=0.736,   # [MARK] 83 / 112.7 (V100 at 1.38 GHz, N=8192, CUDA 9.0)
-        flash_fwd_tflops=None,            # [FA-RM] FlashAttention does not run on Volta
-        flash_bwd_tflops=None,            # [FA-RM]
-        hbm_achievable_fraction=0.899,    # [RRZE-S] v100.txt: 809 / 900
-        kernel_launch_us=None,            # no published measurement found
-        gemm_tile=CUBLAS_TILE,
-    ),
+    op_model=V100_OPS,
+)
+
+V100_16GB = Gpu(
+    name="V100-16GB", generation="volta", node=DGX_1V,  # the DGX-1's part
+    hbm_GiB=16.0,                     # [DS-V] (16 GB and 32 GB SXM2 columns)
+    hbm_GBps=900.0,                   # [DS-V]
+    peak_dense_16bit_tflops=125.0,    # [WP-V] Table 1, [DS-V]
+    peak_fp32_tflops=15.7,            # [WP-V] Table 1, [DS-V]
+    sm_count=80,                      # [WP-V] Table 1
+    l2_MiB=6.0,                       # [WP-V] Table 1
+    op_model=V100_OPS,
 )
 
 A100_40GB = Gpu(
@@ -211,8 +232,8 @@ H200_141GB = Gpu(
 CPU = Gpu(name="CPU", generation=None, node=CPU_BOX, hbm_GiB=4.0, hbm_GBps=10.0,
           peak_dense_16bit_tflops=0.05, collective_library="gloo", cuda_context_MiB=0.0)
 
-GPUS = MappingProxyType({gpu.name: gpu for gpu in (V100_32GB, A100_40GB, A100_80GB, H100_80GB,
-                                                  H200_141GB)})
+GPUS = MappingProxyType({gpu.name: gpu for gpu in (V100_16GB, V100_32GB, A100_40GB, A100_80GB,
+                                                  H100_80GB, H200_141GB)})
 """The GPUs, by name."""
 DEVICES = MappingProxyType({**GPUS, CPU.name: CPU})
 """Every name `[cluster] gpu` takes: the GPUs and the CPU box."""

@@ -62,6 +62,15 @@ class Node:
 DGX_2 = Node(name="DGX-2", gpus=16, intra_node_GBps=150.0, nics=8, nic_GBps=12.5,
              nvlink_sharp=False, pcie_gen=3, host_cpu="intel", host_cores=48)
 
+# DGX-1 with V100: 8 GPUs in an NVLink2 hybrid cube-mesh, no switch: each V100 has 6 links x 25
+# GB/s one way = 150 (a pair shares one or two links, 25 or 50 GB/s); four EDR 100 Gb/s
+# InfiniBand NICs per node = 12.5 GB/s each; PCIe Gen3; two Intel Xeon E5-2698 v4, 20 cores each
+# (NVIDIA, "NVIDIA DGX-1 With Tesla V100 System Architecture", WP-08437-002_v01, sec. 2, 3.1,
+# 3.3; docs/research/fsdp1_amp_v100.md C.4). NCCL's rings over the mesh reach less than 150 per
+# direction; no citable nccl-tests figure for DGX-1V was found, so 150 is an upper bound.
+DGX_1V = Node(name="DGX-1 (V100)", gpus=8, intra_node_GBps=150.0, nics=4, nic_GBps=12.5,
+              nvlink_sharp=False, pcie_gen=3, host_cpu="intel", host_cores=40)
+
 # DGX A100: NVLink3 600 GB/s bidirectional = 300 one way (12 links x 25; NVIDIA A100
 # datasheet, https://www.nvidia.com/en-us/data-center/a100/), NVSwitch gen2 without NVLink
 # SHARP; one HDR 200 Gb/s NIC per GPU = 25 GB/s; PCIe Gen4; two AMD EPYC 7742, 64 cores each

@@ -28,6 +28,7 @@ CHECKPOINTING = ("none", "selective", "selective_op", "full")
 OFFLOAD = ("none", "cpu", "nvme")
 GRADIENT_REDUCTIONS = (REDUCE_SCATTER, ALL_REDUCE)
 REDUCE_DTYPES = ("param", "fp32")
+AUTOCAST = ("none", "fp16", "bf16")
 # Which flash attention kernel ran (zerosim/hardware/ has each one's measured rates).
 FLASH_KERNELS = ("fa2", "fa1", "triton")
 # How the norms were written (zerosim/sim/op_costs.py: a fused kernel or RMSNorm composed in fp32).
@@ -43,6 +44,11 @@ class TrainingConfig:
     """0 = DDP, 1 = optimizer states sharded, 2 = + gradients, 3 = + parameters (DeepSpeed's numbers)."""
     precision: str = "bf16"
     """Parameter and gradient dtype. "bf16"/"fp16" are mixed precision with an fp32 master copy."""
+    autocast: str = "none"
+    """torch.autocast (AMP) over fp32 parameters (precision = "fp32"): "fp16" or "bf16" is the
+    dtype its matmuls and activations run in, with fp32 parameters, gradients and moments and no
+    master copy, and the 16-bit copies of the weights it casts held (compute_dtype, and
+    analytic/model.activations). "none": no autocast."""
     optimizer: str = "adam"
     """"adam"/"adamw" (2 fp32 moments), "sgd_momentum" (1), "sgd" (none)."""
     micro_batch: int = 1
@@ -111,6 +117,21 @@ class TrainingConfig:
     gradient_as_bucket_view: bool = False
     """DDP: gradients live in the bucket buffers themselves (PyTorch's default False keeps a
     second copy of every gradient in its buckets)."""
+    prefetch_bucket_elements: int | None = None
+    """ZeRO-3 fetched module by module (a framework that does, DeepSpeed): parameter elements
+    prefetched ahead of the module computing (ds_config stage3_prefetch_bucket_size). None:
+    the framework's default (DeepSpeed's 5e7)."""
+    max_live_parameters: int | None = None
+    """Module-by-module ZeRO-3: gathered parameter elements allowed at once before a fetch
+    releases what it can (stage3_max_live_parameters). None: the framework's default (1e9)."""
+    max_reuse_distance: int | None = None
+    """Module-by-module ZeRO-3: a parameter the trace uses again within this many elements is
+    kept gathered after a visit (stage3_max_reuse_distance). None: the framework's default
+    (1e9)."""
+    param_persistence_threshold: int | None = None
+    """Module-by-module ZeRO-3: parameters of at most this many elements are never partitioned,
+    kept whole on every rank and never gathered (stage3_param_persistence_threshold). None: the
+    framework's default (1e5)."""
 
     def __post_init__(self) -> None:
         if self.zero_stage not in STAGES:
@@ -119,6 +140,11 @@ class TrainingConfig:
                 f"1 (optimizer states), 2 (+ gradients), 3 (+ parameters)")
         _one_of("training.precision", self.precision, PRECISIONS)
         _one_of("training.optimizer", self.optimizer, OPTIMIZERS)
+        _one_of("training.autocast", self.autocast, AUTOCAST)
+        if self.autocast != "none" and self.precision != "fp32":
+            raise InputError(f"training.autocast = {self.autocast!r} casts fp32 parameters, but "
+                             f"training.precision = {self.precision!r} (AMP keeps parameters "
+                             f"in fp32: set precision = 'fp32')")
         _one_of("training.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _one_of("training.optimizer_offload", self.optimizer_offload, OFFLOAD)
         _one_of("training.param_offload", self.param_offload, OFFLOAD)
@@ -136,6 +162,7 @@ class TrainingConfig:
                                  f"({value} * 2**20 = {value * 2**20:.3g} bytes)")
             within_cap(f"training.{key} in bytes", value * 2**20, f"{value:g} * 2**20")
         _positive("training.prefetch_layers", self.prefetch_layers, allow_zero=True)
+        _fetch_knobs(self)
         _one_of("training.gradient_reduction", self.gradient_reduction, GRADIENT_REDUCTIONS)
         _one_of("training.reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _one_of("training.flash_kernel", self.flash_kernel, FLASH_KERNELS)
@@ -150,9 +177,34 @@ class TrainingConfig:
                              f"training.zero_stage = {self.zero_stage}")
 
     @property
+    def compute_dtype(self) -> str:
+        """The dtype activations and matmuls run in: autocast's, else the parameters'."""
+        return self.precision if self.autocast == "none" else self.autocast
+
+    @property
     def tokens_per_rank(self) -> int:
         """Tokens one rank trains on per optimizer step (all its micro-steps)."""
         return self.micro_batch * (self.seq_len or 0) * self.gradient_accumulation
+
+
+FETCH_KNOBS = ("prefetch_bucket_elements", "max_live_parameters", "max_reuse_distance",
+               "param_persistence_threshold")
+"""[training] keys of module-by-module ZeRO-3 (Framework.fetch_defaults)."""
+
+
+def _fetch_knobs(t: TrainingConfig) -> None:
+    """The fetch knobs are whole numbers (0 allowed: no prefetch, nothing persists) and mean
+    something only to a framework that fetches module by module."""
+    given = [key for key in FETCH_KNOBS if getattr(t, key) is not None]
+    for key in given:
+        value = getattr(t, key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"training.{key} must be a whole number of elements, got {value!r}")
+        _positive(f"training.{key}", value, allow_zero=True)
+    if given and REGISTRY[t.framework].fetch_defaults is None:
+        able = " or ".join(repr(name) for name, f in REGISTRY.items() if f.fetch_defaults)
+        raise InputError(f"training.{given[0]} sets how ZeRO-3 fetches module by module, which "
+                         f"training.framework = {t.framework!r} does not (use {able})")
 
 
 @dataclass(frozen=True, kw_only=True)

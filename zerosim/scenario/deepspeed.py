@@ -14,6 +14,10 @@ keeps the scenario's value. Every key kept that way is named in the note the CLI
 - offload_optimizer / offload_param .device "none" | "cpu" | "nvme"; ZeRO++'s
   zero_hpz_partition_size, zero_quantized_weights, zero_quantized_gradients and MiCS's
   mics_shard_size, taken when given.
+- zero_optimization.stage3_prefetch_bucket_size, stage3_max_live_parameters,
+  stage3_max_reuse_distance, stage3_param_persistence_threshold (elements): how ZeRO-3 fetches
+  module by module, taken when given; load.py leaves them out, with a note, under a framework
+  that gathers whole units.
 - zero_optimization.overlap_comm: DeepSpeed's default is true at stage 3 and false below
   (DeepSpeedZeroConfig.overlap_comm_valid: `stage == ZeroStageEnum.weights`).
 - The batch, as runtime/config.py's _set_batch_related_parameters derives it:
@@ -98,6 +102,7 @@ def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
     zero = r.section(r.cfg, "zero_optimization")
     _stage_and_offload(r, zero, out)
     _buckets(r, zero, out, BYTES_PER_ELEMENT[out.get("precision", precision)])
+    _fetch(r, zero, out)
     micro = r.cfg.get("train_micro_batch_size_per_gpu")
     if micro is None and r.cfg.get(TRAIN_BATCH) not in (None, AUTO):
         pass  # derived from train_batch_size once the world is known (derive_batch)
@@ -186,6 +191,25 @@ def _buckets(r: _Reader, zero: dict[str, Any], out: dict[str, Any], grad_bytes: 
         else:
             elements = r.integer(elements, f"zero_optimization.{ds_key}", 1)
             out[our_key] = elements * grad_bytes / MiB
+
+
+_FETCH_KEYS = (("stage3_prefetch_bucket_size", "prefetch_bucket_elements"),
+               ("stage3_max_live_parameters", "max_live_parameters"),
+               ("stage3_max_reuse_distance", "max_reuse_distance"),
+               ("stage3_param_persistence_threshold", "param_persistence_threshold"))
+
+
+def _fetch(r: _Reader, zero: dict[str, Any], out: dict[str, Any]) -> None:
+    """ZeRO-3's fetch keys, in elements, each taken when given (absent: DeepSpeed's default,
+    which the framework applies); "auto" keeps the scenario's value."""
+    for ds_key, our_key in _FETCH_KEYS:
+        value = zero.get(ds_key)
+        if value is None:
+            continue
+        if value == AUTO:
+            r.kept.append(f"{our_key} (\"auto\")")
+        else:
+            out[our_key] = r.integer(value, f"zero_optimization.{ds_key}", 0)
 
 
 def _optimizer(r: _Reader, out: dict[str, Any]) -> None:

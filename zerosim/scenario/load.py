@@ -17,8 +17,9 @@ from zerosim.errors import InputError
 from zerosim.files import read_text
 from zerosim.hardware import DEFAULT_GPU
 from zerosim.scenario.checks import MAX_VALUE, is_finite_number, utf8_text
-from zerosim.scenario.config import (TABLES, ClusterConfig, ModelConfig, ParallelismConfig,
-                                     Scenario, TrainingConfig)
+from zerosim.frameworks import REGISTRY
+from zerosim.scenario.config import (FETCH_KNOBS, TABLES, ClusterConfig, ModelConfig,
+                                     ParallelismConfig, Scenario, TrainingConfig)
 from zerosim.scenario.parallelism_table import (LEGACY_TRAINING_KEYS, PARALLELISM_KEYS,
                                                 canonical_key)
 from zerosim.scenario.parse import TOMLDecodeError, has_date, parse_toml
@@ -229,6 +230,8 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         table, key, value = parse_override(text)
         tables[table][key] = value
         from_cli.add((table, key))
+    if deepspeed is not None:
+        _drop_unused_fetch_knobs(tables, keys, from_cli, notes)
     scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
                               cli_hf_config=("model", "hf_config") in from_cli,
                               cli_profile=("cluster", "profile") in from_cli)
@@ -251,3 +254,21 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
             notes[-1] += (f"; micro_batch={micro}, gradient_accumulation={steps} from "
                           f"train_batch_size={total} on {scenario.world_size} ranks")
     return scenario
+
+
+def _drop_unused_fetch_knobs(tables: dict, taken: dict, from_cli: set,
+                             notes: list[str] | None) -> None:
+    """A ds_config's stage3_* fetch keys steer DeepSpeed's ZeRO-3; under a framework that gathers
+    whole units they mean nothing, so they are left out with a note (keys the scenario or --set
+    gave itself are kept, and refused there in one line)."""
+    name = tables["training"].get("framework", TrainingConfig.framework)
+    framework = REGISTRY.get(name) if isinstance(name, str) else None
+    if framework is None or framework.fetch_defaults is not None:
+        return
+    dropped = [key for key in FETCH_KNOBS
+               if key in taken and ("training", key) not in from_cli]
+    for key in dropped:
+        del tables["training"][key]
+    if dropped and notes is not None:
+        notes.append(f"ignored the ds_config's {', '.join(dropped)}: training.framework = "
+                     f"{name!r} gathers whole units, not module by module")

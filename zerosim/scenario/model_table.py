@@ -51,6 +51,11 @@ class ModelConfig:
     """"learned" position embeddings (parameters) or "rope" (none)."""
     dropout: bool = True
     """Dropout layers present: their 1-byte masks count as activations (Korthikanti et al. 2022)."""
+    fused_qkv: bool | None = None
+    """The attention's query, key and value projections are one Linear module (GPT-2, Megatron,
+    GPT-NeoX, BLOOM) rather than three (Llama, OPT). Read only where a framework gathers module
+    by module (DeepSpeed's ZeRO-3: a module is what one fetch gathers). Default: true for
+    mlp = "gelu", false for "swiglu"."""
     hf_config: str | None = None
     """Hugging Face config.json (or its folder) the shape was read from; relative to the scenario."""
 
@@ -107,6 +112,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    @property
+    def qkv_is_fused(self) -> bool:
+        """fused_qkv, or its default: one QKV module for a GELU GPT, three for SwiGLU."""
+        return self.mlp == "gelu" if self.fused_qkv is None else self.fused_qkv
 
     @property
     def q_width(self) -> int:

@@ -56,6 +56,8 @@ class RankState:
     """Bytes sent per rank by op ("op (group)" on a subgroup)."""
     host_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Bytes of each host operation (offload: d2h, h2d, nvme_read, nvme_write)."""
+    comm_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Collectives launched per rank by op, keyed as comm_bytes."""
 
     def count(self, op: str, group: str, size: float) -> None:
         """Record what one collective or host operation moved."""
@@ -63,7 +65,9 @@ class RankState:
             if op != CPU_ADAM:
                 self.host_bytes[op] += size
         else:
-            self.comm_bytes[op if group == WORLD else f"{op} ({group})"] += size
+            key = op if group == WORLD else f"{op} ({group})"
+            self.comm_bytes[key] += size
+            self.comm_calls[key] += 1
 
 
 def refuse_overflow(seconds) -> None:

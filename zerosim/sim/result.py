@@ -54,6 +54,9 @@ class StageResult:
     slowest_rank: int
     notes: list[str] = field(default_factory=list)
     """What the simulation leaves out for this scenario."""
+    comm_calls_per_rank: dict[str, int] = field(default_factory=dict)
+    """Collectives each rank launches in the step, by op (keyed as comm_bytes_per_rank); empty
+    under a pipeline, whose plan prices its collectives without launching them one by one."""
     comm_bytes_per_group: dict[str, dict[str, int]] = field(default_factory=dict)
     """Under tensor parallelism, comm_bytes_per_rank by group ("tp", "dp" for groups.WORLD's
     data-parallel ranks, any other subgroup by its name), each by op; empty without it."""
@@ -72,6 +75,7 @@ class StageResult:
                 "exposed_comm_s": self.exposed_comm_s,
                 "comm_bytes_per_rank": self.comm_bytes_per_rank,
                 "comm_bytes_per_rank_total": sum(self.comm_bytes_per_rank.values()),
+                "comm_calls_per_rank": self.comm_calls_per_rank,
                 "comm_time_s": self.comm_time_s,
                 "host_bytes_per_rank": self.host_bytes_per_rank, "host_time_s": self.host_time_s,
                 "peak_bytes": self.peak_bytes, "memory_at": self.memory_at,
@@ -102,6 +106,7 @@ def stage_result(engine, contexts: list) -> StageResult:
         stage=engine.stage, step_time_s=last.state.end_s, compute_s=last.state.compute_s,
         exposed_comm_s=last.state.end_s - last.state.compute_s,
         comm_bytes_per_rank={op: round(b) for op, b in sorted(rank0.comm_bytes.items())},
+        comm_calls_per_rank=dict(sorted(rank0.comm_calls.items())),
         comm_time_s=last.state.comm_s,
         host_bytes_per_rank={op: round(b) for op, b in sorted(rank0.host_bytes.items())},
         host_time_s=last.state.host_s,

@@ -127,7 +127,7 @@ def every_rank(engine, shape) -> list:
             rank, model.memory, compute_s=float(ranks.compute_s[rank]),
             comm_s=float(lockstep.comm_s[rank]), host_s=float(lockstep.host_s[rank]),
             end_s=float(end["s"][rank]), comm_bytes=model.comm_bytes,
-            host_bytes=model.host_bytes)))
+            host_bytes=model.host_bytes, comm_calls=model.comm_calls)))
     return contexts
 
 

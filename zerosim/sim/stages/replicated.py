@@ -97,11 +97,16 @@ class DDP:
             yield from self.gathered(unit, "forward")
             self.loss(unit, "forward")
             self.tensor_begin(unit, "forward")
-            yield from self.ctx.compute(self.shape.forward_s[unit], "forward", "forward", unit)
+            yield from self.unit_compute(unit, "forward", self.shape.forward_s[unit])
             yield from self.tensor_end(unit, "forward")
             self.ctx.alloc(("activations", unit), "activations", self.shape.activation_bytes[unit])
             self.loss(unit, "forward", done=True)
             self.release(unit, "forward")
+
+    def unit_compute(self, unit: int, phase: str, seconds: float) -> Iterator:
+        """A unit's compute in `phase` on the compute stream (stages/fetch.py: module by
+        module, each waiting for its parameters)."""
+        yield from self.ctx.compute(seconds, phase, phase, unit)
 
     def loss(self, unit: int, phase: str, done: bool = False) -> None:
         """The loss's fp32 transients around the head's compute (Framework.loss_blocks)."""
@@ -150,6 +155,7 @@ class DDP:
             if self.filled_bytes == 0:
                 yield from self.open_bucket()
             piece = min(total - produced, self.shape.bucket_bytes - self.filled_bytes)
+            self.fill_bucket(piece)
             yield from self.ctx.compute(duration_s * piece / total, "backward", "backward", unit)
             produced += piece
             self.filled_bytes += piece
@@ -160,6 +166,9 @@ class DDP:
 
     def open_bucket(self) -> Iterator:
         return iter(())  # a slice of the persistent gradient buffer: nothing to allocate
+
+    def fill_bucket(self, size: int) -> None:
+        """`size` bytes of gradient about to be made into the open bucket."""
 
     def launch_bucket(self, after=None) -> None:
         group = self.group if self.reduce_op != "all_reduce" else WORLD
@@ -255,12 +264,8 @@ class ZeRO2(ZeRO1):
     def __init__(self, ctx, shape: StepShape) -> None:
         super().__init__(ctx, shape)
         self.free_buckets = ctx.slots(STAGE2_LIVE_BUCKETS)
-        self.unbucketed_bytes = 0
         self.bucket_id = 0
-
-    def backward(self) -> Iterator:
-        self.unbucketed_bytes = self.shape.grad_bytes_per_element * self.shape.params
-        yield from super().backward()
+        self.bucket_pieces: list[tuple] = []
 
     def steady_state(self) -> None:
         """A kept bucket pool (StepShape.bucket_pool_bytes) is allocated from the first step's
@@ -270,17 +275,20 @@ class ZeRO2(ZeRO1):
 
     def open_bucket(self) -> Iterator:
         yield from self.free_buckets.take()  # backward stalls here while two buckets are in flight
-        size = min(self.shape.bucket_bytes, self.unbucketed_bytes)
-        self.unbucketed_bytes -= size
+
+    def fill_bucket(self, size: int) -> None:
+        """A bucket holds the gradients made into it so far, never more: its memory grows piece
+        by piece (a small model's one bucket is its gradients, not bucket_MiB)."""
         if not self.shape.bucket_pool_bytes:  # else a buffer of the pool
-            self.ctx.alloc(("bucket", self.bucket_id), "buckets", size)
+            self.ctx.alloc(("bucket", self.bucket_id, self.filled_bytes), "buckets", size)
+            self.bucket_pieces.append(("bucket", self.bucket_id, self.filled_bytes))
 
     def launch_bucket(self, after=None) -> None:
-        key = ("bucket", self.bucket_id)
+        keys, self.bucket_pieces = self.bucket_pieces, []
         self.bucket_id += 1
 
         def reduced() -> None:
-            if not self.shape.bucket_pool_bytes:
+            for key in keys:
                 self.ctx.free(key)
             self.free_buckets.put()
 

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 
 from zerosim.errors import InputError
 from zerosim.frameworks import framework_of
-from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element, shard_elements,
-                                     stage_memory)
+from zerosim.analytic.fetch import fetch_steps
+from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element,
+                                     persistent_param_bytes, shard_elements, stage_memory)
 from zerosim.analytic.tensor_comm import TensorCollectives, tensor_collectives, window_flops
-from zerosim.analytic.model import (activations, gather_units, gradient_units, total_params,
-                           unit_activation_bytes, unit_flops, unit_tensor_shapes)
+from zerosim.analytic.model import (activations, gather_units, gradient_units, root_elements,
+                           total_params, unit_activation_bytes, unit_flops, unit_tensor_shapes)
 from zerosim.parallel.mesh import Mesh, mesh_of
 from zerosim.parallel.tensor import rank_model
 from zerosim.sim.stages.family_shape import FamilyShape, family_shape
@@ -79,6 +80,12 @@ class StepShape:
     gather_buffers: list[list[int]] = field(default_factory=list)
     """ZeRO-3: per unit, the elements of each flat buffer gathered, one collective each
     (Framework.gather_buffers); empty: one per unit, gather_elements'."""
+    fetch: object = None
+    """ZeRO-3 module by module (analytic/fetch.fetch_steps: DeepSpeed), the indexed plan
+    stages/fetch.py runs; None: whole units."""
+    root_elements: int = 0
+    """ZeRO-3 with the root kept gathered (Framework.keeps_root_gathered: FSDP1): the elements
+    unit 0 gathers for the embedding and the head at once (model.root_elements); 0 otherwise."""
     keeps_last_unit: bool = False
     """ZeRO-3: the last unit stays gathered from its forward into its backward (a profile's
     last_unit_kept mechanism: zero_real's zero3.py)."""
@@ -234,7 +241,8 @@ def step_shape(scenario, stage: int) -> StepShape:
         optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
-        persistent_bytes=framework_of(t).persistent_buffer_bytes(t, stage, psi),
+        persistent_bytes=(framework_of(t).persistent_buffer_bytes(t, stage, psi)
+                          + persistent_param_bytes(scenario, stage)),
         loss_blocks=framework_of(t).loss_blocks(m, t),
         step_blocks=_step_blocks(scenario, mesh, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
@@ -245,10 +253,20 @@ def step_shape(scenario, stage: int) -> StepShape:
         # at most what is left of each backward (tensor parallelism's windows came out of it)
         idle_hook_savings_s=[min(saved, b) for saved, b in
                              zip(idle_hook_savings(scenario, stage), backward_s)],
-        gather_buffers=gather_buffers(scenario, stage),
-        keeps_last_unit=extra["last_unit_kept"] > 0,
-        tied_grad_bytes=max(0, round(extra["tied_grad_kept"])),
+        **_zero3_terms(scenario, m, stage, bg, extra),
         bucket_pool_bytes=max(0, round(extra["bucket_pool"])))
+
+
+def _zero3_terms(scenario, m, stage: int, bg: int, extra: dict) -> dict:
+    """What decides how ZeRO-3 gathers: flat buffers per unit, the last unit or the root kept
+    gathered, the tied gradient held, a module-by-module plan (StepShape's fields)."""
+    t = scenario.training
+    root = framework_of(t).keeps_root_gathered(t, stage) and not m.is_bare
+    return dict(gather_buffers=gather_buffers(scenario, stage),
+                keeps_last_unit=extra["last_unit_kept"] > 0,
+                root_elements=root_elements(m) if root else 0,
+                tied_grad_bytes=max(0, round(extra["tied_grad_kept"])),
+                fetch=fetch_steps(scenario, m, stage, bg))
 
 
 def _tensor_windows(scenario, tensor: TensorCollectives, flops: list,

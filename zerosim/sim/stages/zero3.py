@@ -35,7 +35,8 @@ class ZeRO3(ZeRO1):
         for unit in units:
             if phase == "backward" and self.kept(unit):
                 continue  # still gathered, since its forward
-            size = self.shape.param_bytes_per_element * self.shape.gather_elements[unit]
+            pieces = self.pieces(unit, self.shape.param_bytes_per_element)
+            size = sum(pieces)
 
             def take_slot(unit=unit, size=size) -> Iterator:
                 yield from self.gather_slots.take()  # prefetch depth: wait for a free buffer
@@ -43,7 +44,7 @@ class ZeRO3(ZeRO1):
                 self.ctx.alloc(("gathered", phase, unit), "gathered", size, stream="gather")
 
             self.fetch(phase, unit)
-            for i, piece in enumerate(self.pieces(unit, self.shape.param_bytes_per_element)):
+            for i, piece in enumerate(pieces):
                 # one stream: the unit's last buffer gathered, all of them are
                 self.gathers[phase, unit] = self.ctx.comm(
                     "gather", "all_gather", self.wire(piece), "parameter all-gather", phase, unit,
@@ -107,7 +108,7 @@ class ZeRO3(ZeRO1):
             held -= tied  # the head's own part; the embedding adds into the tied one's buffer
         self.ctx.alloc(key, "layer_grads", held)
         size = bg * self.shape.gradient_elements[unit]
-        yield from self.ctx.compute(self.shape.backward_s[unit], "backward", "backward", unit)
+        yield from self.unit_compute(unit, "backward", self.shape.backward_s[unit])
 
         def reduced() -> None:
             self.ctx.free(key)

@@ -1,0 +1,88 @@
+"""FSDP1, AMP and the V100 records against hand counts (docs/research/fsdp1_amp_v100.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from zerosim.analytic.memory import stage_memory
+from zerosim.analytic.model import activations
+from zerosim.errors import InputError
+from zerosim.hardware.gpus import GPUS
+from zerosim.hardware.op_model import TRAINING_GEMMS_OVER_BEST
+from zerosim.scenario.load import load_scenario
+from zerosim.sim.engine import simulate
+from zerosim.sim.op_costs import OpCosts
+
+from tests.conftest import SCENARIOS
+
+LLAMA = SCENARIOS / "llama2_7b_64gpu.toml"  # Llama-2-7B shape, bf16, 64 ranks, untied head
+MEGATRON = SCENARIOS / "megatron_7b5_64gpu.toml"  # GPT 7.5B, fp16, full checkpointing
+V, H, LAYERS = 32000, 4096, 32
+
+
+def test_fsdp1_keeps_its_root_gathered_and_gathers_it_once():
+    """FSDP1 FULL_SHARD with every block wrapped: the root (token table, final RMSNorm, head:
+    2 x 32000 x 4096 + 4096 elements, bf16) stays gathered from forward through backward, so the
+    stage holds it beyond what FSDP2 holds, and all-gathers it once where FSDP2 gathers the
+    embedding and the head twice each. The model states are FSDP2's: fp32 shards, gradients
+    and Adam's moments, 16 bytes per shard element."""
+    root = 2 * V * H + H
+    one = load_scenario(LLAMA, ["training.framework='fsdp1'", "training.zero_stage=3"])
+    two = load_scenario(LLAMA, ["training.framework='fsdp2'", "training.zero_stage=3"])
+    m1, m2 = stage_memory(one, 3), stage_memory(two, 3)
+    assert m1.buffers_bytes - m2.buffers_bytes == 2 * root
+    assert m1.model_states_bytes == m2.model_states_bytes
+    assert m1.params_bytes + m1.grads_bytes + m1.optimizer_bytes == 16 * m1.params_bytes // 4
+    n = one.world_size
+    g1 = simulate(one, 3, keep_events=False).comm_bytes_per_rank["all_gather"]
+    g2 = simulate(two, 3, keep_events=False).comm_bytes_per_rank["all_gather"]
+    assert g2 - g1 == pytest.approx(2 * root * (n - 1) / n, rel=1e-6)
+
+
+def test_fsdp1_refuses_a_pipeline_and_zero_1():
+    with pytest.raises(InputError, match="runs ZeRO stage"):
+        load_scenario(LLAMA, ["training.framework='fsdp1'", "training.zero_stage=1"])
+
+
+def test_amp_keeps_fp32_states_and_the_casts_of_the_weights():
+    """torch.autocast over fp32 parameters (DDP): 4 + 4 + 8 bytes per parameter, no master copy;
+    activations in fp16 as before, plus the fp16 casts of every matmul weight (4h^2 attention +
+    8h^2 MLP per layer, and the tied head's V x h), held from forward into backward. Megatron
+    7.5B has full checkpointing; its parameters are leaves (framework "zero"), so autocast's
+    cache holds each layer's casts to the forward's end: counted with what the layer stores."""
+    mixed = load_scenario(MEGATRON)
+    amp = load_scenario(MEGATRON, ["training.precision='fp32'", "training.autocast='fp16'"])
+    psi = stage_memory(amp, 0).params_bytes // 4
+    row = stage_memory(amp, 0)
+    assert (row.params_bytes, row.grads_bytes, row.optimizer_bytes) == (4 * psi, 4 * psi,
+                                                                        8 * psi)
+    h, vocab, layers = 4096, 51200, 36
+    added = activations(amp.model, amp.training).after_forward_bytes - activations(
+        mixed.model, mixed.training).after_forward_bytes
+    assert added == layers * 2 * 12 * h * h + 2 * vocab * h
+    fsdp1 = load_scenario(MEGATRON, ["training.precision='fp32'", "training.autocast='fp16'",
+                                     "training.framework='fsdp1'", "training.zero_stage=3"])
+    a = activations(fsdp1.model, fsdp1.training)
+    b = activations(mixed.model, mixed.training)
+    # FSDP1's parameters are views (not cached): a checkpointed layer's casts are made again in
+    # its recomputation and live through its backward, not from the forward
+    assert a.after_forward_bytes - b.after_forward_bytes == 2 * vocab * h
+    assert a.recompute_bytes - b.recompute_bytes == 2 * 12 * h * h
+
+
+def test_autocast_needs_fp32_parameters():
+    with pytest.raises(InputError, match="training.autocast = 'bf16' casts fp32 parameters"):
+        load_scenario(LLAMA, ["training.autocast='bf16'"])
+
+
+@pytest.mark.parametrize("name", ["V100-16GB", "V100-32GB"])
+def test_a_v100_gemm_is_its_records_rate_times_its_flops(name):
+    """A GEMM of whole tiles filling whole waves of the 80 SMs (cuBLAS's 256 x 128 tile: 8 x 10
+    tiles) is compute-bound at the record's rate: peak 125 TFLOP/s x DeepBench's 0.898 x the
+    training-shape factor, plus one launch (clpeak's 7.22 us)."""
+    gpu = GPUS[name]
+    m, n, k = 8 * 256, 10 * 128, 8192
+    costs = OpCosts(gpu, gpu.hbm_GBps)
+    rate = 125e12 * 0.898 * TRAINING_GEMMS_OVER_BEST
+    assert costs.gemm(m, n, k).seconds == pytest.approx(7.22e-6 + 2 * m * n * k / rate,
+                                                        rel=1e-12)

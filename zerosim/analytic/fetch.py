@@ -1,0 +1,168 @@
+"""A model's module visits as a framework that gathers module by module sees them (DeepSpeed's
+ZeRO-3, frameworks/deepspeed_fetch.py), and its fetch plan for a scenario.
+
+The module tree is a GPT's as Hugging Face and Megatron-DeepSpeed write it: the root; the
+token table and learned positions; per block a container holding its first norm, an attention
+container (Q, K and V, one module where model.qkv_is_fused, then the output projection), the
+second norm and an MLP container (its first matrix, the parameter-free activation, the rest);
+the final norm and the head, which under tied embeddings computes with the token table. Every
+module is visited (its hooks fire) and owns only its own parameters (analytic/model.
+unit_modules). Forward visits the tree in pre-order; backward visits each unit's tree with its
+children reversed, a container before its children, since a module's backward hook fires when
+its output's gradient is ready; a block under full checkpointing first recomputes its forward.
+Each visit that owns parameters takes a share of its unit's compute in proportion to them
+(weights are what matmuls cost), recomputation at a third of a backward visit's.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from zerosim.analytic.model import module_parts, total_params, unit_modules
+from zerosim.frameworks import framework_of
+from zerosim.frameworks.deepspeed_fetch import FetchPlan, Visit
+from zerosim.scenario.family import zeropp
+from zerosim.units import mib_to_bytes
+
+MAX_PLANNED_LAYERS = 4096
+"""Beyond this many blocks no plan is walked (the planner asks of 2**36): the memory model
+takes fetch_bound's figure instead."""
+
+Tree = tuple[tuple[int, ...], list["Tree"]]
+
+
+def _trees(m) -> tuple[list[Tree], list[int]]:
+    """Each gather unit's module tree, and each parameter's elements by id (creation order)."""
+    sizes: list[int] = []
+
+    def own(module: list[int]) -> tuple[int, ...]:
+        ids = tuple(range(len(sizes), len(sizes) + len(module)))
+        sizes.extend(module)
+        return ids
+
+    modules = unit_modules(m)
+    trees: list[Tree] = [((), [(own(module), []) for module in modules[0]])]  # the root
+    qkv = 1 if m.qkv_is_fused else 3
+    for block in modules[1:-1]:
+        ids = [own(module) for module in block]
+        attention = ((), [(p, []) for p in ids[1:2 + qkv]])
+        mlp_ids = ids[3 + qkv:]
+        mlp = ((), [(mlp_ids[0], []), ((), [])] + [(p, []) for p in mlp_ids[1:]])
+        trees.append(((), [(ids[0], []), attention, (ids[2 + qkv], []), mlp]))
+    norm, matrix = modules[-1]
+    head = (0,) if m.tied_embeddings else None
+    norm_ids = own(norm)
+    trees.append(((), [(norm_ids, []), (head or own(matrix), [])]))
+    return trees, sizes
+
+
+def _order(tree: Tree, reverse: bool) -> list[tuple[int, ...]]:
+    params, children = tree
+    out = [params]
+    for child in (reversed(children) if reverse else children):
+        out.extend(_order(child, reverse))
+    return out
+
+
+def _visits(unit: int, phase: str, order: list[tuple[int, ...]], sizes: list[int],
+            weight: float, recompute: bool = False) -> list[Visit]:
+    total = sum(sizes[p] for params in order for p in params) or 1
+    return [Visit(unit, phase, params, weight * sum(sizes[p] for p in params) / total, recompute)
+            for params in order]
+
+
+def module_visits(m, t) -> tuple[list[Visit], list[int]]:
+    """(one micro-batch's visits in order, each parameter's elements by id)."""
+    trees, sizes = _trees(m)
+    last = len(trees) - 1
+    forward = [v for u, tree in enumerate(trees)
+               for v in _visits(u, "forward", _order(tree, False), sizes, 1.0)]
+    backward: list[Visit] = []
+    for u in reversed(range(len(trees))):
+        back = _order(trees[u], True)
+        if 0 < u < last and t.activation_checkpointing == "full":
+            backward += _visits(u, "backward", _order(trees[u], False), sizes, 1 / 3, True)
+            backward += _visits(u, "backward", back, sizes, 2 / 3)
+        else:
+            backward += _visits(u, "backward", back, sizes, 1.0)
+    return forward + backward, sizes
+
+
+@lru_cache(maxsize=32)
+def planned(m, t, framework, grad_bytes: int) -> tuple[FetchPlan, list[Visit], list[int]]:
+    """The framework's fetch plan of one micro-batch of the model `m` (a rank's slice), its
+    gradient buckets of reduce_bucket_MiB in elements of `grad_bytes`, with the visits and the
+    parameters' sizes it was made from (the memory model and the step both ask: made once)."""
+    visits, sizes = module_visits(m, t)
+    bucket = max(1, mib_to_bytes(t.reduce_bucket_MiB) // grad_bytes)
+    return framework.fetch_plan(t, visits, sizes, bucket), visits, sizes
+
+
+def fetch_memory(m, t, framework, grad_bytes: int) -> tuple[int, int]:
+    """(the most elements gathered at once beyond the persistent ones, the persistent ones'
+    elements) of module-by-module ZeRO-3: the plan's, up to MAX_PLANNED_LAYERS blocks; beyond,
+    the persistent parameters counted part by part, and a bound on what is gathered: what the
+    reuse distance keeps (at most that many elements and the visit that crosses it), one
+    prefetch bucket and the parameter it may overshoot by, never more than the model."""
+    if m.layers <= MAX_PLANNED_LAYERS:
+        plan, _, sizes = planned(m, t, framework, grad_bytes)
+        return plan.peak_live_elements, sum(sizes[p] for p in plan.persistent)
+    knobs = {key: default if getattr(t, key) is None else getattr(t, key)
+             for key, default in framework.fetch_defaults.items()}
+    threshold = knobs["param_persistence_threshold"]
+    embedding, block, head = module_parts(m)
+    if m.tied_embeddings:
+        head = head[:-1]
+
+    def persistent(modules) -> int:
+        return sum(n for module in modules for n in module if n <= threshold)
+
+    kept = persistent(embedding) + m.layers * persistent(block) + persistent(head)
+    largest = max(sum(module) for module in embedding + block + head)
+    bound = (knobs["max_reuse_distance"] + largest + knobs["prefetch_bucket_elements"] + largest)
+    return min(bound, total_params(m) - kept), kept
+
+
+def fetches_by_module(scenario, stage: int) -> bool:
+    """Whether this stage gathers module by module: ZeRO-3 under a framework that does
+    (Framework.fetch_defaults), for a model given by shape, without offload, hybrid sharding or
+    ZeRO++ (their steps are modelled on whole units: those stay the unit-by-unit ZeRO-3)."""
+    t, p = scenario.training, scenario.parallelism
+    return (stage == 3 and framework_of(t).fetch_defaults is not None
+            and not scenario.model.is_bare and t.optimizer_offload == "none"
+            and t.param_offload == "none" and not zeropp(t, p) and not p.shard_group)
+
+
+class FetchSteps:
+    """A fetch plan indexed for the step (sim/stages/fetch.py): each unit's visits per pass,
+    the gathers issued at each visit, the buckets flushed at each."""
+
+    def __init__(self, plan: FetchPlan, visits: list[Visit]) -> None:
+        self.plan, self.visits = plan, visits
+        self._visits: dict[tuple[int, str], list[int]] = {}
+        for s, visit in enumerate(visits):
+            self._visits.setdefault((visit.unit, visit.phase), []).append(s)
+        self._gathers: dict[int, list[int]] = {}
+        for g, gather in enumerate(plan.gathers):
+            self._gathers.setdefault(gather.visit, []).append(g)
+        self._flushes: dict[int, list[int]] = {}
+        for s, elements in plan.reduce_scatters:
+            self._flushes.setdefault(s, []).append(elements)
+
+    def visits_of(self, unit: int, phase: str) -> list[int]:
+        return self._visits.get((unit, phase), [])
+
+    def gathers_at(self, s: int) -> list[int]:
+        return self._gathers.get(s, [])
+
+    def flushes_at(self, s: int) -> list[int]:
+        return self._flushes.get(s, [])
+
+
+def fetch_steps(scenario, m, stage: int, grad_bytes: int) -> FetchSteps | None:
+    """The step's plan (m: the rank's model) where it fetches module by module and the model is
+    small enough to walk; None where it gathers whole units."""
+    if not fetches_by_module(scenario, stage) or m.layers > MAX_PLANNED_LAYERS:
+        return None
+    plan, visits, _ = planned(m, scenario.training, framework_of(scenario.training), grad_bytes)
+    return FetchSteps(plan, visits)

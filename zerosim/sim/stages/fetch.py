@@ -1,0 +1,107 @@
+"""ZeRO-3 gathered module by module, as DeepSpeed runs it: a ZeRO-3 program that follows a fetch
+plan (frameworks/deepspeed_fetch.py, priced by analytic/fetch.py) instead of gathering whole
+units. Each module visit issues its own all-gather when its parameters are not there, waits for
+them, issues the plan's prefetch, computes its share of its unit's compute, and releases what
+the plan releases; the gradient buckets are reduce-scattered where the plan flushes them; after
+the optimizer step the persistent parameters are gathered again, one blocking all-gather each.
+The hooks' host time per visit is not modelled (no per-module measurement was found:
+docs/research/deepspeed_zero3_fetch.md sec. 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from zerosim.sim.stages.zero3 import ZeRO3
+
+
+class ModuleFetch(ZeRO3):
+    """The plan of StepShape.fetch, the same in every micro-step."""
+
+    def __init__(self, ctx, shape) -> None:
+        super().__init__(ctx, shape)
+        self.plan = shape.fetch
+        self.events: dict[int, object] = {}  # gather index -> its collective's event
+        self.owner: dict[int, int] = {}  # parameter -> the gather that brought it
+        self.held: dict[int, int] = {}  # gather index -> its parameters not yet released
+        self.micro = 0
+
+    def start_gathers(self, phase: str, units) -> None:
+        """Nothing up front: each visit fetches (unit_compute)."""
+
+    def gathered(self, unit: int, phase: str) -> Iterator:
+        return iter(())
+
+    def release(self, unit: int, phase: str) -> None:
+        """Released visit by visit (unit_compute)."""
+
+    def unit_compute(self, unit: int, phase: str, seconds: float) -> Iterator:
+        plan, visits = self.plan.plan, self.plan.visits
+        for s in self.plan.visits_of(unit, phase):
+            visit = visits[s]
+            demand = [g for g in self.plan.gathers_at(s) if not plan.gathers[g].prefetch]
+            for g in demand:
+                self.issue(g, phase, unit)
+            waits = [self.events[self.owner[p]] for p in visit.params if p in self.owner]
+            if waits:
+                yield self.env.all_of(waits)
+            for g in self.plan.gathers_at(s):
+                if plan.gathers[g].prefetch:
+                    self.issue(g, phase, unit)
+            if visit.share:
+                yield from self.ctx.compute(seconds * visit.share, phase, phase, unit)
+            for p in plan.releases[s]:
+                self.drop(p)
+            for elements in self.plan.flushes_at(s):
+                self.flush(elements, unit)
+
+    def issue(self, g: int, phase: str, unit: int) -> None:
+        gather = self.plan.plan.gathers[g]
+        size = self.shape.param_bytes_per_element * gather.elements
+        key = ("gathered", self.micro, g)
+
+        def allocate() -> Iterator:
+            self.ctx.alloc(key, "gathered", size, stream="gather")
+            return iter(())
+
+        for p in gather.params:
+            self.owner[p] = g
+        self.held[g] = len(gather.params)
+        self.events[g] = self.ctx.comm("gather", "all_gather", self.wire(size),
+                                       "parameter all-gather", phase, unit, before=allocate,
+                                       group=self.gather_group(phase))
+
+    def drop(self, p: int) -> None:
+        g = self.owner.pop(p)
+        self.held[g] -= 1
+        if not self.held[g]:
+            del self.held[g]
+            self.ctx.free(("gathered", self.micro, g))
+
+    def flush(self, elements: int, unit: int) -> None:
+        """One bucket's reduce-scatter, through the interleaved copy its flush makes."""
+        size = self.shape.grad_bytes_per_element * elements
+        key = ("bucket copy", self.micro, unit, len(self.pending))
+
+        def copy() -> Iterator:
+            self.ctx.alloc(key, "buckets", size, stream=self.reduce_stream)
+            return iter(())
+
+        self.pending.append(self.ctx.comm(self.reduce_stream, "reduce_scatter", size,
+                                          "gradient reduce-scatter", "backward", unit,
+                                          before=copy, after=lambda: self.ctx.free(key),
+                                          group=self.group))
+        self.reduced(self.reduce_stream, size, "backward", unit, self.group)
+
+    def produce_gradients(self, unit: int) -> Iterator:
+        yield from self.unit_compute(unit, "backward", self.shape.backward_s[unit])
+        if unit == 0:
+            self.micro += 1  # the micro-step's last visit has released every gather
+        yield from self.synchronous()
+
+    def optimizer_step(self) -> Iterator:
+        yield from super().optimizer_step()
+        for elements in self.plan.plan.post_step_gathers:  # blocking, one at a time
+            yield self.ctx.comm("gather", "all_gather",
+                                self.shape.param_bytes_per_element * elements,
+                                "persistent parameter all-gather", "step", None,
+                                group=self.gather_group("step"))
