@@ -129,7 +129,26 @@ KNOWN_MISSES = {  # (reference, category): its error today, % (README, published
     ("megatron_turing_nlg_530b_2240xa100_tp8_pp35", "throughput"): 32.23,
     ("megatron_turing_nlg_530b_2800xa100_tp8_pp35", "throughput"): 33.73,
     ("megatron_turing_nlg_530b_3360xa100_tp8_pp35", "throughput"): 37.60,
+    # frameworks as they really ran (issue 32): each miss's mechanism named in
+    # references/README.md (per-module host work, the kernels of 2020-22, host checkpoints)
+    ("deepcompile_llama3_70b_32xh100_fsdp1_seq1024", "throughput"): 101.49,
+    ("deepcompile_llama3_70b_32xh100_zero3_seq1024", "throughput"): 87.12,
+    ("deepcompile_llama3_70b_32xh100_zero3_seq1024_ga16", "throughput"): 77.01,
+    ("deepcompile_llama3_70b_32xh100_zero3_seq2048", "throughput"): 59.66,
+    ("deepspeed_azure_gpt_530b_1024xa100", "throughput"): 31.39,
+    ("deepspeed_azure_gpt_530b_512xa100", "throughput"): 33.51,
+    ("deepspeed_zero_offload_tutorial_gpt2_10b_1xv100_32gb", "throughput"): 80.50,
+    ("deepspeed_zero_tutorial_gpt2_1.5b_8xv100_32gb_zero1", "throughput"): 192.39,
+    ("deepspeed_zero_tutorial_gpt2_1.5b_8xv100_32gb_zero1", "memory"): -48.01,
+    ("deepspeed_zero_tutorial_gpt2_10b_32xv100_32gb_zero2", "throughput"): 242.54,
 }
+ISSUE_32 = {name for name, _ in KNOWN_MISSES if name.startswith(("deepcompile", "deepspeed_zero"))
+            } | {"deepspeed_azure_gpt_530b_1024xa100", "deepspeed_azure_gpt_530b_512xa100",
+                 "deepspeed_azure_gpt_175b_1024xa100_seq1024",
+                 "torchtitan_pr165_llama2_7b_8xh100_fsdp1_full_ac",
+                 "torchtitan_pr165_llama2_7b_8xh100_fsdp1_selective_op_ac"}
+"""The runs issue 32 added or made expressible: their own mean is pinned apart
+(ISSUE_32_MEAN_PCT)."""
 WITHIN_THE_BAR = {  # (reference, category) within 25% today
     *((name, "throughput") for name in (
         "deepspeed_azure_gpt_175b_256xa100", "llmfoundry_mpt_13b_512xh100",
@@ -146,19 +165,27 @@ WITHIN_THE_BAR = {  # (reference, category) within 25% today
         "torchtitan_asynctp_llama3_8b_64xh100_fsdp8_tp8",
         "torchtitan_llama3_405b_128xh100_fsdp16_tp8",
         "bigscience_bloom_176b_384xa100_tp4_pp12", "meta_llama3_405b_16384xh100_tp8_pp16_dp128",
-        "meta_llama3_405b_8192xh100_tp8_pp16_dp64")),
+        "meta_llama3_405b_8192xh100_tp8_pp16_dp64",
+        "torchtitan_pr165_llama2_7b_8xh100_fsdp1_full_ac",
+        "torchtitan_pr165_llama2_7b_8xh100_fsdp1_selective_op_ac",
+        "deepspeed_azure_gpt_175b_1024xa100_seq1024")),
     *((name, "memory") for name in (
         "torchtitan_llama3_8b_128xh100", "torchtitan_llama3_8b_8xh100",
         "torchtitan_pr165_llama2_7b_8xh100_fsdp2_full_ac",
-        "torchtitan_pr165_llama2_7b_8xh100_fsdp2_selective_op_ac")),
+        "torchtitan_pr165_llama2_7b_8xh100_fsdp2_selective_op_ac",
+        "torchtitan_pr165_llama2_7b_8xh100_fsdp1_full_ac",
+        "torchtitan_pr165_llama2_7b_8xh100_fsdp1_selective_op_ac",
+        "deepspeed_zero_offload_tutorial_gpt2_10b_1xv100_32gb",
+        "deepspeed_zero_tutorial_gpt2_10b_32xv100_32gb_zero2")),
 }
 TENSOR_PARALLEL_MEAN_PCT = 17.73  # mean |error| of the tensor-parallel runs today (README)
 PIPELINE_MEAN_PCT = 21.56  # mean |error| of the pipeline-parallel runs today (README)
 NOT_EXPRESSIBLE = {"deepspeed_azure_gpt_2t_1024xa100", "torchtitan_llama3_405b_512xh100_3d",
                    "torchtitan_llama3_405b_512xh100_3d_1f1b",
                    "torchtitan_llama3_70b_256xh100_fsdp_tp",
-                   "torchtitan_pr165_llama2_7b_8xh100_fsdp1_full_ac",
-                   "torchtitan_pr165_llama2_7b_8xh100_fsdp1_selective_op_ac"}
+                   "pytorch_blog_fsdp_intro_gpt_175b_128xa100_40gb",
+                   "pytorch_blog_fsdp_intro_gpt_1t_128xa100_40gb"}
+ISSUE_32_MEAN_PCT = 60.38  # mean |error| of issue 32's runs today (references/README.md)
 
 
 def test_the_repository_references_read_and_run():
@@ -187,9 +214,10 @@ def test_the_repository_references_read_and_run():
     tp = axis("tensor_parallel") - pp
     for category in ("throughput", "memory"):  # without TP or PP: within the bar today
         plain = [abs(e) for (name, kind), e in errors.items()
-                 if kind == category and name not in tp | pp]
+                 if kind == category and name not in tp | pp | ISSUE_32]
         assert sum(plain) / len(plain) <= 10.0, category
-    for runs, mean in ((tp, TENSOR_PARALLEL_MEAN_PCT), (pp, PIPELINE_MEAN_PCT)):
+    for runs, mean in ((tp, TENSOR_PARALLEL_MEAN_PCT), (pp, PIPELINE_MEAN_PCT),
+                       (ISSUE_32, ISSUE_32_MEAN_PCT)):
         axis_errors = [abs(e) for (name, _), e in errors.items() if name in runs]
         assert sum(axis_errors) / len(axis_errors) == pytest.approx(mean, abs=0.01)
 
