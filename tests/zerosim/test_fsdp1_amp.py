@@ -7,6 +7,7 @@ import pytest
 from zerosim.analytic.memory import stage_memory
 from zerosim.analytic.model import activations
 from zerosim.errors import InputError
+from zerosim.frameworks import REGISTRY
 from zerosim.hardware.gpus import GPUS
 from zerosim.hardware.op_model import TRAINING_GEMMS_OVER_BEST
 from zerosim.scenario.load import load_scenario
@@ -22,21 +23,26 @@ V, H, LAYERS = 32000, 4096, 32
 
 def test_fsdp1_keeps_its_root_gathered_and_gathers_it_once():
     """FSDP1 FULL_SHARD with every block wrapped: the root (token table, final RMSNorm, head:
-    2 x 32000 x 4096 + 4096 elements, bf16) stays gathered from forward through backward, so the
-    stage holds it beyond what FSDP2 holds, and all-gathers it once where FSDP2 gathers the
-    embedding and the head twice each. The model states are FSDP2's: fp32 shards, gradients
-    and Adam's moments, 16 bytes per shard element."""
-    root = 2 * V * H + H
+    2 x 32000 x 4096 + 4096 elements, bf16) stays gathered from forward through backward;
+    beside it two blocks gathered (prefetch 1), the head's gradient held until the embedding's
+    backward completes the root's flat gradient, and two units of full gradients in flight (the
+    largest pair: two blocks, each above the head's 32000 x 4096 + 4096); and the loss's fp32
+    transients. It all-gathers the root once where FSDP2 gathers the embedding and the head twice
+    each. The model states are FSDP2's: fp32 shards, gradients and Adam's moments, 16 bytes per
+    shard element."""
+    root, block, head = 2 * V * H + H, 4 * H * H + 3 * H * 11008 + 2 * H, V * H + H
     one = load_scenario(LLAMA, ["training.framework='fsdp1'", "training.zero_stage=3"])
     two = load_scenario(LLAMA, ["training.framework='fsdp2'", "training.zero_stage=3"])
     m1, m2 = stage_memory(one, 3), stage_memory(two, 3)
-    assert m1.buffers_bytes - m2.buffers_bytes == 2 * root
+    loss = REGISTRY["fsdp1"].loss_transient_bytes(one.model, one.training)
+    assert m1.buffers_bytes - loss == 2 * (root + 2 * block + head + 2 * block)
     assert m1.model_states_bytes == m2.model_states_bytes
     assert m1.params_bytes + m1.grads_bytes + m1.optimizer_bytes == 16 * m1.params_bytes // 4
     n = one.world_size
     g1 = simulate(one, 3, keep_events=False).comm_bytes_per_rank["all_gather"]
     g2 = simulate(two, 3, keep_events=False).comm_bytes_per_rank["all_gather"]
     assert g2 - g1 == pytest.approx(2 * root * (n - 1) / n, rel=1e-6)
+    assert simulate(one, 3, keep_events=False).peak_bytes <= m1.peak_bytes
 
 
 def test_fsdp1_refuses_a_pipeline_and_zero_1():
@@ -49,7 +55,7 @@ def test_amp_keeps_fp32_states_and_the_casts_of_the_weights():
     activations in fp16 as before, plus the fp16 casts of every matmul weight (4h^2 attention +
     8h^2 MLP per layer, and the tied head's V x h), held from forward into backward. Megatron
     7.5B has full checkpointing; its parameters are leaves (framework "zero"), so autocast's
-    cache holds each layer's casts to the forward's end: counted with what the layer stores."""
+    cache holds every layer's casts to the forward's end."""
     mixed = load_scenario(MEGATRON)
     amp = load_scenario(MEGATRON, ["training.precision='fp32'", "training.autocast='fp16'"])
     psi = stage_memory(amp, 0).params_bytes // 4
@@ -60,6 +66,10 @@ def test_amp_keeps_fp32_states_and_the_casts_of_the_weights():
     added = activations(amp.model, amp.training).after_forward_bytes - activations(
         mixed.model, mixed.training).after_forward_bytes
     assert added == layers * 2 * 12 * h * h + 2 * vocab * h
+    # the cache is emptied as the forward's autocast region ends: a layer's recomputation casts
+    # its weights again, held through its backward
+    assert activations(amp.model, amp.training).recompute_bytes - activations(
+        mixed.model, mixed.training).recompute_bytes == 2 * 12 * h * h
     fsdp1 = load_scenario(MEGATRON, ["training.precision='fp32'", "training.autocast='fp16'",
                                      "training.framework='fsdp1'", "training.zero_stage=3"])
     a = activations(fsdp1.model, fsdp1.training)
@@ -86,3 +96,19 @@ def test_a_v100_gemm_is_its_records_rate_times_its_flops(name):
     rate = 125e12 * 0.898 * TRAINING_GEMMS_OVER_BEST
     assert costs.gemm(m, n, k).seconds == pytest.approx(7.22e-6 + 2 * m * n * k / rate,
                                                         rel=1e-12)
+
+
+def test_fp32_matmuls_run_on_the_fp32_units_and_autocast_on_the_tensor_cores():
+    """precision = "fp32" without autocast: PyTorch leaves TF32 off for matmuls, so a V100 GEMM
+    runs at the FP32 peak (15.7 TFLOP/s, the data sheet) x the same achievable fractions; under
+    autocast the matmuls are 16-bit again (review: fp32 BERT was timed on the tensor cores)."""
+    from zerosim.sim.costs import op_model
+
+    m, n, k = 8 * 256, 10 * 128, 8192
+    fp32 = OpCosts(GPUS["V100-16GB"], 900.0, fp32_matmuls=True)
+    rate = 15.7e12 * 0.898 * TRAINING_GEMMS_OVER_BEST
+    assert fp32.gemm(m, n, k).seconds == pytest.approx(7.22e-6 + 2 * m * n * k / rate,
+                                                       rel=1e-12)
+    plain = load_scenario(MEGATRON, ["training.precision='fp32'"])
+    amp = load_scenario(MEGATRON, ["training.precision='fp32'", "training.autocast='fp16'"])
+    assert op_model(plain).flops == pytest.approx(op_model(amp).flops * 15.7 / 125)  # V100

@@ -52,18 +52,22 @@ def test_gpu_against_its_data_sheet(name):
 # on V100, CUDA 9) superseded by Baidu DeepBench's DGX-1 V100 FP16 sheet (112.3 of 125 on CUDA
 # 10.1, 4096 x 7000 x 4096), Bekman's ml-engineering MAMF table (A100 SXM 271.2, H100 SXM 794.5
 # of the peaks).
-HBM_FRACTION = {"V100-16GB": 809 / 900, "V100-32GB": 809 / 900, "A100-40GB": 1382 / 1555, "A100-80GB": 1737 / 2039,
+HBM_FRACTION = {"V100-16GB": 809 / 900, "V100-32GB": 809 / 900, "A100-40GB": 1382 / 1555,
+                "A100-80GB": 1737 / 2039,
                 "H100-80GB": 3009 / 3350, "H200-141GB": 3282 / 4800}
-GEMM_FRACTION = {"V100-16GB": 112.3 / 125, "V100-32GB": 112.3 / 125, "A100-40GB": 271.2 / 312, "A100-80GB": 271.2 / 312,
+GEMM_FRACTION = {"V100-16GB": 112.3 / 125, "V100-32GB": 112.3 / 125, "A100-40GB": 271.2 / 312,
+                 "A100-80GB": 271.2 / 312,
                  "H100-80GB": 794.5 / 989.4, "H200-141GB": 794.5 / 989.4}
 # RRZE gpu-small-kernels, repeated-stream.svg: a = 2555 ns (A100_80), 2433 ns (H200); A100-40GB
 # and H100 take those as proxies; V100: clpeak's kernel latency on a V100-SXM2-16GB, 7.22 us.
-LAUNCH_US = {"V100-16GB": 7.22, "V100-32GB": 7.22, "A100-40GB": 2.555, "A100-80GB": 2.555, "H100-80GB": 2.433,
+LAUNCH_US = {"V100-16GB": 7.22, "V100-32GB": 7.22, "A100-40GB": 2.555, "A100-80GB": 2.555,
+             "H100-80GB": 2.433,
              "H200-141GB": 2.433}
 # FlashAttention-2 (Dao 2023): A100 forward up to 230 TFLOP/s (§4), backward up to 63% of 312
 # (§1); H100 FA2 at 16k, head dim 128 (FA3 paper Fig. 5(c) and 6(b)): 370 and 322. No flash on
 # Volta (the flash-attention README: Ampere or later).
-FLASH = {"V100-16GB": (None, None), "V100-32GB": (None, None), "A100-40GB": (230.0, round(0.63 * 312, 1)),
+FLASH = {"V100-16GB": (None, None), "V100-32GB": (None, None),
+         "A100-40GB": (230.0, round(0.63 * 312, 1)),
          "A100-80GB": (230.0, round(0.63 * 312, 1)), "H100-80GB": (370.0, 322.0),
          "H200-141GB": (370.0, 322.0)}
 

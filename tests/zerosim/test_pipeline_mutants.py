@@ -103,10 +103,12 @@ def test_the_step_peak_keeps_the_optimizers_transient(write):
     (stage_1_and_2.py): 4 Psi_i / d bytes beside 2 Psi_i + 2 Psi_i + 12 Psi_i / d. A middle stage
     of two layers (Psi_i = 25,192,448, d = 4) at m = 1, b = 1, s = 128 holds one micro-batch's
     activations (2 x 128 x 1024 x (34 + 10) = 11.5 MB) and four 256 KiB transfer buffers, less
-    than the transient's Psi_i bytes: its peak is the step's, 8 Psi_i."""
+    than the transient's Psi_i bytes: its peak is the step's, 8 Psi_i, beside DeepSpeed's two
+    whole 25 MiB ipg_buffers (contiguous_gradients, overlap_comm)."""
     row = simulate_json(write, GPT_8L, "training.framework=deepspeed", "training.seq_len=128",
                         "training.micro_batch=1", "training.gradient_accumulation=1")
-    assert [s["peak_bytes"] for s in row["pipeline"]][1:3] == [8 * PSI_MIDDLE] * 2
+    ipg = 2 * 25 * 2**20
+    assert [s["peak_bytes"] for s in row["pipeline"]][1:3] == [8 * PSI_MIDDLE + ipg] * 2
 
 
 def test_a_stages_memory_timeline_starts_at_its_states_and_buffers(write):
@@ -235,10 +237,11 @@ def test_interleaved_end_stages_buffer_both_directions(write):
 def test_only_the_last_stage_holds_the_loss_transients(write):
     """DeepSpeed's framework counts fp32 cross-entropy's gradients, 8 b s V bytes (1 GiB here),
     on the stage that computes the loss alone; a middle stage holds its four transfer buffers,
-    the first its two."""
+    the first its two; each beside DeepSpeed's two whole 25 MiB ipg_buffers."""
     rows = pipeline_memory(gpt8(write, "training.framework=deepspeed"), 1)
-    assert [r.buffers_bytes for r in rows] == [2 * P2P, 4 * P2P, 4 * P2P,
-                                               2 * P2P + 8 * B * S * V]
+    ipg = 2 * 25 * 2**20
+    assert [r.buffers_bytes for r in rows] == [ipg + 2 * P2P, ipg + 4 * P2P, ipg + 4 * P2P,
+                                               ipg + 2 * P2P + 8 * B * S * V]
 
 
 # ---- inputs ------------------------------------------------------------------------------------

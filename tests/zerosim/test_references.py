@@ -139,7 +139,7 @@ KNOWN_MISSES = {  # (reference, category): its error today, % (README, published
     ("deepspeed_azure_gpt_530b_512xa100", "throughput"): 33.51,
     ("deepspeed_zero_offload_tutorial_gpt2_10b_1xv100_32gb", "throughput"): 80.50,
     ("deepspeed_zero_tutorial_gpt2_1.5b_8xv100_32gb_zero1", "throughput"): 192.39,
-    ("deepspeed_zero_tutorial_gpt2_1.5b_8xv100_32gb_zero1", "memory"): -48.01,
+    ("deepspeed_zero_tutorial_gpt2_1.5b_8xv100_32gb_zero1", "memory"): -45.07,
     ("deepspeed_zero_tutorial_gpt2_10b_32xv100_32gb_zero2", "throughput"): 242.54,
 }
 ISSUE_32 = {name for name, _ in KNOWN_MISSES if name.startswith(("deepcompile", "deepspeed_zero"))
@@ -185,7 +185,7 @@ NOT_EXPRESSIBLE = {"deepspeed_azure_gpt_2t_1024xa100", "torchtitan_llama3_405b_5
                    "torchtitan_llama3_70b_256xh100_fsdp_tp",
                    "pytorch_blog_fsdp_intro_gpt_175b_128xa100_40gb",
                    "pytorch_blog_fsdp_intro_gpt_1t_128xa100_40gb"}
-ISSUE_32_MEAN_PCT = 60.38  # mean |error| of issue 32's runs today (references/README.md)
+ISSUE_32_MEAN_PCT = 60.43  # mean |error| of issue 32's runs today (references/README.md)
 
 
 def test_the_repository_references_read_and_run():

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from zerosim.analytic.model import module_parts, total_params, unit_modules
+from zerosim.analytic.model import unit_modules
 from zerosim.frameworks import framework_of
 from zerosim.frameworks.deepspeed_fetch import FetchPlan, Visit
 from zerosim.scenario.family import zeropp
 from zerosim.units import mib_to_bytes
 
 MAX_PLANNED_LAYERS = 4096
-"""Beyond this many blocks no plan is walked (the planner asks of 2**36): the memory model
-takes fetch_bound's figure instead."""
+"""Beyond this many blocks no plan is walked (the planner asks of 2**36): such a model is
+gathered unit by unit (fetches_by_module)."""
 
 Tree = tuple[tuple[int, ...], list["Tree"]]
 
@@ -98,39 +98,25 @@ def planned(m, t, framework, grad_bytes: int) -> tuple[FetchPlan, list[Visit], l
     return framework.fetch_plan(t, visits, sizes, bucket), visits, sizes
 
 
-def fetch_memory(m, t, framework, grad_bytes: int) -> tuple[int, int]:
+def fetch_memory(m, t, framework, grad_bytes: int) -> tuple[int, int, int]:
     """(the most elements gathered at once beyond the persistent ones, the persistent ones'
-    elements) of module-by-module ZeRO-3: the plan's, up to MAX_PLANNED_LAYERS blocks; beyond,
-    the persistent parameters counted part by part, and a bound on what is gathered: what the
-    reuse distance keeps (at most that many elements and the visit that crosses it), one
-    prefetch bucket and the parameter it may overshoot by, never more than the model."""
-    if m.layers <= MAX_PLANNED_LAYERS:
-        plan, _, sizes = planned(m, t, framework, grad_bytes)
-        return plan.peak_live_elements, sum(sizes[p] for p in plan.persistent)
-    knobs = {key: default if getattr(t, key) is None else getattr(t, key)
-             for key, default in framework.fetch_defaults.items()}
-    threshold = knobs["param_persistence_threshold"]
-    embedding, block, head = module_parts(m)
-    if m.tied_embeddings:
-        head = head[:-1]
-
-    def persistent(modules) -> int:
-        return sum(n for module in modules for n in module if n <= threshold)
-
-    kept = persistent(embedding) + m.layers * persistent(block) + persistent(head)
-    largest = max(sum(module) for module in embedding + block + head)
-    bound = (knobs["max_reuse_distance"] + largest + knobs["prefetch_bucket_elements"] + largest)
-    return min(bound, total_params(m) - kept), kept
+    elements, the largest reduce-scatter's elements: its flush copies it whole) of
+    module-by-module ZeRO-3, from its plan."""
+    plan, _, sizes = planned(m, t, framework, grad_bytes)
+    largest = max((e for _, e in plan.reduce_scatters), default=0)
+    return plan.peak_live_elements, sum(sizes[p] for p in plan.persistent), largest
 
 
 def fetches_by_module(scenario, stage: int) -> bool:
     """Whether this stage gathers module by module: ZeRO-3 under a framework that does
-    (Framework.fetch_defaults), for a model given by shape, without offload, hybrid sharding or
-    ZeRO++ (their steps are modelled on whole units: those stay the unit-by-unit ZeRO-3)."""
-    t, p = scenario.training, scenario.parallelism
+    (Framework.fetch_defaults), for a model given by shape of at most MAX_PLANNED_LAYERS blocks,
+    without offload, hybrid sharding, ZeRO++ or tensor parallelism (their steps are modelled on
+    whole units: those stay the unit-by-unit ZeRO-3, as a larger model does)."""
+    t, p, m = scenario.training, scenario.parallelism, scenario.model
     return (stage == 3 and framework_of(t).fetch_defaults is not None
-            and not scenario.model.is_bare and t.optimizer_offload == "none"
-            and t.param_offload == "none" and not zeropp(t, p) and not p.shard_group)
+            and not m.is_bare and m.layers <= MAX_PLANNED_LAYERS
+            and t.optimizer_offload == "none" and t.param_offload == "none"
+            and not zeropp(t, p) and not p.shard_group and p.tensor_parallel == 1)
 
 
 class FetchSteps:
@@ -162,7 +148,7 @@ class FetchSteps:
 def fetch_steps(scenario, m, stage: int, grad_bytes: int) -> FetchSteps | None:
     """The step's plan (m: the rank's model) where it fetches module by module and the model is
     small enough to walk; None where it gathers whole units."""
-    if not fetches_by_module(scenario, stage) or m.layers > MAX_PLANNED_LAYERS:
+    if not fetches_by_module(scenario, stage):
         return None
     plan, visits, _ = planned(m, scenario.training, framework_of(scenario.training), grad_bytes)
     return FetchSteps(plan, visits)

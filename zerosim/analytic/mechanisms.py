@@ -47,7 +47,8 @@ def mechanism_counts(scenario, stage: int) -> dict[str, dict[str, float]]:
     m, t = rank_model(scenario), scenario.training
     w, b, s = BYTES_PER_ELEMENT[t.precision], t.micro_batch, t.seq_len
     tokens = b * s
-    layer_qk = (m.layers * tokens * (m.q_width + m.n_kv_heads * m.head_dim) * w
+    layer_qk = (m.layers * tokens * (m.q_width + m.n_kv_heads * m.head_dim)
+                * BYTES_PER_ELEMENT[t.compute_dtype]  # activations: autocast's dtype
                 if b == 1 and not t.flash_attention else 0)
     # zero_real's own stages (a framework that runs in it). ZeRO-2's pool: whole bucket buffers
     # in the training dtype (zero_real allocates bucket_elements each), one where one bucket

@@ -166,13 +166,21 @@ def _stage_buffers(m, t: TrainingConfig, mesh: Mesh, psi: int, bp: int,
     if stage == 2:
         # Non-owned gradients are freed, so buckets are separate buffers (stages 0-1 reduce in
         # place on the persistent flat gradient buffer: their buckets are slices of it).
-        return 0, stage2_bucket_bytes(m, t, bg)
+        # a framework's whole buckets are persistent buffers (Framework.bucket_buffers)
+        return 0, 0 if framework_of(t).bucket_buffers(t, 2) else stage2_bucket_bytes(m, t, bg)
     if by_module:
         # Module by module (DeepSpeed): what its plan holds gathered at once, and the flush's
         # copy of a full gradient bucket (reduce_scatter_coalesced's torch.cat: docs/research/
         # deepspeed_zero3_fetch.md sec. 6); the bucket itself is a persistent buffer.
-        live, _ = fetch_memory(m, t, framework_of(t), bg)
-        return kept, kept + bp * live + min(mib_to_bytes(t.reduce_bucket_MiB), bg * psi)
+        live, _, flush = fetch_memory(m, t, framework_of(t), bg)
+        return kept, kept + bp * live + bg * flush
+    if stage == 3 and framework_of(t).keeps_root_gathered(t, stage) and not m.is_bare:
+        # FSDP1: the root (kept) beside blocks gathered as below, and the head's gradient held
+        # until the embedding's backward completes the root's one flat gradient
+        c = param_counts(m)
+        blocks = bp * c.per_layer * min(1 + t.prefetch_layers, c.layers)
+        head = bg * (c.final_norm + c.lm_head)
+        return kept, kept + blocks + head + bg * max_gather_window(m, STAGE3_LIVE_LAYER_GRADS)
     if stage == 3:
         # Whole layers gathered for compute (the current one plus prefetch), and full layer
         # gradients awaiting their reduce-scatter (ZeRO paper §5.3, "P_p").
@@ -371,8 +379,8 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     row, m = stage_memory(scenario, stage), rank_model(scenario)
     acts = activations(m, scenario.training)
     stored = acts.after_forward_bytes
-    states = row.model_states_bytes + framework_of(scenario.training).persistent_buffer_bytes(
-        scenario.training, stage, total_params(m))
+    states = (row.model_states_bytes + framework_of(scenario.training).persistent_buffer_bytes(
+        scenario.training, stage, total_params(m)) + persistent_param_bytes(scenario, stage))
     made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
     kept = kept_parameter_bytes(m, scenario.training, mesh_of(scenario, stage))
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]

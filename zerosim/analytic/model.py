@@ -120,11 +120,15 @@ class Activations:
     embedding_bytes: int
     """The part of outside_layers_bytes the embedding keeps (its dropout mask) until its own
     backward, after every layer's."""
+    forward_only_bytes: int = 0
+    """Held at forward's end and gone before any layer's backward (autocast's cache of the
+    checkpointed layers' weight casts, freed as the autocast region ends)."""
 
     @property
     def after_forward_bytes(self) -> int:
         """What forward leaves: every layer's stored part and everything outside the layers."""
-        return self.layers * self.stored_per_layer_bytes + self.outside_layers_bytes
+        return (self.layers * self.stored_per_layer_bytes + self.outside_layers_bytes
+                + self.forward_only_bytes)
 
     @property
     def peak_bytes(self) -> int:
@@ -134,8 +138,8 @@ class Activations:
         fp32 logits never meet a recomputed layer (Korthikanti et al. 2022, §5: full
         recomputation keeps 2sbh per layer plus one layer's working set; review I5)."""
         during_backward = self.embedding_bytes + self.recompute_bytes if self.recompute_bytes else 0
-        return self.layers * self.stored_per_layer_bytes + max(self.outside_layers_bytes,
-                                                               during_backward)
+        return self.layers * self.stored_per_layer_bytes + max(
+            self.outside_layers_bytes + self.forward_only_bytes, during_backward)
 
 
 ZERO_ACTIVATIONS = Activations(per_layer_bytes=0, stored_per_layer_bytes=0, recompute_bytes=0,
@@ -179,14 +183,17 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
     # §4.3: embedding dropout mask, final-norm input, head input, cross-entropy logits in fp32.
     outside = mask * sbh + 2 * w * sbh + FP32_BYTES * s * b * m.vocab
     layer_casts, head_casts = autocast_weight_bytes(m, t)
-    if t.activation_checkpointing == "full" and not framework_of(t).autocast_caches_weights(t):
+    forward_only = 0
+    if t.activation_checkpointing == "full":
         recompute += layer_casts  # recast in the layer's recomputation, held through its backward
+        if framework_of(t).autocast_caches_weights(t):  # and cached to the forward's end
+            forward_only = m.layers * layer_casts
     else:
-        stored += layer_casts
+        stored += layer_casts  # saved for the matmuls' backward
     outside += head_casts
     return Activations(per_layer_bytes=per_layer, stored_per_layer_bytes=stored,
                        recompute_bytes=recompute, outside_layers_bytes=outside, layers=m.layers,
-                       embedding_bytes=mask * sbh)
+                       embedding_bytes=mask * sbh, forward_only_bytes=forward_only)
 
 
 def autocast_weight_bytes(m: ModelConfig, t: TrainingConfig) -> tuple[int, int]:
@@ -349,7 +356,8 @@ def unit_activation_bytes(m: ModelConfig, t: TrainingConfig) -> list[int]:
     if m.is_bare:
         return [0] * m.n_layers
     mask = acts.embedding_bytes
-    return [mask] + [acts.stored_per_layer_bytes] * m.layers + [acts.outside_layers_bytes - mask]
+    return [mask] + [acts.stored_per_layer_bytes] * m.layers + [
+        acts.outside_layers_bytes - mask + acts.forward_only_bytes]  # the head's backward is first
 
 
 @dataclass(frozen=True)

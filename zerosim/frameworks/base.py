@@ -89,6 +89,12 @@ class Framework:
         buffer anyway (the ZeRO paper's Table 1)."""
         return False
 
+    def bucket_buffers(self, t, stage: int) -> int:
+        """Whole reduce buckets the framework allocates whatever they hold, kept among its
+        persistent buffers; 0: buckets hold what is made into them (ZeRO-2's, sim/stages/
+        replicated.ZeRO2) or are slices of the gradient buffer (stages 0-1)."""
+        return 0
+
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
         """Buffers alive all step beyond the model states (none but DDP's)."""
         return 0

@@ -57,8 +57,15 @@ class DeepSpeed(Framework):
             reduce_bucket=reduce_bucket_elements)
 
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
-        """ZeRO-3 copies each final gradient into a flat bucket of reduce_bucket_size elements
-        allocated once, at the optimizer's construction (contiguous_gradients, True by default:
-        stage3.py lines 731-735 at edaa722; docs/research/deepspeed_zero3_fetch.md sec. 6)."""
-        return mib_to_bytes(t.reduce_bucket_MiB) if stage == 3 else 0
+        """The buckets each gradient is copied into (contiguous_gradients, True by default),
+        whole reduce_bucket_size buffers whatever they come to hold: ZeRO-3's one, allocated at
+        the optimizer's construction (stage3.py lines 731-735 at edaa722;
+        docs/research/deepspeed_zero3_fetch.md sec. 6); stages 1-2's ipg_buffer, allocated at
+        each backward, a second beside it under overlap_comm, each replacing the step before's
+        (stage_1_and_2.py, backward, at 0.16.4): alive from the first backward on."""
+        return mib_to_bytes(t.reduce_bucket_MiB) * self.bucket_buffers(t, stage)
+
+    def bucket_buffers(self, t, stage: int) -> int:
+        """Stage 3's one bucket; stages 1-2's one, two under overlap_comm; none at stage 0."""
+        return {0: 0, 3: 1}.get(stage, 1 + (1 if t.overlap_comm else 0))
 

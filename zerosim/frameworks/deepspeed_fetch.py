@@ -18,7 +18,7 @@ the hooks and the persistence test; stage3.py: the reduce buckets and _post_step
   one reduce-scatter before it would overflow and at the end of backward.
 
 This module is arithmetic on parameter sizes: the analytic model says which modules a model has
-(analytic/model.unit_modules) and the simulator runs the plan (sim/stages/deepspeed.py).
+(analytic/model.unit_modules) and the simulator runs the plan (sim/stages/fetch.py).
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ class FetchPlan:
     releases: tuple[tuple[int, ...], ...]
     """Per visit, the parameters released once it is done (the last visit: every one left)."""
     peak_live_elements: int
-    """The most non-persistent elements gathered at once."""
+    """The most non-persistent elements gathered at once, each gather's held until the last of
+    its parameters is released (its buffer is one block: DeepSpeed keeps a coalesced gather's
+    flat buffer alive while any parameter of the batch waits; sim/stages/fetch.py alike)."""
     reduce_scatters: tuple[tuple[int, int], ...]
     """(visit during which it is flushed, elements), in order."""
     post_step_gathers: tuple[int, ...]
@@ -87,53 +89,87 @@ def fetch_plan(visits: list[Visit], sizes: list[int], *, prefetch_bucket: int = 
                reduce_bucket: int = REDUCE_BUCKET) -> FetchPlan:
     """The steady-state plan of one micro-batch over `visits` (the trace DeepSpeed recorded)."""
     persistent = persistent_params(sizes, threshold)
-    queue = [(p, s) for s, visit in enumerate(visits) for p in sorted(visit.params)]
-    cursor = 0  # the trace queue's head
-    claimed: dict[int, int] = {}  # last[p]: the furthest visit a pop covered
-    live: set[int] = set()
-    n_live = peak = 0
-    gathers: list[Gather] = []
-    releases: list[tuple[int, ...]] = []
-    reused = _Reuse(visits, sizes, max_reuse)
-
-    def gather(s: int, params: list[int], prefetch: bool) -> None:
-        nonlocal n_live, peak
-        elements = sum(sizes[p] for p in params)
-        gathers.append(Gather(s, tuple(params), elements, prefetch))
-        live.update(params)
-        n_live += elements
-        peak = max(peak, n_live)
-
+    walk = _Coordinator(visits, sizes, persistent, max_reuse)
     for s, visit in enumerate(visits):
-        need = [p for p in sorted(visit.params) if p not in persistent and p not in live]
+        need = [p for p in sorted(visit.params) if p not in persistent and p not in walk.live]
         if need:
-            gather(s, need, False)
-        while cursor < len(queue) and queue[cursor][1] <= s:  # this visit's own entries
-            p, at = queue[cursor]
-            claimed[p] = max(claimed.get(p, -1), at)
-            cursor += 1
-        budget, batch, acc = min(max_live - n_live, prefetch_bucket), [], 0
-        while cursor < len(queue) and acc < budget:
-            p, at = queue[cursor]
-            cursor += 1
-            claimed[p] = max(claimed.get(p, -1), at)
-            if p not in persistent and p not in live and p not in batch:
-                batch.append(p)
-                acc += sizes[p]
-        if batch:
-            gather(s, batch, True)
-        released = tuple(p for p in sorted(visit.params) if p in live
-                         and claimed.get(p, -1) <= s and not reused(p, s + 1))
-        if s == len(visits) - 1:
-            released = tuple(sorted(live))  # the epilogue frees what is left (the embedding)
-        for p in released:
-            live.discard(p)
-            n_live -= sizes[p]
-        releases.append(released)
-    return FetchPlan(persistent=persistent, gathers=tuple(gathers), releases=tuple(releases),
-                     peak_live_elements=peak,
+            walk.gather(s, need, False)
+        walk.pop_own(s)
+        walk.prefetch(s, min(max_live - walk.n_live, prefetch_bucket))
+        walk.release(s, visit)
+    return FetchPlan(persistent=persistent, gathers=tuple(walk.gathers),
+                     releases=tuple(walk.releases), peak_live_elements=walk.peak,
                      reduce_scatters=_reduce_buckets(visits, sizes, reduce_bucket),
                      post_step_gathers=tuple(sizes[p] for p in sorted(persistent)))
+
+
+class _Coordinator:
+    """partitioned_param_coordinator.py's state along one micro-batch: the trace queue and its
+    head, each parameter's furthest claimed visit (last[p]), what is gathered, and each gather's
+    parameters not yet released (its buffer held until the last: FetchPlan.peak_live_elements)."""
+
+    def __init__(self, visits: list[Visit], sizes: list[int], persistent: frozenset[int],
+                 max_reuse: int) -> None:
+        self.visits, self.sizes, self.persistent = visits, sizes, persistent
+        self.queue = [(p, s) for s, visit in enumerate(visits) for p in sorted(visit.params)]
+        self.cursor = 0
+        self.claimed: dict[int, int] = {}
+        self.live: set[int] = set()
+        self.n_live = self.held = self.peak = 0
+        self.gathers: list[Gather] = []
+        self.releases: list[tuple[int, ...]] = []
+        self.waiting: dict[int, int] = {}  # gather -> its parameters not yet released
+        self.owner: dict[int, int] = {}
+        self.reused = _Reuse(visits, sizes, max_reuse)
+
+    def gather(self, s: int, params: list[int], prefetch: bool) -> None:
+        elements = sum(self.sizes[p] for p in params)
+        self.waiting[len(self.gathers)] = len(params)
+        self.owner.update((p, len(self.gathers)) for p in params)
+        self.gathers.append(Gather(s, tuple(params), elements, prefetch))
+        self.live.update(params)
+        self.n_live += elements
+        self.held += elements
+        self.peak = max(self.peak, self.held)
+
+    def pop(self) -> tuple[int, int]:
+        p, at = self.queue[self.cursor]
+        self.cursor += 1
+        self.claimed[p] = max(self.claimed.get(p, -1), at)
+        return p, at
+
+    def pop_own(self, s: int) -> None:
+        """The queue's entries of visit s and before."""
+        while self.cursor < len(self.queue) and self.queue[self.cursor][1] <= s:
+            self.pop()
+
+    def prefetch(self, s: int, budget: int) -> None:
+        """Pop along the trace until `budget` elements are to be gathered (at least one entry),
+        and gather those not gathered yet in one collective."""
+        batch, acc = [], 0
+        while self.cursor < len(self.queue) and acc < budget:
+            p, _ = self.pop()
+            if p not in self.persistent and p not in self.live and p not in batch:
+                batch.append(p)
+                acc += self.sizes[p]
+        if batch:
+            self.gather(s, batch, True)
+
+    def release(self, s: int, visit: Visit) -> None:
+        """After visit s: its parameters no later visit claimed nor the trace reuses within the
+        reuse distance; after the last visit, everything left (the embedding's epilogue)."""
+        released = tuple(p for p in sorted(visit.params) if p in self.live
+                         and self.claimed.get(p, -1) <= s and not self.reused(p, s + 1))
+        if s == len(self.visits) - 1:
+            released = tuple(sorted(self.live))
+        for p in released:
+            self.live.discard(p)
+            self.n_live -= self.sizes[p]
+            g = self.owner.pop(p)
+            self.waiting[g] -= 1
+            if not self.waiting[g]:
+                self.held -= self.gathers[g].elements
+        self.releases.append(released)
 
 
 class _Reuse:

@@ -222,6 +222,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         if not isinstance(precision, str) or precision not in BYTES_PER_ELEMENT:
             precision = TrainingConfig.precision  # the scenario's own error is raised below
         keys = read_deepspeed_config(deepspeed, precision=precision, notes=notes)
+        scenario_training = dict(tables["training"])  # before the ds_config's keys
         train_batch = keys.pop(TRAIN_BATCH, None)
         for key, value in keys.items():
             tables["parallelism" if key in PARALLELISM_KEYS else "training"][key] = value
@@ -231,7 +232,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         tables[table][key] = value
         from_cli.add((table, key))
     if deepspeed is not None:
-        _drop_unused_fetch_knobs(tables, keys, from_cli, notes)
+        _drop_unused_fetch_knobs(tables, keys, scenario_training, from_cli, notes)
     scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
                               cli_hf_config=("model", "hf_config") in from_cli,
                               cli_profile=("cluster", "profile") in from_cli)
@@ -256,11 +257,11 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     return scenario
 
 
-def _drop_unused_fetch_knobs(tables: dict, taken: dict, from_cli: set,
-                             notes: list[str] | None) -> None:
+def _drop_unused_fetch_knobs(tables: dict, taken: dict, scenario_training: dict,
+                             from_cli: set, notes: list[str] | None) -> None:
     """A ds_config's stage3_* fetch keys steer DeepSpeed's ZeRO-3; under a framework that gathers
-    whole units they mean nothing, so they are left out with a note (keys the scenario or --set
-    gave itself are kept, and refused there in one line)."""
+    whole units they mean nothing, so they are left out with a note: the scenario's own value
+    comes back where it gave one, and that or --set's is refused there in one line."""
     name = tables["training"].get("framework", TrainingConfig.framework)
     framework = REGISTRY.get(name) if isinstance(name, str) else None
     if framework is None or framework.fetch_defaults is not None:
@@ -268,7 +269,10 @@ def _drop_unused_fetch_knobs(tables: dict, taken: dict, from_cli: set,
     dropped = [key for key in FETCH_KNOBS
                if key in taken and ("training", key) not in from_cli]
     for key in dropped:
-        del tables["training"][key]
+        if key in scenario_training:
+            tables["training"][key] = scenario_training[key]
+        else:
+            del tables["training"][key]
     if dropped and notes is not None:
         notes.append(f"ignored the ds_config's {', '.join(dropped)}: training.framework = "
                      f"{name!r} gathers whole units, not module by module")

@@ -36,7 +36,8 @@ def op_model(scenario) -> OpCosts | None:
     unless cluster.compute_efficiency is set), for a model given by shape: from the box's own
     record when a calibration profile gives one (zerosim/hardware/measured.py, the record of the
     world of as many ranks per box as the scenario's, or the nearest), else from the GPU's
-    catalogue record when it has an op model; else None (the flat model)."""
+    catalogue record when it has an op model, its matmuls on the FP32 units when they run in fp32
+    (training.compute_dtype); else None (the flat model)."""
     c, profile = scenario.cluster, scenario.profile
     if c.timing != "op" or scenario.model.is_bare:
         return None
@@ -45,7 +46,7 @@ def op_model(scenario) -> OpCosts | None:
         if record is None:
             return None
         return OpCosts(record_gpu(record, DEVICES[c.gpu]), record["bandwidth_GBps"])
-    return op_costs(c)
+    return op_costs(c, fp32_matmuls=scenario.training.compute_dtype == "fp32")
 
 
 def gather_buffers(scenario, stage: int) -> list[list[int]]:

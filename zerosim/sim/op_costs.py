@@ -61,13 +61,21 @@ class Kernels:
 class OpCosts:
     """The per-op costs of one GPU (a record with an op model)."""
 
-    def __init__(self, spec: Gpu, hbm_GBps: float, power_scale: float = 1.0) -> None:
+    def __init__(self, spec: Gpu, hbm_GBps: float, power_scale: float = 1.0,
+                 fp32_matmuls: bool = False) -> None:
         self.spec = spec
         """The GPU's record (zerosim.hardware): its data sheet and its op model."""
         self.model = model = spec.op_model
         self.power_scale = power_scale
         """Compute-bound throughput under a power limit over the default's (cluster key)."""
-        self.flops = (spec.peak_dense_16bit_tflops * 1e12 * model.gemm_achievable_fraction
+        # fp32 matmuls (training.precision = "fp32" without autocast) run on the FP32 units:
+        # PyTorch leaves TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False
+        # since 1.12, docs "TensorFloat-32 (TF32) on Ampere (and later) devices"). The tensor
+        # cores' achievable fraction stands in for cuBLAS SGEMM's (an assumption: no FP32 GEMM
+        # microbenchmark is in the records).
+        peak = (spec.peak_fp32_tflops if fp32_matmuls and spec.peak_fp32_tflops
+                else spec.peak_dense_16bit_tflops)
+        self.flops = (peak * 1e12 * model.gemm_achievable_fraction
                       * model.training_shapes_over_best * power_scale)
         self.bandwidth = hbm_GBps * 1e9 * model.hbm_achievable_fraction
         self.launch = (model.kernel_launch_us or 0.0) * 1e-6
@@ -151,12 +159,13 @@ def by_log2_length(curve, seq_len: int) -> float:
     return points[-1][1]
 
 
-def op_costs(cluster) -> OpCosts | None:
-    """The per-op model of the cluster's GPU, or None (the CPU box, a GPU without an op model)."""
+def op_costs(cluster, fp32_matmuls: bool = False) -> OpCosts | None:
+    """The per-op model of the cluster's GPU (its matmuls in fp32 where `fp32_matmuls`), or None
+    (the CPU box, a GPU without an op model)."""
     gpu = DEVICES.get(cluster.gpu)
     if gpu is None or gpu.op_model is None:
         return None
-    return OpCosts(gpu, cluster.hbm_bandwidth_GBps, cluster.power_scale)
+    return OpCosts(gpu, cluster.hbm_bandwidth_GBps, cluster.power_scale, fp32_matmuls)
 
 
 def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:

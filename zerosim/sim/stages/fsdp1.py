@@ -12,9 +12,10 @@ from zerosim.sim.stages.zero3 import ZeRO3
 
 class RootKept(ZeRO3):
     """Unit 0 gathers the whole root; the head (the last unit) computes on it in forward and
-    backward, and backward gathers neither. The root's gradient is still reduce-scattered unit
-    by unit (the head's part at the head's backward), a simplification: FSDP1 reduces the root's
-    flat gradient once, after the embedding's backward."""
+    backward, and backward gathers neither. The head's gradient is held from its backward until
+    the embedding's is reduced (FSDP1 builds the root's one flat gradient then); its
+    reduce-scatter still runs at the head's backward, a simplification of the one collective
+    FSDP1 runs for the root after the embedding's backward."""
 
     def root(self, unit: int) -> bool:
         return unit in (0, self.layers - 1)
@@ -41,3 +42,19 @@ class RootKept(ZeRO3):
             self.ctx.free(("gathered", "forward", 0))
         elif unit != self.layers - 1:
             super().release(unit, phase)
+
+    def produce_gradients(self, unit: int) -> Iterator:
+        if unit == self.layers - 1:
+            size = self.shape.grad_bytes_per_element * self.shape.gradient_elements[unit]
+            self.ctx.alloc("root's head gradient", "layer_grads", size)
+        yield from super().produce_gradients(unit)
+
+    def reduce_unit(self, size: int, unit: int, after) -> Iterator:
+        if unit != 0:
+            return super().reduce_unit(size, unit, after)
+
+        def root_done() -> None:
+            after()
+            self.ctx.free("root's head gradient")
+
+        return super().reduce_unit(size, unit, root_done)

@@ -61,8 +61,9 @@ class DDP:
         lumps = (("params", mem.params_bytes), ("grads", grads), ("optimizer", mem.optimizer_bytes))
         for i, (category, size) in enumerate(self.shape.state_blocks or lumps):
             self.ctx.alloc((category, i), category, size)
-        if self.shape.persistent_bytes:  # DDP's bucket copies of the gradients
-            self.ctx.alloc("bucket copies", "buckets", self.shape.persistent_bytes)
+        if self.shape.persistent_bytes:  # DDP's bucket copies of the gradients, DeepSpeed's
+            # whole buckets and persistent parameters (StepShape.persistent_bytes)
+            self.ctx.alloc("persistent buffers", "buckets", self.shape.persistent_bytes)
         self.ctx.mark("after_init")
         self.steady_state()
         steps = self.shape.gradient_accumulation
@@ -279,7 +280,8 @@ class ZeRO2(ZeRO1):
     def fill_bucket(self, size: int) -> None:
         """A bucket holds the gradients made into it so far, never more: its memory grows piece
         by piece (a small model's one bucket is its gradients, not bucket_MiB)."""
-        if not self.shape.bucket_pool_bytes:  # else a buffer of the pool
+        if not (self.shape.bucket_pool_bytes or self.shape.whole_buckets):  # else a buffer
+            # of the pool, or of the framework's whole buckets (among its persistent bytes)
             self.ctx.alloc(("bucket", self.bucket_id, self.filled_bytes), "buckets", size)
             self.bucket_pieces.append(("bucket", self.bucket_id, self.filled_bytes))
 

@@ -53,7 +53,8 @@ class StepShape:
     gradient_accumulation: int
     """Micro-steps (forward and backward of one micro-batch) per optimizer step."""
     persistent_bytes: int
-    """Buffers alive all step beyond the model states (DDP's bucket copies)."""
+    """Buffers alive all step beyond the model states (DDP's bucket copies; DeepSpeed's whole
+    buckets and persistent parameters)."""
     loss_blocks: dict[str, list[int]]
     """The loss's fp32 transients, during the head's forward and backward, tensor by tensor
     (Framework.loss_blocks)."""
@@ -93,6 +94,9 @@ class StepShape:
     """ZeRO-3 with a tied matrix: its whole gradient held from the head's backward to the
     embedding's (a profile's tied_grad_kept mechanism: zero_real's zero3.py); 0: freed with the
     head's gradient once reduced."""
+    whole_buckets: bool = False
+    """ZeRO-2's buckets are the framework's whole buffers, counted in persistent_bytes
+    (Framework.bucket_buffers: DeepSpeed's ipg_buffer); False: they grow as they fill."""
     bucket_pool_bytes: int = 0
     """ZeRO-2's bucket buffers kept from step to step (a profile's bucket_pool mechanism:
     zero_real's ZeRO2), allocated from the step's start; 0: each bucket freed once reduced."""
@@ -243,6 +247,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
         persistent_bytes=(framework_of(t).persistent_buffer_bytes(t, stage, psi)
                           + persistent_param_bytes(scenario, stage)),
+        whole_buckets=framework_of(t).bucket_buffers(t, stage) > 0,
         loss_blocks=framework_of(t).loss_blocks(m, t),
         step_blocks=_step_blocks(scenario, mesh, memory),
         workspace_bytes=max(0, round(extra["workspace"])),
