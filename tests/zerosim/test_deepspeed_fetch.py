@@ -9,7 +9,7 @@ from zerosim.analytic.fetch import fetches_by_module, module_visits, planned
 from zerosim.analytic.memory import stage_memory
 from zerosim.errors import InputError
 from zerosim.frameworks import REGISTRY
-from zerosim.frameworks.deepspeed_fetch import fetch_plan
+from zerosim.frameworks.deepspeed_fetch import Visit, fetch_plan
 from zerosim.scenario.load import load_scenario
 from zerosim.sim.engine import simulate
 
@@ -201,3 +201,59 @@ def test_a_gathers_buffer_lives_until_its_last_parameter_is_released(bucket):
         waiting = {g: left for g, left in waiting.items() if left}
     assert peak == plan.peak_live_elements
     assert any(len(g.params) > 1 for g in plan.gathers)
+
+
+def test_a_batch_is_held_whole_until_its_last_parameter_goes_by_hand():
+    """Four parameters A, B (10 each), C, D (100 each) used by four visits after a root's, bucket
+    15, no reuse: the root prefetches A and B in one gather (20); A's visit prefetches C (held
+    120: A's batch waits for B); A is released, the batch stays whole; B's visit prefetches D:
+    220 held at once, where counting parameters one by one would say 210."""
+    visits = [Visit(0, "forward", ()), *(Visit(0, "forward", (p,), 0.25) for p in range(4))]
+    plan = fetch_plan(visits, [10, 10, 100, 100], prefetch_bucket=15, max_reuse=0, threshold=0)
+    assert [(g.visit, g.params) for g in plan.gathers] == [(0, (0, 1)), (1, (2,)), (2, (3,))]
+    assert plan.peak_live_elements == 220
+
+
+def test_a_one_element_bucket_still_prefetches_one_parameter():
+    """The prefetch pops while what it gathers is under the budget: with a budget of one element
+    it takes the next parameter not gathered, whatever its size."""
+    s = small()
+    visits, sizes = module_visits(s.model, s.training)
+    plan = fetch_plan(visits, sizes, prefetch_bucket=1, max_reuse=0)
+    prefetched = [g for g in plan.gathers if g.prefetch]
+    assert prefetched and all(len(g.params) == 1 for g in prefetched)
+
+
+def test_the_persistence_threshold_is_inclusive():
+    """DeepSpeed keeps a parameter of exactly the threshold's elements (ds_numel <= threshold):
+    at 1024, the LayerNorms' and the 1024-wide biases (out, fc2), 6 per layer and the final
+    norm's 2 persist; the 3072- and 4096-wide biases do not."""
+    plan, _, sizes = plan_of(small("training.param_persistence_threshold=1024"))
+    assert len(plan.persistent) == 2 * 6 + 2
+    assert {sizes[p] for p in plan.persistent} == {H}
+
+
+def test_what_a_prefetch_claimed_is_not_released_before_its_use():
+    """A bucket as large as the model prefetches the whole trace at the root's visit, claiming
+    every entry: no parameter is released before its last use, so each is gathered once in the
+    micro-batch even with no reuse distance."""
+    s = small()
+    visits, sizes = module_visits(s.model, s.training)
+    plan = fetch_plan(visits, sizes, prefetch_bucket=10**9, max_reuse=0)
+    gathered = [p for g in plan.gathers for p in g.params]
+    assert sorted(gathered) == sorted(set(range(len(sizes))) - plan.persistent)
+
+
+def test_a_checkpointed_block_recomputes_its_forward_visits_before_its_backward():
+    """Under full checkpointing each block's backward visits its modules' forward again (the
+    recomputation: a third of the pass's compute), then backward's reversed order (two thirds)."""
+    s = small("training.activation_checkpointing='full'")
+    visits, _ = module_visits(s.model, s.training)
+    block = [v for v in visits if v.unit == 1]
+    forward = [v.params for v in block if v.phase == "forward"]
+    recompute = [v.params for v in block if v.recompute]
+    assert recompute == forward
+    back = [v for v in block if v.phase == "backward"]
+    assert [v.recompute for v in back] == [True] * len(forward) + [False] * len(forward)
+    assert sum(v.share for v in back if v.recompute) == pytest.approx(1 / 3)
+    assert sum(v.share for v in back) == pytest.approx(1.0)

@@ -80,6 +80,16 @@ def test_amp_keeps_fp32_states_and_the_casts_of_the_weights():
     assert a.recompute_bytes - b.recompute_bytes == 2 * 12 * h * h
 
 
+def test_amp_casts_each_of_swiglus_three_matrices():
+    """Llama-2-7B (SwiGLU, 4096 wide, MLP 11008, no checkpointing): per layer the fp16 casts of
+    Q, K, V, O (4 h^2) and of the three MLP matrices (3 x 11008 h), and the untied head's."""
+    mixed = load_scenario(LLAMA, ["training.precision='fp16'"])
+    amp = load_scenario(LLAMA, ["training.precision='fp32'", "training.autocast='fp16'"])
+    added = activations(amp.model, amp.training).after_forward_bytes - activations(
+        mixed.model, mixed.training).after_forward_bytes
+    assert added == LAYERS * 2 * (4 * H * H + 3 * 11008 * H) + 2 * V * H
+
+
 def test_autocast_needs_fp32_parameters():
     with pytest.raises(InputError, match="training.autocast = 'bf16' casts fp32 parameters"):
         load_scenario(LLAMA, ["training.autocast='bf16'"])
