@@ -4,8 +4,9 @@ units. Each module visit issues its own all-gather when its parameters are not t
 them, issues the plan's prefetch, computes its share of its unit's compute, and releases what
 the plan releases; the gradient buckets are reduce-scattered where the plan flushes them; after
 the optimizer step the persistent parameters are gathered again, one blocking all-gather each.
-The hooks' host time per visit is not modelled (no per-module measurement was found:
-docs/research/deepspeed_zero3_fetch.md sec. 8)."""
+Without overlap_comm DeepSpeed gathers on the compute stream: each prefetch then completes
+before the visit computes. The hooks' host time per visit is not modelled (no GPU host measured
+it: docs/research/deepspeed_zero3_fetch.md sec. 8, bench/deepspeed_hooks.py on a CPU box)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ class ModuleFetch(ZeRO3):
             for g in self.plan.gathers_at(s):
                 if plan.gathers[g].prefetch:
                     self.issue(g, phase, unit)
+                    if not self.shape.overlap_comm:  # on the compute stream: it waits
+                        yield self.events[g]
             if visit.share:
                 yield from self.ctx.compute(seconds * visit.share, phase, phase, unit)
             for p in plan.releases[s]:
