@@ -122,3 +122,27 @@ def test_fp32_matmuls_run_on_the_fp32_units_and_autocast_on_the_tensor_cores():
     plain = load_scenario(MEGATRON, ["training.precision='fp32'"])
     amp = load_scenario(MEGATRON, ["training.precision='fp32'", "training.autocast='fp16'"])
     assert op_model(plain).flops == pytest.approx(op_model(amp).flops * 15.7 / 125)  # V100
+
+
+def test_an_eager_fp32_softmax_moves_37_and_41_bytes_a_score_and_saves_its_fp32_output():
+    """Megatron's eager softmax fallback over fp16 scores (derived kernel by kernel from
+    fused_softmax.py's forward_torch_softmax): 37 bytes a score forward in 5 kernels, 41 backward,
+    against the fused kernel's 2 x 2 and 3 x 2 in one; its fp32 output, 4 bytes a score, saved
+    for backward beside what the fused path keeps. Megatron 7.5B, 32 heads, s 2048, b 1."""
+    from zerosim.sim.op_costs import attention_core
+
+    fused = load_scenario(MEGATRON, ["training.activation_checkpointing='none'"])
+    eager = load_scenario(MEGATRON, ["training.activation_checkpointing='none'",
+                                     "training.softmax_kernel='eager'"])
+    scores = 32 * 2048 * 2048
+    costs = OpCosts(GPUS["V100-32GB"], 900.0)
+    for backward, (bytes_eager, bytes_fused) in ((False, (37, 4)), (True, (41, 6))):
+        extra = (attention_core(costs, eager.model, eager.training, backward).seconds
+                 - attention_core(costs, fused.model, fused.training, backward).seconds)
+        assert extra == pytest.approx((bytes_eager - bytes_fused) * scores / costs.bandwidth
+                                      + 4 * costs.launch, rel=1e-9)
+    added = (activations(eager.model, eager.training).stored_per_layer_bytes
+             - activations(fused.model, fused.training).stored_per_layer_bytes)
+    assert added == 4 * scores
+    with pytest.raises(InputError, match="softmax_kernel = 'eager' names how"):
+        load_scenario(LLAMA, ["training.softmax_kernel='eager'"])  # flash attention there

@@ -23,6 +23,11 @@ from zerosim.frameworks.base import TOKEN
 from zerosim.scenario.config import ModelConfig, TrainingConfig
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
+EAGER_SOFTMAX_SAVED = FP32_BYTES
+"""Bytes per score an eager fp32 softmax saves beyond the fused kernel's 16-bit probabilities:
+torch.nn.Softmax's fp32 output, kept for its backward (Megatron's forward_torch_softmax,
+megatron/model/fused_softmax.py lines 192-205; docs/research/fsdp1_amp_v100.md C.5)."""
+
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti §4.1)
 
 
@@ -165,6 +170,8 @@ def activations(m: ModelConfig, t: TrainingConfig) -> Activations:
     else:
         # Softmax output (2as^2b), and with dropout its mask (as^2b) and output (2as^2b).
         scores = (w + (mask + w if m.dropout else 0)) * a * s * s * b
+        if t.softmax_kernel == "eager":  # softmax's own fp32 output, saved for its backward
+            scores += EAGER_SOFTMAX_SAVED * a * s * s * b
     if m.mlp == "gelu":
         mlp = w * (sbh + 2 * sbf) + mask * sbh  # up input, GeLU input, down input (19sbh)
     else:

@@ -33,6 +33,7 @@ AUTOCAST = ("none", "fp16", "bf16")
 FLASH_KERNELS = ("fa2", "fa1", "triton")
 # How the norms were written (zerosim/sim/op_costs.py: a fused kernel or RMSNorm composed in fp32).
 NORM_KERNELS = ("fused", "composite_fp32")
+SOFTMAX_KERNELS = ("fused", "eager")
 
 
 
@@ -65,6 +66,12 @@ class TrainingConfig:
     output and the attention output, recompute the rest) or "full" (keep only layer inputs)."""
     flash_attention: bool = False
     """Fused attention that never stores the s x s score matrix (keeps only softmax statistics)."""
+    softmax_kernel: str = "fused"
+    """Without flash attention, how the s x s softmax ran: "fused" (one kernel reading the 16-bit
+    scores and writing the probabilities, as Megatron's scaled masked softmax: the default
+    pricing) or "eager" (Megatron's forward_torch_softmax fallback and plain PyTorch: the scores
+    cast to fp32, scaled, masked and soft-maxed in fp32 and cast back, five kernels each way, and
+    the fp32 probabilities saved for backward)."""
     flash_kernel: str = "fa2"
     """Which flash kernel ran, for the per-op model's time (the memory is the same; the flat model
     and a profile do not look at it): "fa2" (FlashAttention-2, PyTorch's SDPA flash backend),
@@ -167,6 +174,11 @@ class TrainingConfig:
         _one_of("training.reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _one_of("training.flash_kernel", self.flash_kernel, FLASH_KERNELS)
         _one_of("training.norm_kernel", self.norm_kernel, NORM_KERNELS)
+        _one_of("training.softmax_kernel", self.softmax_kernel, SOFTMAX_KERNELS)
+        if self.softmax_kernel != "fused" and self.flash_attention:
+            raise InputError(f"training.softmax_kernel = {self.softmax_kernel!r} names how the "
+                             f"s x s softmax ran, but training.flash_attention = true computes "
+                             f"it inside the kernel")
         if self.flash_kernel != "fa2" and not self.flash_attention:
             raise InputError(f"training.flash_kernel = {self.flash_kernel!r} names a flash "
                              f"kernel, but training.flash_attention = false (set flash_kernel = "

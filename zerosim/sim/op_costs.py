@@ -45,6 +45,15 @@ FP32 = 4
 # Kernels a layer launches besides its GEMMs and attention, forward: two norms, two residual
 # adds, the MLP activation, rotary embedding (rope) and two dropouts (when present).
 FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention-2/3 papers' convention: backward = 2.5 x forward
+# An eager fp32 softmax over 16-bit scores (training.softmax_kernel = "eager"; Megatron's
+# forward_torch_softmax, megatron/model/fused_softmax.py lines 192-205, derived kernel by kernel
+# in docs/research/fsdp1_amp_v100.md C.5): forward .float() 2 + 4, scale 4 + 4, masked_fill
+# 4 + 1 + 4, softmax 4 + 4, .half() 4 + 2 = 37 bytes per score in 5 kernels; backward, their
+# gradients in reverse: .half()'s 2 + 4, softmax's 4 + 4 + 4 (gradient, output, result),
+# masked_fill's 4 + 1 + 4, scale's 4 + 4, .float()'s 4 + 2 = 41 bytes in 5 kernels (derived here
+# the same way).
+EAGER_SOFTMAX_BYTES = (37, 41)
+EAGER_KERNELS = 5
 
 
 @dataclass(frozen=True)
@@ -185,7 +194,10 @@ def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
     gemms = Kernels()
     for _ in range(passes):
         gemms += costs.gemm(s, s, d, batch) + costs.gemm(s, d, s, batch)
-    softmax = costs.traffic(batch * s * s * BYTES * (3 if backward else 2))
+    if t.softmax_kernel == "eager":
+        softmax = costs.traffic(batch * s * s * EAGER_SOFTMAX_BYTES[backward], EAGER_KERNELS)
+    else:
+        softmax = costs.traffic(batch * s * s * BYTES * (3 if backward else 2))
     return gemms + softmax
 
 
