@@ -68,4 +68,3 @@ class DeepSpeed(Framework):
     def bucket_buffers(self, t, stage: int) -> int:
         """Stage 3's one bucket; stages 1-2's one, two under overlap_comm; none at stage 0."""
         return {0: 0, 3: 1}.get(stage, 1 + (1 if t.overlap_comm else 0))
-

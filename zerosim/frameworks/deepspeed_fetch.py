@@ -67,6 +67,9 @@ class FetchPlan:
     gathers: tuple[Gather, ...]
     releases: tuple[tuple[int, ...], ...]
     """Per visit, the parameters released once it is done (the last visit: every one left)."""
+    freed: tuple[tuple[int, ...], ...]
+    """Per visit, the gathers (indices) whose buffers go once it is done: those whose last
+    parameter it released."""
     peak_live_elements: int
     """The most non-persistent elements gathered at once, each gather's held until the last of
     its parameters is released (its buffer is one block: DeepSpeed keeps a coalesced gather's
@@ -98,7 +101,8 @@ def fetch_plan(visits: list[Visit], sizes: list[int], *, prefetch_bucket: int = 
         walk.prefetch(s, min(max_live - walk.n_live, prefetch_bucket))
         walk.release(s, visit)
     return FetchPlan(persistent=persistent, gathers=tuple(walk.gathers),
-                     releases=tuple(walk.releases), peak_live_elements=walk.peak,
+                     releases=tuple(walk.releases), freed=tuple(walk.freed),
+                     peak_live_elements=walk.peak,
                      reduce_scatters=_reduce_buckets(visits, sizes, reduce_bucket),
                      post_step_gathers=tuple(sizes[p] for p in sorted(persistent)))
 
@@ -118,6 +122,7 @@ class _Coordinator:
         self.n_live = self.held = self.peak = 0
         self.gathers: list[Gather] = []
         self.releases: list[tuple[int, ...]] = []
+        self.freed: list[tuple[int, ...]] = []
         self.waiting: dict[int, int] = {}  # gather -> its parameters not yet released
         self.owner: dict[int, int] = {}
         self.reused = _Reuse(visits, sizes, max_reuse)
@@ -162,6 +167,7 @@ class _Coordinator:
                          and self.claimed.get(p, -1) <= s and not self.reused(p, s + 1))
         if s == len(self.visits) - 1:
             released = tuple(sorted(self.live))
+        freed = []
         for p in released:
             self.live.discard(p)
             self.n_live -= self.sizes[p]
@@ -169,7 +175,9 @@ class _Coordinator:
             self.waiting[g] -= 1
             if not self.waiting[g]:
                 self.held -= self.gathers[g].elements
+                freed.append(g)
         self.releases.append(released)
+        self.freed.append(tuple(freed))
 
 
 class _Reuse:

@@ -22,8 +22,7 @@ class ModuleFetch(ZeRO3):
         super().__init__(ctx, shape)
         self.plan = shape.fetch
         self.events: dict[int, object] = {}  # gather index -> its collective's event
-        self.owner: dict[int, int] = {}  # parameter -> the gather that brought it
-        self.held: dict[int, int] = {}  # gather index -> its parameters not yet released
+        self.owner: dict[int, int] = {}  # parameter -> the gather that last brought it
         self.micro = 0
 
     def start_gathers(self, phase: str, units) -> None:
@@ -52,8 +51,8 @@ class ModuleFetch(ZeRO3):
                         yield self.events[g]
             if visit.share:
                 yield from self.ctx.compute(seconds * visit.share, phase, phase, unit)
-            for p in plan.releases[s]:
-                self.drop(p)
+            for g in plan.freed[s]:  # the plan's count: a gather goes with its last parameter
+                self.ctx.free(("gathered", self.micro, g))
             for elements in self.plan.flushes_at(s):
                 self.flush(elements, unit)
 
@@ -66,19 +65,10 @@ class ModuleFetch(ZeRO3):
             self.ctx.alloc(key, "gathered", size, stream="gather")
             return iter(())
 
-        for p in gather.params:
-            self.owner[p] = g
-        self.held[g] = len(gather.params)
+        self.owner.update((p, g) for p in gather.params)
         self.events[g] = self.ctx.comm("gather", "all_gather", self.wire(size),
                                        "parameter all-gather", phase, unit, before=allocate,
                                        group=self.gather_group(phase))
-
-    def drop(self, p: int) -> None:
-        g = self.owner.pop(p)
-        self.held[g] -= 1
-        if not self.held[g]:
-            del self.held[g]
-            self.ctx.free(("gathered", self.micro, g))
 
     def flush(self, elements: int, unit: int) -> None:
         """One bucket's reduce-scatter, through the interleaved copy its flush makes."""
