@@ -76,14 +76,18 @@ def kept_parameter_bytes(m, t: TrainingConfig, mesh: Mesh) -> int:
     return 0
 
 
-def persistent_param_bytes(scenario: Scenario, stage: int) -> int:
-    """Module-by-module ZeRO-3 (DeepSpeed: analytic/fetch.fetches_by_module) keeps its small
-    parameters whole on every rank beside their shards (fetch_memory); 0 elsewhere."""
-    if not fetches_by_module(scenario, stage):
-        return 0
+def persistent_bytes(scenario: Scenario, stage: int) -> int:
+    """What stays allocated all step beyond the model states: the framework's persistent buffers
+    (Framework.persistent_buffer_bytes) and, where ZeRO-3 fetches module by module (DeepSpeed:
+    analytic/fetch.fetches_by_module), its small parameters kept whole on every rank beside
+    their shards (fetch_memory)."""
     m, t = rank_model(scenario), scenario.training
-    return BYTES_PER_ELEMENT[t.precision] * fetch_memory(m, t, framework_of(t),
-                                                         grad_bytes_per_element(t, 3))[1]
+    fw = framework_of(t)
+    buffers = fw.persistent_buffer_bytes(t, stage, total_params(m))
+    if not fetches_by_module(scenario, stage):
+        return buffers
+    kept = fetch_memory(m, t, fw, grad_bytes_per_element(t, 3))[1]
+    return buffers + BYTES_PER_ELEMENT[t.precision] * kept
 
 
 def made_in_backward(t: TrainingConfig, stage: int) -> bool:
@@ -202,7 +206,7 @@ def stage_memory(scenario: Scenario, stage: int) -> StageMemory:
     params, grads, optimizer, host, nvme, optimizer_numel = _model_states(t, mesh, psi)
     fw = framework_of(t)
     kept, buffers = _stage_buffers(m, t, mesh, psi, bp, bg, fetches_by_module(scenario, stage))
-    persistent = fw.persistent_buffer_bytes(t, stage, psi) + persistent_param_bytes(scenario, stage)
+    persistent = persistent_bytes(scenario, stage)
     buffers += persistent + fw.loss_transient_bytes(m, t)
     acts = activations(m, t).peak_bytes
     return _with_peak(t, stage, (params, grads, optimizer, host, nvme), acts, buffers, kept,
@@ -379,8 +383,7 @@ def steady_points(scenario: Scenario, stage: int) -> dict[str, int]:
     row, m = stage_memory(scenario, stage), rank_model(scenario)
     acts = activations(m, scenario.training)
     stored = acts.after_forward_bytes
-    states = (row.model_states_bytes + framework_of(scenario.training).persistent_buffer_bytes(
-        scenario.training, stage, total_params(m)) + persistent_param_bytes(scenario, stage))
+    states = row.model_states_bytes + persistent_bytes(scenario, stage)
     made = row.grads_bytes if made_in_backward(scenario.training, stage) else 0
     kept = kept_parameter_bytes(m, scenario.training, mesh_of(scenario, stage))
     after_forward, after_backward, after_step = MEMORY_POINTS[1:]

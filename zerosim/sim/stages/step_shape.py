@@ -11,7 +11,7 @@ from zerosim.errors import InputError
 from zerosim.frameworks import framework_of
 from zerosim.analytic.fetch import fetch_steps
 from zerosim.analytic.memory import (MOMENTS, StageMemory, grad_bytes_per_element,
-                                     persistent_param_bytes, shard_elements, stage_memory)
+                                     persistent_bytes, shard_elements, stage_memory)
 from zerosim.analytic.tensor_comm import TensorCollectives, tensor_collectives, window_flops
 from zerosim.analytic.model import (activations, gather_units, gradient_units, root_elements,
                            total_params, unit_activation_bytes, unit_flops, unit_tensor_shapes)
@@ -245,8 +245,7 @@ def step_shape(scenario, stage: int) -> StepShape:
         optimizer_workspace_per_element=extra["optimizer_per_element"],
         prefetch_layers=t.prefetch_layers, gradient_reduction=t.gradient_reduction,
         overlap_comm=t.overlap_comm, gradient_accumulation=t.gradient_accumulation,
-        persistent_bytes=(framework_of(t).persistent_buffer_bytes(t, stage, psi)
-                          + persistent_param_bytes(scenario, stage)),
+        persistent_bytes=persistent_bytes(scenario, stage),
         whole_buckets=framework_of(t).bucket_buffers(t, stage) > 0,
         loss_blocks=framework_of(t).loss_blocks(m, t),
         step_blocks=_step_blocks(scenario, mesh, memory),
