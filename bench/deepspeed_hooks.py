@@ -28,11 +28,16 @@ import time
 import warnings
 
 
-def build(modules: int):
+def build(modules: int, gelus: bool = False):
+    """M Linear(64, 64) in a Sequential; with `gelus`, a parameter-free GELU after each (a
+    visit of hooks alone, as a container or an activation is in a transformer)."""
     import torch
 
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(modules)])
+    layers = []
+    for _ in range(modules):
+        layers += [torch.nn.Linear(64, 64)] + ([torch.nn.GELU()] if gelus else [])
+    return torch.nn.Sequential(*layers)
 
 
 def timed_steps(step, steps: int) -> list[float]:
@@ -44,10 +49,10 @@ def timed_steps(step, steps: int) -> list[float]:
     return out[3:]
 
 
-def plain(modules: int, steps: int) -> list[float]:
+def plain(modules: int, steps: int, gelus: bool = False) -> list[float]:
     import torch
 
-    model = build(modules)
+    model = build(modules, gelus)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(8, 64)
 
@@ -59,14 +64,17 @@ def plain(modules: int, steps: int) -> list[float]:
     return timed_steps(step, steps)
 
 
-def zero3(modules: int, steps: int) -> list[float]:
+def zero3(modules: int, steps: int, gelus: bool = False,
+          reduce_bucket: int | None = None) -> list[float]:
     import deepspeed
     import torch
 
+    zero = {"stage": 3, "stage3_param_persistence_threshold": 0}
+    if reduce_bucket is not None:
+        zero["reduce_bucket_size"] = reduce_bucket
     config = {"train_micro_batch_size_per_gpu": 8, "zero_allow_untested_optimizer": True,
-              "optimizer": {"type": "SGD", "params": {"lr": 1e-3}},
-              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
-    engine, *_ = deepspeed.initialize(model=build(modules), config=config)
+              "optimizer": {"type": "SGD", "params": {"lr": 1e-3}}, "zero_optimization": zero}
+    engine, *_ = deepspeed.initialize(model=build(modules, gelus), config=config)
     x = torch.randn(8, 64)
 
     def step() -> None:
@@ -104,6 +112,32 @@ def main() -> None:
         print(f"{modules:>8} {statistics.median(base) * 1e3:>9.2f} "
               f"{statistics.median(ds) * 1e3:>10.2f} {visits:>7} {statistics.median(per):>9.1f} "
               f"{(q[2] - q[0]) / 2:>7.1f}")
+    split(args.modules, args.steps)
+
+
+def split(modules: int, steps: int) -> None:
+    """The hooks' time split into what every visit costs and what each gathered parameter adds
+    (frameworks/deepspeed.py's HOOK_VISIT_US and HOOK_PARAM_US), from two stacks of M Linears,
+    the second with a parameter-free GELU after each: the GELUs' 2 M visits cost hooks alone.
+    The reduce bucket holds REDUCE_BUCKET elements, a dozen of these parameters, as DeepSpeed's
+    default 5e8 holds a few dozen of a large model's: the default would hold the whole stack,
+    and its bucket bookkeeping (stage3.py's elements_in_ipg_bucket, a sum over the bucket's
+    parameters, three times per gradient) then grows with M, which is what the table above
+    shows and no large model pays."""
+    extra = {}
+    for gelus in (False, True):
+        base = statistics.median(plain(modules, steps, gelus))
+        ds = statistics.median(zero3(modules, steps, gelus, REDUCE_BUCKET))
+        extra[gelus] = (ds - base) * 1e6
+    visit_us = (extra[True] - extra[False]) / (2 * modules)
+    linear_us = extra[False] / modules - 2 * visit_us  # the Sequential's own visits aside
+    print(f"split at {modules} modules, reduce bucket {REDUCE_BUCKET} elements: "
+          f"{extra[False] / 1e3:.2f} ms over plain torch without GELUs, "
+          f"{extra[True] / 1e3:.2f} ms with; per visit {visit_us:.1f} us, per gathered "
+          f"parameter {linear_us / 2:.1f} us (forward, backward and step together)")
+
+
+REDUCE_BUCKET = 50_000
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ micro-batches of 1 with gradient accumulation (ZeRO-3 gathers again in every mic
 faster split that fits is marked `*`.
 
 Per row: the step, tokens/s per GPU, the all-gathers and reduce-scatters one rank launches per
-step (StageResult.comm_calls_per_rank), the communication compute did not hide, the peak memory
-model and whether it fits. Each N is shown twice: as DeepSpeed fetches (module by module, small
+step (StageResult.comm_calls_per_rank), the communication compute did not hide (the hooks' host
+time it did not hide included), the hooks' host time per step hidden or not (DeepSpeed's
+per-visit figure: docs/research/deepspeed_zero3_fetch.md sec. 8), the peak memory model and
+whether it fits. Each N is shown twice: as DeepSpeed fetches (module by module, small
 parameters persistent and re-gathered after the step one blocking all-gather each) and as
 framework "zero" gathers (whole layers, one prefetched): the difference is the cause.
 About a minute on 2 cores.
@@ -54,7 +56,7 @@ def row(gpus: int, framework: str, micro: int, steps: int) -> tuple[float, str] 
     calls = r.comm_calls_per_rank
     line = (f"{gpus:>5} {framework:>9} {micro:>3} x {steps:<3} {r.step_time_s:>8.2f} "
             f"{r.tokens_per_s_per_gpu:>8.1f} {calls.get('all_gather', 0):>7} "
-            f"{calls.get('reduce_scatter', 0):>7} {r.exposed_comm_s:>9.2f} "
+            f"{calls.get('reduce_scatter', 0):>7} {r.exposed_comm_s:>9.2f} {r.host_time_s:>7.2f} "
             f"{memory.peak_bytes / GiB:>8.1f}  {'yes' if fits else 'NO'}")
     return (r.tokens_per_s_per_gpu if fits else 0.0), line
 
@@ -63,7 +65,7 @@ def main() -> None:
     start = time.perf_counter()
     print(f"GPT-3 175B, ZeRO-3, global batch {GLOBAL_BATCH} x 2048 tokens, A100 80GB (DGX A100)")
     print(f"{'GPUs':>5} {'framework':>9} {'mb x acc':>9} {'step s':>8} {'tok/s/GPU':>9} "
-          f"{'gathers':>7} {'reduces':>7} {'exposed s':>9} {'peak GiB':>8}  fits")
+          f"{'gathers':>7} {'reduces':>7} {'exposed s':>9} {'hooks s':>7} {'peak GiB':>8}  fits")
     for gpus in GPU_COUNTS:
         per_gpu = GLOBAL_BATCH // gpus
         for framework in ("deepspeed", "zero"):

@@ -227,12 +227,18 @@ def _groups(results) -> list[str]:
 
 
 def _host(results, bscale: float, bunit: str) -> list[str]:
-    """Offload's host operations per rank: bytes over the host link and drives, their time."""
+    """Offload's host operations per rank: bytes over the host link and drives, their time; or,
+    where ZeRO-3 fetches module by module (never beside offload), its hooks' host time."""
     lines = [f"  {r.stage} {STAGE_NAMES[r.stage]}: "
              + ", ".join(f"{op} {b / bscale:.2f} {bunit}" for op, b in r.host_bytes_per_rank.items())
              + f"; host operations {r.host_time_s:.4g} s (CPU step included), overlapped or not"
-             for r in results if r.host_time_s]
-    return ["", "offload, per rank (sim/offload.py):"] + lines if lines else []
+             for r in results if r.host_bytes_per_rank]
+    hooks = [f"  {r.stage} {STAGE_NAMES[r.stage]}: {r.host_time_s:.4g} s a step, hidden behind "
+             f"the GPU's work or not (training.module_hook_us per visit)"
+             for r in results if r.host_time_s and not r.host_bytes_per_rank]
+    return ((["", "offload, per rank (sim/offload.py):"] + lines if lines else [])
+            + (["", "module hooks' host time, per rank (sim/stages/fetch.py):"] + hooks
+               if hooks else []))
 
 
 def collective_label(result: dict[str, Any]) -> str:

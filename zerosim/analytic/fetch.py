@@ -121,10 +121,14 @@ def fetches_by_module(scenario, stage: int) -> bool:
 
 class FetchSteps:
     """A fetch plan indexed for the step (sim/stages/fetch.py): each unit's visits per pass,
-    the gathers issued at each visit, the buckets flushed at each."""
+    the gathers issued at each visit, the buckets flushed at each; the hooks' host seconds at
+    each visit (hook_seconds) and the fetch events the host may leave outstanding."""
 
-    def __init__(self, plan: FetchPlan, visits: list[Visit]) -> None:
+    def __init__(self, plan: FetchPlan, visits: list[Visit], host_s: list[float] | None = None,
+                 events_ahead: int = 0) -> None:
         self.plan, self.visits = plan, visits
+        self.host_s = host_s if host_s is not None else [0.0] * len(visits)
+        self.events_ahead = events_ahead
         self._visits: dict[tuple[int, str], list[int]] = {}
         for s, visit in enumerate(visits):
             self._visits.setdefault((visit.unit, visit.phase), []).append(s)
@@ -150,5 +154,18 @@ def fetch_steps(scenario, m, stage: int, grad_bytes: int) -> FetchSteps | None:
     small enough to walk; None where it gathers whole units."""
     if not fetches_by_module(scenario, stage):
         return None
-    plan, visits, _ = planned(m, scenario.training, framework_of(scenario.training), grad_bytes)
-    return FetchSteps(plan, visits)
+    t = scenario.training
+    framework = framework_of(t)
+    plan, visits, _ = planned(m, t, framework, grad_bytes)
+    return FetchSteps(plan, visits, hook_seconds(t, framework, plan, visits),
+                      framework.fetch_events_ahead)
+
+
+def hook_seconds(t, framework, plan: FetchPlan, visits: list[Visit]) -> list[float]:
+    """The host seconds each visit's hooks take: training.module_hook_us each where given, else
+    the framework's measured figure for a visit of its gathered (not persistent) parameters
+    (Framework.hook_us)."""
+    if t.module_hook_us is not None:
+        return [t.module_hook_us * 1e-6] * len(visits)
+    return [framework.hook_us(sum(p not in plan.persistent for p in v.params)) * 1e-6
+            for v in visits]

@@ -44,9 +44,17 @@ class Framework:
     """Where ZeRO-3 gathers parameters module by module (DeepSpeed), the defaults of the
     [training] keys that steer it (config.FETCH_KNOBS); None: it gathers whole units (a wrapped
     block: FSDP, zero_real) and those keys are refused."""
+    fetch_events_ahead: int = 0
+    """Module by module: the fetch events its host may leave outstanding on the compute stream
+    before it blocks on the oldest (sim/stages/fetch.HookHost)."""
     step_transient_whole: str | None = None
     """The memory category of the optimizer step's transient when it is one buffer (DeepSpeed's
     fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""
+
+    def hook_us(self, params: int) -> float:
+        """Module by module: the host microseconds its hooks take at a module visit that gathers
+        `params` parameters (training.module_hook_us overrides it). None here."""
+        return 0.0
 
     def loss_blocks(self, m, t) -> dict[str, list[int]]:
         """The tensors fp32 cross-entropy over the vocabulary allocates beside the activations,

@@ -7,6 +7,13 @@ from zerosim.frameworks import deepspeed_fetch
 from zerosim.frameworks.base import Framework
 from zerosim.units import mib_to_bytes
 
+# ZeRO-3's host time at a module visit: HOOK_VISIT_US for its hooks alone, HOOK_PARAM_US more for
+# each parameter it gathers and releases (half a parameter's forward, backward and step work:
+# each is gathered once a pass). bench/deepspeed_hooks.py's split, 2026-11-28, DeepSpeed 0.16.4,
+# torch 2.13.0+cpu, this project's 2-core AMD EPYC box: 156.4 us per visit, 197.5 us per
+# gathered parameter, from 256 Linears with and without a parameter-free GELU after each.
+HOOK_VISIT_US, HOOK_PARAM_US = 156.4, 197.5 / 2
+
 
 class DeepSpeed(Framework):
     """DeepSpeed: the fp32 gradient partition of the step, and the pinned 16-bit host copy of
@@ -18,6 +25,7 @@ class DeepSpeed(Framework):
                       "max_live_parameters": deepspeed_fetch.MAX_LIVE,
                       "max_reuse_distance": deepspeed_fetch.MAX_REUSE_DISTANCE,
                       "param_persistence_threshold": deepspeed_fetch.PERSISTENCE_THRESHOLD}
+    fetch_events_ahead = 2  # partitioned_param_coordinator.py: __max_ongoing_fetch_events
     pipeline_stages = (0, 1)
     pipeline_schedules = ("1f1b",)  # PipelineEngine.train_batch always builds TrainSchedule
     # (deepspeed/runtime/pipe/engine.py, schedule.py): 1F1B, one chunk per stage
@@ -55,6 +63,14 @@ class DeepSpeed(Framework):
             max_live=knobs["max_live_parameters"],
             threshold=knobs["param_persistence_threshold"], max_reuse=knobs["max_reuse_distance"],
             reduce_bucket=reduce_bucket_elements)
+
+    def hook_us(self, params: int) -> float:
+        """ZeRO-3's host time at a module visit gathering `params` parameters: its hooks,
+        fetch, prefetch, release and its parameters' gradient hooks and step (HOOK_VISIT_US,
+        HOOK_PARAM_US). Measured with DeepSpeed's CPU accelerator, not on a GPU host, whose
+        accelerator does more per fetch (stream waits, record_stream, events) on other cores:
+        an assumption (docs/research/deepspeed_zero3_fetch.md sec. 8)."""
+        return HOOK_VISIT_US + HOOK_PARAM_US * params
 
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
         """The buckets each gradient is copied into (contiguous_gradients, True by default),

@@ -139,6 +139,10 @@ class TrainingConfig:
     """Module-by-module ZeRO-3: parameters of at most this many elements are never partitioned,
     kept whole on every rank and never gathered (stage3_param_persistence_threshold). None: the
     framework's default (1e5)."""
+    module_hook_us: float | None = None
+    """Module-by-module ZeRO-3: the host microseconds the framework's hooks take per module
+    visit (fetch, prefetch, release; bench/deepspeed_hooks.py measures them on a box). None:
+    the framework's measured figure (DeepSpeed's, by the trace's length)."""
 
     def __post_init__(self) -> None:
         if self.zero_stage not in STAGES:
@@ -200,16 +204,20 @@ class TrainingConfig:
 
 
 FETCH_KNOBS = ("prefetch_bucket_elements", "max_live_parameters", "max_reuse_distance",
-               "param_persistence_threshold")
+               "param_persistence_threshold", "module_hook_us")
 """[training] keys of module-by-module ZeRO-3 (Framework.fetch_defaults)."""
 
 
 def _fetch_knobs(t: TrainingConfig) -> None:
-    """The fetch knobs are whole numbers (0 allowed: no prefetch, nothing persists) and mean
-    something only to a framework that fetches module by module."""
+    """The fetch knobs are whole numbers (0 allowed: no prefetch, nothing persists), the hooks'
+    microseconds any number >= 0, and they mean something only to a framework that fetches
+    module by module."""
     given = [key for key in FETCH_KNOBS if getattr(t, key) is not None]
     for key in given:
         value = getattr(t, key)
+        if key == "module_hook_us":
+            _positive("training.module_hook_us", value, allow_zero=True)
+            continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"training.{key} must be a whole number of elements, got {value!r}")
         _positive(f"training.{key}", value, allow_zero=True)

@@ -50,7 +50,8 @@ class RankState:
     """Summed durations of this rank's collectives, each from its launch on this rank
     (concurrent queues each count)."""
     host_s: float = 0.0
-    """Summed durations of its host operations (offload's copies, CPU step, drives)."""
+    """Summed durations of its host operations (offload's copies, CPU step, drives; module
+    hooks: sim/stages/fetch.py)."""
     end_s: float = 0.0
     comm_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Bytes sent per rank by op ("op (group)" on a subgroup)."""

@@ -21,7 +21,7 @@ class StageResult:
     compute_s: float
     exposed_comm_s: float
     """step_time_s - compute_s: communication compute did not hide, offload's host operations
-    (the CPU's optimizer step among them) it did not hide."""
+    (the CPU's optimizer step among them) and module hooks' host time it did not hide."""
     comm_bytes_per_rank: dict[str, int]
     comm_time_s: float
     """The critical rank's collectives' durations, summed (hidden by compute or not), each from
@@ -30,8 +30,9 @@ class StageResult:
     host_bytes_per_rank: dict[str, int]
     """Offload's bytes over the host link and the drives (sim/offload.py), per rank."""
     host_time_s: float
-    """The critical rank's host operations' durations (copies, the CPU step, drives), summed,
-    each from the rank's own launch."""
+    """The critical rank's host operations' durations (copies, the CPU step, drives; or, where
+    ZeRO-3 fetches module by module, its hooks' time per visit), summed, each from the rank's
+    own launch."""
     peak_bytes: int
     """The most bytes the rank's buffers ask for at once (the analytic model's peak)."""
     memory_at: dict[str, int]
