@@ -1,77 +1,88 @@
-"""The host time DeepSpeed ZeRO-3's hooks take per module visit (sim/stages/fetch.HookHost): hand
-timelines of the host running ahead of the GPU and blocking on its fetch events, and the step:
-hidden where the GPU's work per visit is longer, the step's pace where it is shorter."""
+"""The host time DeepSpeed ZeRO-3's hooks take per module visit (sim/stages/fetch.py: a host
+stream that runs ahead of the GPU until a fetch event blocks it, analytic/fetch.FetchSteps):
+event timelines of the worked example, hand counts of its hooks, and the step: hidden where the
+GPU's work per visit is longer, the step's pace where it is shorter."""
 
 from __future__ import annotations
 
 import pytest
 
-from zerosim.analytic.fetch import hook_seconds, planned
+from zerosim.analytic.fetch import FetchSteps, hook_seconds, planned
 from zerosim.errors import InputError
 from zerosim.frameworks import REGISTRY
 from zerosim.sim.engine import simulate
-from zerosim.sim.stages.fetch import HookHost
 
+from tests.conftest import SCENARIOS, run_zerosim
 from tests.zerosim.test_deepspeed_fetch import small
 
 DS = REGISTRY["deepspeed"]
 
 
-def run(hooks_s: float, visits: list[tuple[int, float]]) -> float:
-    """The GPU's clock over visits of (parameters waited for, GPU seconds), as ModuleFetch runs
-    them with every parameter already gathered: a visit computes once the host ran its hooks,
-    hooks_s each, DeepSpeed's two events ahead."""
-    host, now = HookHost(2), 0.0
-    for waited, gpu_s in visits:
-        start, own = host.start(waited)
-        now = max(now, start)
-        now = max(now, host.finish(start, own, now, hooks_s))
-        now += gpu_s
-    return now
+def timeline(*sets: str):
+    """One micro-step of the worked example with events: per visit, (its hooks' start and end on
+    the host, its compute's start or None where it computes nothing), and the visits."""
+    s = small(*sets)
+    plan, visits, _ = planned(s.model, s.training, DS, 2)
+    events = simulate(s, 3, keep_events=True).ranks[0].state.events
+    hooks = [(e["start_s"], e["end_s"]) for e in events if e["name"] == "module hooks"]
+    computes = iter(e["start_s"] for e in events if e["queue"] == "compute")
+    starts = [next(computes) if v.share else None for v in visits]
+    assert len(hooks) == len(visits)
+    return [(h0, h1, c) for (h0, h1), c in zip(hooks, starts)], visits
 
 
-def test_the_hooks_hide_behind_longer_gpu_work_but_the_first():
-    """1 s of hooks per visit, 5 s of GPU work: the host runs one visit ahead from the second
-    on, so only the first visit's hooks show: 1 + 4 x 5 s."""
-    assert run(1.0, [(2, 5.0)] * 4) == 21.0
+def test_a_visit_computes_only_once_its_hooks_are_done():
+    steps, _ = timeline("training.module_hook_us=2000")
+    assert all(c >= h1 for _, h1, c in steps if c is not None)
 
 
-def test_the_host_paces_visits_whose_gpu_work_is_shorter():
-    """1 s of hooks, 0.25 s of GPU work: each visit waits for its hooks; the step is the host's
-    4 s plus the last visit's GPU work."""
-    assert run(1.0, [(1, 0.25)] * 4) == 4.25
+def test_the_host_blocks_on_the_fetch_event_three_waits_back():
+    """DeepSpeed's coordinator records an event per parameter waited for and, beyond two
+    outstanding, blocks on the oldest before the next wait. In the worked example the waits are
+    the token table's (visit 1) and each block's four matrices' in forward (the tied head's was
+    waited at the table; backward waits for nothing: the reuse distance kept everything): so
+    the k-th waiting visit's hooks wait for the GPU to reach the (k - 3)-th, and no other visit
+    waits for anything."""
+    steps, visits = timeline("training.module_hook_us=1")
+    s = small()
+    plan, _, _ = planned(s.model, s.training, DS, 2)
+    waiting = [i for i, v in enumerate(visits) if v.phase == "forward"
+               and any(p not in plan.persistent for p in v.params) and i != len(visits) // 2 - 1]
+    assert len(waiting) == 9 and waiting[0] == 1
+    fetch = FetchSteps(plan, visits, events_ahead=DS.fetch_events_ahead)
+    for k in range(3, len(waiting)):
+        gate = waiting[k - 3]
+        assert steps[waiting[k]][0] >= steps[gate][2]  # the GPU began the gate visit's compute
+        assert fetch.hooks_after[gate] >= waiting[k] > fetch.hooks_after[gate - 1]
+    assert fetch.hooks_free == waiting[3] - 1
+    assert fetch.hooks_after[waiting[-3]] == len(visits) - 1  # then nothing blocks
+    # 1 us hooks: the host is ahead where it may be; some hooks start before the previous
+    # visit's compute does
+    assert any(steps[i][0] < steps[i - 1][2] for i in range(1, len(steps))
+               if steps[i - 1][2] is not None)
 
 
-def test_visits_without_gpu_work_still_cost_their_hooks():
-    """Containers and parameter-free modules (the MLP's activation) are visited too: three 1 s
-    visits without GPU work, then one of 10 s: 3 s of hooks, the fourth's 1 s, then 10 s."""
-    assert run(1.0, [(0, 0.0)] * 3 + [(2, 10.0)]) == 14.0
+def test_on_demand_gathers_block_the_host_three_waits_back_in_both_passes():
+    """Without prefetch or reuse every parameter-owning visit gathers its own on demand, in
+    forward and backward alike, and waits for each of its non-persistent parameters: the gates
+    follow the same rule over every such visit."""
+    s = small("training.prefetch_bucket_elements=0", "training.max_reuse_distance=0")
+    plan, visits, _ = planned(s.model, s.training, DS, 2)
+    fetch = FetchSteps(plan, visits, events_ahead=DS.fetch_events_ahead)
+    waiting = [i for i, v in enumerate(visits) if any(p not in plan.persistent for p in v.params)]
+    assert len(waiting) == 20  # 10 a pass, the tied head's wait included
+    assert all(not g.prefetch for g in plan.gathers)
+    for k in range(3, len(waiting)):
+        gate = waiting[k - 3]
+        assert fetch.hooks_after[gate] >= waiting[k] > fetch.hooks_after[gate - 1]
 
 
-def test_beyond_two_outstanding_events_the_host_blocks_on_the_oldest():
-    """DeepSpeed's coordinator keeps at most two fetch events outstanding: a third wait first
-    synchronizes the oldest. With 0.1 s hooks and 5 s of GPU work per one-parameter visit the
-    host would run far ahead; the events hold it: visit 4's hooks wait until the GPU reached
-    visit 1's parameters (0.1 s), and visit 5's until visit 2's (5.1 s)."""
-    host = HookHost(2)
-    starts = []
-    now = 0.0
-    for _ in range(5):
-        start, own = host.start(1)
-        starts.append(start)
-        now = max(now, start)
-        now = max(now, host.finish(start, own, now, 0.1)) + 5.0
-    assert starts == pytest.approx([0.0, 0.1, 0.2, 0.3, 5.1])
-
-
-def test_a_visit_waiting_for_more_than_the_limit_blocks_on_its_own_parameters():
-    """Four parameters at once: the fourth wait synchronizes this visit's first event, so the
-    host is done only once the GPU has them (at 7 s) and its hooks ran: 7 + 1 s."""
-    host = HookHost(2)
-    start, own = host.start(4)
-    assert (start, own) == (0.0, True)
-    assert host.finish(start, own, 7.0, 1.0) == 8.0
-    assert list(host.events) == [7.0, 7.0, 7.0]
+def test_hooks_longer_than_the_gpus_work_run_back_to_back():
+    """20 ms hooks, far more than any visit of this model computes: the host never waits for
+    the GPU within the forward, each visit's hooks start as the last one's end."""
+    steps, visits = timeline("training.module_hook_us=20000")
+    forward = [i for i, v in enumerate(visits) if v.phase == "forward"]
+    assert all(steps[i + 1][0] == pytest.approx(steps[i][1]) for i in forward[:-1])
 
 
 def test_the_step_counts_every_visits_hooks_as_host_time():
@@ -127,3 +138,19 @@ def test_the_hooks_key_is_refused_where_it_means_nothing_or_is_negative():
         small("training.module_hook_us=-1")
     with pytest.raises(InputError, match="training.module_hook_us sets how ZeRO-3"):
         small("training.framework='fsdp2'", "training.module_hook_us=5")
+
+
+def test_the_report_names_the_hooks_host_time_apart_from_offload():
+    """`zerosim simulate` of DeepSpeed ZeRO-3 prints the hooks' host time per step (as --json's
+    host_time_s), under its own heading, not offload's."""
+    argv = ("simulate", str(SCENARIOS / "llama2_7b_64gpu.toml"), "--stage", "3",
+            "--set", "training.framework='deepspeed'", "--set", "training.module_hook_us=300")
+    shown = run_zerosim(*argv)
+    host_s = run_zerosim(*argv, "--json").json[0]["host_time_s"]
+    assert host_s > 0
+    assert "offload, per rank" not in shown.stdout
+    heading = shown.stdout.index("module hooks' host time, per rank")
+    assert f"3 ZeRO-3: {host_s:.4g} s a step" in shown.stdout[heading:]
+    offload = run_zerosim(*argv[:-2], "--set", "training.optimizer_offload='cpu'")
+    assert "offload, per rank" in offload.stdout  # unit by unit: no hooks timed
+    assert "module hooks' host time" not in offload.stdout

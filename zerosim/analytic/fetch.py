@@ -16,6 +16,8 @@ Each visit that owns parameters takes a share of its unit's compute in proportio
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections import deque
 from functools import lru_cache
 
 from zerosim.analytic.model import unit_modules
@@ -128,7 +130,6 @@ class FetchSteps:
                  events_ahead: int = 0) -> None:
         self.plan, self.visits = plan, visits
         self.host_s = host_s if host_s is not None else [0.0] * len(visits)
-        self.events_ahead = events_ahead
         self._visits: dict[tuple[int, str], list[int]] = {}
         for s, visit in enumerate(visits):
             self._visits.setdefault((visit.unit, visit.phase), []).append(s)
@@ -138,6 +139,37 @@ class FetchSteps:
         self._flushes: dict[int, list[int]] = {}
         for s, elements in plan.reduce_scatters:
             self._flushes.setdefault(s, []).append(elements)
+        gates = self._gates(events_ahead)
+        self.hooks_free = bisect_right(gates, -1) - 1
+        """The last visit whose hooks the host may run before the GPU reaches any."""
+        self.hooks_after = [bisect_right(gates, s) - 1 for s in range(len(visits))]
+        """Per visit, the last visit whose hooks the host may run once the GPU reached it."""
+
+    def _gates(self, ahead: int) -> list[int]:
+        """Per visit, the visit the GPU must have reached before the host may run its hooks:
+        each parameter a visit waits for (the first visit after the gather that brought it)
+        records a fetch event, and before each wait beyond `ahead` outstanding the host blocks
+        on the oldest (DeepSpeed's __max_ongoing_fetch_events); visits that wait for nothing
+        never block. Counted without dropping the events the GPU has already passed (blocking
+        on one is a no-op)."""
+        unwaited: set[int] = set()
+        outstanding: deque[int] = deque()
+        gates, gate = [], -1
+        for s, visit in enumerate(self.visits):
+            for g in self.gathers_at(s):
+                if not self.plan.gathers[g].prefetch:
+                    unwaited.update(self.plan.gathers[g].params)
+            for p in visit.params:
+                if p in unwaited:
+                    unwaited.discard(p)
+                    if len(outstanding) > ahead:
+                        gate = outstanding.popleft()  # in visit order: never earlier
+                    outstanding.append(s)
+            gates.append(gate)
+            for g in self.gathers_at(s):
+                if self.plan.gathers[g].prefetch:
+                    unwaited.update(self.plan.gathers[g].params)
+        return gates
 
     def visits_of(self, unit: int, phase: str) -> list[int]:
         return self._visits.get((unit, phase), [])

@@ -46,7 +46,7 @@ class Framework:
     block: FSDP, zero_real) and those keys are refused."""
     fetch_events_ahead: int = 0
     """Module by module: the fetch events its host may leave outstanding on the compute stream
-    before it blocks on the oldest (sim/stages/fetch.HookHost)."""
+    before it blocks on the oldest (analytic/fetch.FetchSteps, sim/stages/fetch.py)."""
     step_transient_whole: str | None = None
     """The memory category of the optimizer step's transient when it is one buffer (DeepSpeed's
     fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""

@@ -17,10 +17,12 @@ from zerosim.scenario.config import Scenario
 
 INTRA, INTER = "intra", "inter"
 D2H, H2D, CPU_ADAM, NVME_READ, NVME_WRITE = "d2h", "h2d", "cpu_adam", "nvme_read", "nvme_write"
-HOST_OPS = (D2H, H2D, CPU_ADAM, NVME_READ, NVME_WRITE)
-"""Offload's host operations (sim/offload.py), each over a link of the rank's own of that name:
-its host link in each direction, its CPU cores (in elements per second), its share of the
-node's drives."""
+HOOKS = "hooks"
+HOST_OPS = (D2H, H2D, CPU_ADAM, NVME_READ, NVME_WRITE, HOOKS)
+"""Host operations (sim/offload.py), each over a link of the rank's own of that name: its host
+link in each direction, its CPU cores (in elements per second), its share of the node's drives;
+and the host thread that runs a framework's module hooks (sim/stages/fetch.py), whose "size"
+is the seconds they take."""
 
 
 def host_rates(scenario: Scenario) -> dict[str, float]:
@@ -31,7 +33,8 @@ def host_rates(scenario: Scenario) -> dict[str, float]:
         return 1.0 if rate is None else rate
 
     return {D2H: h.d2h_bytes_per_s, H2D: h.h2d_bytes_per_s, CPU_ADAM: h.adam_elements_per_s,
-            NVME_READ: unset(h.nvme_read_bytes_per_s), NVME_WRITE: unset(h.nvme_write_bytes_per_s)}
+            NVME_READ: unset(h.nvme_read_bytes_per_s), NVME_WRITE: unset(h.nvme_write_bytes_per_s),
+            HOOKS: 1.0}
 
 # Transfers finishing together with the timed one: fewer bytes than this fraction of them remain
 # (float round-off only).

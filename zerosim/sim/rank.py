@@ -19,7 +19,7 @@ from zerosim.contract import COMM, COMPUTE, SimulatedEvent
 from zerosim.errors import InputError
 from zerosim.sim.costs import op_model
 from zerosim.sim.groups import WORLD
-from zerosim.sim.network import CPU_ADAM
+from zerosim.sim.network import CPU_ADAM, HOOKS
 from zerosim.sim.offload import HOST
 from zerosim.sim.sync import CommQueue, Slots, first_of
 from zerosim.sim.timeline import MemoryTimeline
@@ -63,7 +63,7 @@ class RankState:
     def count(self, op: str, group: str, size: float) -> None:
         """Record what one collective or host operation moved."""
         if group == HOST:
-            if op != CPU_ADAM:
+            if op not in (CPU_ADAM, HOOKS):  # elements, seconds: no bytes moved
                 self.host_bytes[op] += size
         else:
             key = op if group == WORLD else f"{op} ({group})"

@@ -20,10 +20,11 @@ from typing import Any
 from zerosim.contract import COMM, COMPUTE, FAMILY_QUEUES, P2P_OPS, PASSES, QUEUES, STAGE_NAMES, \
     MemorySample
 from zerosim.sim.groups import TP
+from zerosim.sim.network import HOOKS
 
-_LANES = {queue: tid for tid, queue in enumerate(QUEUES + FAMILY_QUEUES + (TP,))}
-"""A lane per stream: QUEUES named in every trace, FAMILY_QUEUES and tensor parallelism's
-collectives (groups.TP) where a rank uses them."""
+_LANES = {queue: tid for tid, queue in enumerate(QUEUES + FAMILY_QUEUES + (TP, HOOKS))}
+"""A lane per stream: QUEUES named in every trace, FAMILY_QUEUES, tensor parallelism's
+collectives (groups.TP) and module hooks' host time (stages/fetch.py) where a rank uses them."""
 _PID_STRIDE = 1_000_000  # pid = stage * stride + rank: ranks of one stage stay together
 _PIPELINE_LANES = {COMPUTE: 0, COMM: 1, P2P_OPS[0]: 2}
 """A pipeline stage's lanes, as events.StageRun names them (its sends on P2P_OPS[0])."""
