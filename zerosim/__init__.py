@@ -6,7 +6,35 @@ Pure Python (numpy, simpy, plotly); never imports torch or zero_real. Its layers
 commandline.py); hardware/ (one record per GPU and node); frameworks/ (what each framework
 holds and runs); scenario/ (what a user gives); parallel/ (the mesh); analytic/ (memory and
 FLOPs in closed form); sim/ (one step, simulated); report.py; calibration/ and tradeoffs/;
-cli/ (the commands).
+cli/ (the commands); api.py (the same, for Python).
+
+The Python API (zerosim/api.py, docs/api.md), loaded on first use:
+
+    import zerosim
+    scenario = zerosim.load("scenarios/llama2_7b_64gpu.toml", sets={"training.zero_stage": 3})
+    zerosim.memory(scenario).table(); zerosim.simulate(scenario, stage=3).to_dict()
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["load", "memory", "simulate", "plan", "sweep", "InputError", "MemoryResult",
+           "SimulationResult", "PlanResult", "Scenario", "__version__"]
+
+
+def __getattr__(name: str):
+    """The API's names, imported when first asked for (PEP 562): `import zerosim` alone stays
+    as light as the commands need."""
+    if name in ("load", "memory", "simulate", "plan", "sweep", "MemoryResult",
+                "SimulationResult", "PlanResult"):
+        from zerosim import api
+
+        return getattr(api, name)
+    if name == "InputError":
+        from zerosim.errors import InputError
+
+        return InputError
+    if name == "Scenario":
+        from zerosim.scenario.config import Scenario
+
+        return Scenario
+    raise AttributeError(f"module 'zerosim' has no attribute {name!r}")

@@ -161,6 +161,29 @@ class ClusterConfig:
                              f"model's; cluster.compute_model = 'op' times each op instead")
         self._check_library()
         self._check_power_limit()
+        self._check_preset()
+
+    @classmethod
+    def preset(cls, gpu: str, **keys) -> "ClusterConfig":
+        """The cluster of the preset `gpu` (its figures, as a scenario's `gpu = ...` fills
+        them), with `keys` overriding any of them."""
+        one_of("cluster.gpu", gpu, tuple(GPU_PRESETS))
+        figures = {k: v for k, v in GPU_PRESETS[gpu].items() if v is not None}
+        return cls(**{**figures, **keys, "gpu": gpu})
+
+    def _check_preset(self) -> None:
+        """A cluster built in Python with another preset's name but the default GPU's figures
+        (ClusterConfig(gpu=...) fills nothing: the dataclass's defaults are the default GPU's)
+        would be silently wrong: refused, naming the way that fills them."""
+        if self.gpu == DEFAULT_GPU or self.gpu not in GPU_PRESETS:
+            return
+        named = GPU_PRESETS[self.gpu]
+        keys = [k for k, v in named.items() if v is not None and v != _DEFAULT[k]]
+        if keys and all(getattr(self, k) == _DEFAULT[k] for k in keys):
+            raise InputError(f"cluster.gpu = {self.gpu!r} with {DEFAULT_GPU}'s figures "
+                             f"({', '.join(keys[:3])}, ...): build it with "
+                             f"ClusterConfig.preset({self.gpu!r}, ...) or zerosim.load(cluster="
+                             f"{{'gpu': {self.gpu!r}, ...}}), which fill {self.gpu}'s")
 
     def _check_power_limit(self) -> None:
         if self.power_limit_W is None:
