@@ -1,4 +1,5 @@
-"""The model shape from a Hugging Face config.json (Llama/Mistral, GPT-2, GPT-NeoX families).
+"""The model shape from a Hugging Face config.json (the Llama, Mistral, Phi-3, Gemma, GPT-2 and
+GPT-NeoX families; tests/fixtures/hf holds a real config.json of each).
 
 Returns [model] keys; load.py lets explicit scenario keys override them. Architecture features that
 change the parameter count and that ModelConfig cannot express are refused, never ignored.
@@ -39,10 +40,17 @@ class _Config:
                 f"hf_config {self.path}: {key} = {self.data[key]!r} is not modeled ({why})")
 
 
-def _llama(c: _Config) -> dict[str, Any]:
+def _llama(c: _Config, activation: str = "silu") -> dict[str, Any]:
+    """Llama's layout: RMSNorm, rotary positions, a gated MLP of three matrices (SwiGLU; Gemma's
+    GeGLU has the same matrices, `activation` names its function), no biases."""
     c.refuse("attention_bias", False, "biases on attention projections")
     c.refuse("mlp_bias", False, "biases on MLP projections")
-    c.refuse("hidden_act", "silu", "the SwiGLU MLP uses silu")
+    act = c.data.get("hidden_activation") or c.data.get("hidden_act", activation)
+    if act not in ("silu", "swish") and not str(act).startswith("gelu"):
+        raise InputError(f"hf_config {c.path}: hidden_act = {act!r} is not modeled (a gated MLP "
+                         f"of silu or gelu)")
+    if activation == "silu" and act not in ("silu", "swish"):
+        c.refuse("hidden_act", "silu", "the SwiGLU MLP uses silu")
     hidden, heads = c.need("hidden_size"), c.need("num_attention_heads")
     head_dim = c.data.get("head_dim")
     if head_dim is not None and not (all(type(v) is int for v in (head_dim, hidden, heads))
@@ -82,8 +90,37 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
                 dropout=any(c.number(k, 0.0) > 0 for k in ("attention_dropout", "hidden_dropout")))
 
 
+def _phi3(c: _Config) -> dict[str, Any]:
+    """Phi-3: Llama's layout with Q, K and V in one Linear (qkv_proj) and the gate and up in
+    one (gate_up_proj): the same parameters."""
+    return {**_llama(c), "fused_qkv": True}
+
+
+def _gemma(c: _Config) -> dict[str, Any]:
+    """Gemma: Llama's layout with a GeGLU MLP and the head tied to the embedding by default."""
+    keys = _llama(c, activation="gelu")
+    keys["tied_embeddings"] = c.data.get("tie_word_embeddings", True)
+    return keys
+
+
 _READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _llama, "gpt2": _gpt2, "gpt_neox": _gpt_neox}
+    "llama": _llama, "mistral": _llama, "phi3": _phi3, "gemma": _gemma, "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox}
+
+_NOT_YET = {
+    "qwen2": "biases on Q, K and V alone (Qwen2's attention)",
+    "qwen3": "per-head RMSNorms on Q and K (Qwen3's attention)",
+    "gemma2": "four norms a layer and alternating sliding-window layers (Gemma-2)",
+    "gemma3_text": "four norms a layer, per-head Q/K norms and sliding-window layers (Gemma-3)",
+    "gemma3": "four norms a layer, per-head Q/K norms and sliding-window layers (Gemma-3)",
+    "falcon": "attention and MLP in parallel under one LayerNorm (Falcon)",
+    "olmo": "a LayerNorm without parameters (OLMo)",
+    "olmo2": "per-layer Q/K norms and norms after attention and MLP (OLMo-2)",
+}
+"""Dense families whose config reads but whose layout ModelConfig cannot say yet: refused,
+naming what is missing."""
+_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+"""Keys by which a config declares a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, ...)."""
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
@@ -94,6 +131,15 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
         path = path / "config.json"
     c = _Config(read_json_object(path, "hf_config"), path)
     model_type = c.data.get("model_type")
+    experts = next((key for key in _EXPERTS if c.data.get(key)), None)
+    if experts is not None:
+        raise InputError(f"hf_config {path}: a mixture of experts ({experts} = "
+                         f"{c.data[experts]!r}, model_type {model_type!r}) is not modeled: "
+                         f"zerosim models dense decoders (experts, routing and expert "
+                         f"parallelism are missing)")
+    if isinstance(model_type, str) and model_type in _NOT_YET:
+        raise InputError(f"hf_config {path}: model_type {model_type!r} is not modeled yet: "
+                         f"{_NOT_YET[model_type]}")
     if not isinstance(model_type, str) or model_type not in _READERS:
         raise InputError(f"hf_config {path}: model_type {model_type!r} is not supported "
                          f"(supported: {', '.join(_READERS)})")
