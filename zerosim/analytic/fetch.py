@@ -112,11 +112,13 @@ def fetch_memory(m, t, framework, grad_bytes: int) -> tuple[int, int, int]:
 def fetches_by_module(scenario, stage: int) -> bool:
     """Whether this stage gathers module by module: ZeRO-3 under a framework that does
     (Framework.fetch_defaults), for a model given by shape of at most MAX_PLANNED_LAYERS blocks,
-    without offload, hybrid sharding, ZeRO++ or tensor parallelism (their steps are modelled on
-    whole units: those stay the unit-by-unit ZeRO-3, as a larger model does)."""
+    of layers of two norms and no Q/K norms (the module tree below knows those), without
+    offload, hybrid sharding, ZeRO++ or tensor parallelism (their steps are modelled on whole
+    units: those stay the unit-by-unit ZeRO-3, as a larger model does)."""
     t, p, m = scenario.training, scenario.parallelism, scenario.model
     return (stage == 3 and framework_of(t).fetch_defaults is not None
-            and not m.is_bare and m.layers <= MAX_PLANNED_LAYERS
+            and not m.is_bare and m.layer_norms == 2 and not m.qk_norm
+            and m.layers <= MAX_PLANNED_LAYERS
             and t.optimizer_offload == "none" and t.param_offload == "none"
             and not zeropp(t, p) and not p.shard_group and p.tensor_parallel == 1)
 

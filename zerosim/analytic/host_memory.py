@@ -99,8 +99,10 @@ def largest_module_params(m) -> int:
         return max_gather_window(m, 1)
     h, f, kv, bias = m.hidden, m.ffn_width, m.kv_width, 1 if m.bias else 0
     q = m.q_width  # a tensor-parallel rank's Q and attention output (h at t = 1)
-    linears = [out * inp + bias * out
-               for out, inp in ((q, h), (kv, h), (f, h), (h, f), (h, q))]
+    qb = 1 if m.qkv_biased else 0
+    linears = [out * inp + b * out
+               for out, inp, b in ((q, h, qb), (kv, h, qb), (f, h, bias), (h, f, bias),
+                                   (h, q, bias))]
     embeddings = [m.vocab * h] + ([m.max_seq_len * h] if m.position == "learned" else [])
     return max(linears + embeddings)
 

@@ -62,15 +62,18 @@ def param_counts(m: ModelConfig) -> ParamCounts:
     h, f, v, q = m.hidden, m.ffn_width, m.vocab, m.q_width
     kv = m.kv_width  # columns of K and of V held (grouped-query attention; 1/t on a TP rank)
     bias = 1 if m.bias else 0
-    norm = h * (2 if m.norm == "layernorm" and m.bias else 1)  # weight (+ bias)
-    # Q, K, V, output (a row-parallel output keeps its whole bias: added after the reduction)
-    attention = h * q + 2 * h * kv + q * h + bias * (q + 2 * kv + h)
+    norm = h * (2 if m.norm_biased else 1)  # weight (+ bias)
+    # Q, K, V, output (a row-parallel output keeps its whole bias: added after the reduction),
+    # the per-head Q and K norms
+    attention = (h * q + 2 * h * kv + q * h + (q + 2 * kv if m.qkv_biased else 0) + bias * h
+                 + (2 * m.head_dim * (2 if m.norm_biased else 1) if m.qk_norm else 0))
     if m.mlp == "gelu":
         mlp = 2 * h * f + bias * (f + h)  # up and down projections
     else:
         mlp = 3 * h * f + bias * (2 * f + h)  # gate, up and down projections
     position = m.max_seq_len * h if m.position == "learned" else 0
-    counts = ParamCounts(embedding=v * h + position, per_layer=attention + mlp + 2 * norm,
+    counts = ParamCounts(embedding=v * h + position,
+                         per_layer=attention + mlp + m.layer_norms * norm,
                          layers=m.layers, final_norm=norm,
                          lm_head=0 if m.tied_embeddings else v * h)
     # Every count below (units, gathers, bytes per element) is at most this one.
@@ -310,19 +313,23 @@ def unit_tensor_shapes(m: ModelConfig) -> list[list[tuple[int, int]]]:
     Llama layout (separate Q, K, V; nn.Linear weights are (out, in)): what FSDP2 shards
     tensor by tensor along rows. A tied head owns no tensor. Not for a bare Psi."""
     h, f, v, kv = m.hidden, m.ffn_width, m.vocab, m.kv_width
-    bias = m.bias
-    norm = [(h, 1)] * (2 if m.norm == "layernorm" and bias else 1)
+    norms = 2 if m.norm_biased else 1
+    norm = [(h, 1)] * norms
 
-    def linear(out: int, inp: int) -> list[tuple[int, int]]:
+    def linear(out: int, inp: int, bias: bool = m.bias) -> list[tuple[int, int]]:
         return [(out, inp)] + ([(out, 1)] if bias else [])
 
     q = m.q_width
-    attention = linear(q, h) + linear(kv, h) + linear(kv, h) + linear(h, q)
+    attention = (linear(q, h, m.qkv_biased) + linear(kv, h, m.qkv_biased)
+                 + linear(kv, h, m.qkv_biased) + linear(h, q)
+                 + ([(m.head_dim, 1)] * 2 * norms if m.qk_norm else []))
     mlp = (linear(f, h) + linear(h, f) if m.mlp == "gelu"
            else linear(f, h) + linear(h, f) + linear(f, h))
     embedding = [(v, h)] + ([(m.max_seq_len, h)] if m.position == "learned" else [])
     head = norm + ([] if m.tied_embeddings else [(v, h)])
-    return [embedding] + [norm + attention + norm + mlp] * m.layers + [head]
+    block = {1: norm + attention + mlp, 2: norm + attention + norm + mlp,
+             4: norm + attention + norm * 2 + mlp + norm}[m.layer_norms]
+    return [embedding] + [block] * m.layers + [head]
 
 
 def module_parts(m: ModelConfig) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
@@ -334,19 +341,23 @@ def module_parts(m: ModelConfig) -> tuple[list[list[int]], list[list[int]], list
     head: the final norm and the head, which under tied embeddings gathers the token table
     again (gather_units' count). Not for a bare Psi."""
     h, f, v = m.hidden, m.ffn_width, m.vocab
-    b = 1 if m.bias else 0
 
-    def linear(out: int, inp: int) -> list[int]:
-        return [out * inp] + [out] * b
+    def linear(out: int, inp: int, bias: bool = m.bias) -> list[int]:
+        return [out * inp] + [out] * (1 if bias else 0)
 
-    norm = [h] * (2 if m.norm == "layernorm" and m.bias else 1)
-    q, kv = m.q_width, m.kv_width
-    qkv = ([linear(q + 2 * kv, h)] if m.qkv_is_fused
-           else [linear(q, h), linear(kv, h), linear(kv, h)])
+    norms = 2 if m.norm_biased else 1
+    norm = [h] * norms
+    q, kv, qb = m.q_width, m.kv_width, m.qkv_biased
+    qkv = ([linear(q + 2 * kv, h, qb)] if m.qkv_is_fused
+           else [linear(q, h, qb), linear(kv, h, qb), linear(kv, h, qb)])
+    qk_norms = [[m.head_dim] * norms] * 2 if m.qk_norm else []
     mlp = ([linear(f, h), linear(h, f)] if m.mlp == "gelu"
            else [linear(f, h), linear(f, h), linear(h, f)])
     embedding = [[v * h]] + ([[m.max_seq_len * h]] if m.position == "learned" else [])
-    return embedding, [norm, *qkv, linear(h, q), norm, *mlp], [norm, [v * h]]
+    attention = [*qkv, linear(h, q), *qk_norms]
+    block = {1: [norm, *attention, *mlp], 2: [norm, *attention, norm, *mlp],
+             4: [norm, *attention, norm, norm, *mlp, norm]}[m.layer_norms]
+    return embedding, block, [norm, [v * h]]
 
 
 def unit_modules(m: ModelConfig) -> list[list[list[int]]]:

@@ -184,11 +184,12 @@ def window_flops(m, t) -> dict[tuple[str, str], float]:
 
 def replicated_gradient_elements(m) -> int:
     """Parameters every TP rank holds whole whose gradients SP leaves partial (10): each layer's
-    two norms (weight, and bias under a biased layernorm) and its two row-parallel biases, and
-    the final norm."""
-    norm = m.hidden * (2 if m.norm == "layernorm" and m.bias else 1)
+    norms (weight, and bias under a biased layernorm; its per-head Q/K norms) and its two
+    row-parallel biases, and the final norm."""
+    norm = m.hidden * (2 if m.norm_biased else 1)
+    qk = 2 * m.head_dim * (2 if m.norm_biased else 1) if m.qk_norm else 0
     row_biases = 2 * m.hidden if m.bias else 0
-    return m.layers * (2 * norm + row_biases) + norm
+    return m.layers * (m.layer_norms * norm + qk + row_biases) + norm
 
 
 def tensor_collectives(m, t, p, grad_bytes_per_element: int,

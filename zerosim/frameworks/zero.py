@@ -31,7 +31,7 @@ class Zero(Framework):
         if stage not in HOOKED_STAGES or m.is_bare:
             return None
         per_linear = 2 if m.bias else 1
-        norm = 2 if m.norm == "layernorm" and m.bias else 1
+        norm = 2 if m.norm_biased else 1
         linears = 2 + (2 if m.mlp == "gelu" else 3)
         embedding = 1 + (1 if m.position == "learned" else 0)
         head = norm + 1  # the untied matrix, or the tied one's first use

@@ -67,6 +67,10 @@ class ModelSlice:
     dropout: bool
     tp: int
     sequence_shards: int
+    qkv_biased: bool = False
+    norm_biased: bool = False
+    qk_norm: bool = False
+    layer_norms: int = 2
     """t under sequence parallelism, else 1: how many ways the replicated tensors are split."""
 
     is_bare = False
@@ -91,7 +95,8 @@ def tp_slice(m: ModelConfig, tp: int, sequence_parallel: bool = False) -> ModelS
         ffn_width=m.ffn_width // tp, vocab=-(-m.vocab // tp), max_seq_len=m.max_seq_len,
         mlp=m.mlp, norm=m.norm, bias=m.bias, tied_embeddings=m.tied_embeddings,
         position=m.position, dropout=m.dropout, tp=tp,
-        sequence_shards=tp if sequence_parallel else 1)
+        sequence_shards=tp if sequence_parallel else 1, qkv_biased=m.qkv_biased,
+        norm_biased=m.norm_biased, qk_norm=m.qk_norm, layer_norms=m.layer_norms)
 
 
 def rank_model(scenario):

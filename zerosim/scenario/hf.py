@@ -1,5 +1,6 @@
-"""The model shape from a Hugging Face config.json (the Llama, Mistral, Phi-3, Gemma, GPT-2 and
-GPT-NeoX families; tests/fixtures/hf holds a real config.json of each).
+"""The model shape from a Hugging Face config.json: the Llama, Mistral, Phi-3, Gemma (1-3),
+Qwen2/2.5, Qwen3, Falcon, GPT-2 and GPT-NeoX families (tests/fixtures/hf holds a real
+config.json of each, read to its exact parameter count); a mixture of experts is refused.
 
 Returns [model] keys; load.py lets explicit scenario keys override them. Architecture features that
 change the parameter count and that ModelConfig cannot express are refused, never ignored.
@@ -52,11 +53,6 @@ def _llama(c: _Config, activation: str = "silu") -> dict[str, Any]:
     if activation == "silu" and act not in ("silu", "swish"):
         c.refuse("hidden_act", "silu", "the SwiGLU MLP uses silu")
     hidden, heads = c.need("hidden_size"), c.need("num_attention_heads")
-    head_dim = c.data.get("head_dim")
-    if head_dim is not None and not (all(type(v) is int for v in (head_dim, hidden, heads))
-                                     and head_dim * heads == hidden):
-        raise InputError(f"hf_config {c.path}: head_dim = {head_dim!r} other than hidden_size / "
-                         f"num_attention_heads = {hidden!r} / {heads!r} is not modeled")
     keys = dict(hidden=hidden, layers=c.need("num_hidden_layers"), heads=heads,
                 ffn=c.need("intermediate_size"), vocab=c.need("vocab_size"),
                 mlp="swiglu", norm="rmsnorm", bias=False, position="rope",
@@ -66,6 +62,10 @@ def _llama(c: _Config, activation: str = "silu") -> dict[str, Any]:
         keys["kv_heads"] = c.data["num_key_value_heads"]
     if c.data.get("max_position_embeddings") is not None:
         keys["max_seq_len"] = c.data["max_position_embeddings"]
+    head_dim = c.data.get("head_dim")
+    if head_dim is not None and not (type(head_dim) is int and type(hidden) is int
+                                     and type(heads) is int and head_dim * heads == hidden):
+        keys["head_size"] = head_dim  # ModelConfig checks it
     return keys
 
 
@@ -97,25 +97,63 @@ def _phi3(c: _Config) -> dict[str, Any]:
 
 
 def _gemma(c: _Config) -> dict[str, Any]:
-    """Gemma: Llama's layout with a GeGLU MLP and the head tied to the embedding by default."""
+    """Gemma: Llama's layout with a GeGLU MLP, heads of head_dim columns whatever the width, and
+    the head tied to the embedding by default."""
     keys = _llama(c, activation="gelu")
     keys["tied_embeddings"] = c.data.get("tie_word_embeddings", True)
     return keys
 
 
+def _gemma2(c: _Config) -> dict[str, Any]:
+    """Gemma-2: Gemma's with a norm after attention and after the MLP too (four a layer). Its
+    logit soft-capping and alternating sliding-window layers change no parameter."""
+    return {**_gemma(c), "layer_norms": 4}
+
+
+def _gemma3(c: _Config) -> dict[str, Any]:
+    """Gemma-3: Gemma-2's, with per-head norms on Q and K."""
+    return {**_gemma2(c), "qk_norm": True}
+
+
+def _qwen2(c: _Config) -> dict[str, Any]:
+    """Qwen2 and 2.5: Llama's layout with biases on Q, K and V alone (Qwen2Attention: q_proj,
+    k_proj and v_proj with bias=True, o_proj without; the config does not say it)."""
+    return {**_llama(c), "qkv_bias": True}
+
+
+def _qwen3(c: _Config) -> dict[str, Any]:
+    """Qwen3: Llama's layout with per-head RMSNorms on Q and K, heads of head_dim columns."""
+    return {**_llama(c), "qk_norm": True}
+
+
+def _falcon(c: _Config) -> dict[str, Any]:
+    """Falcon (7B's layout): attention and MLP in parallel off one LayerNorm (two with
+    new_decoder_architecture), multi-query attention, a GELU MLP of 4 x hidden, rotary
+    positions, no biases on projections but LayerNorms with theirs, the head tied by default."""
+    c.refuse("alibi", False, "ALiBi positions")
+    new = c.data.get("new_decoder_architecture", False)
+    parallel = new or c.data.get("parallel_attn", True)
+    heads = c.need("num_attention_heads")
+    kv = c.data.get("num_kv_heads") if new else (1 if c.data.get("multi_query", True) else heads)
+    bias = bool(c.data.get("bias", False))
+    return dict(hidden=c.need("hidden_size"), layers=c.need("num_hidden_layers"), heads=heads,
+                kv_heads=kv, ffn=c.data.get("ffn_hidden_size") or 4 * c.need("hidden_size"),
+                vocab=c.need("vocab_size"), mlp="gelu", norm="layernorm", bias=bias,
+                norm_bias=True, position="rope", layer_norms=2 if new or not parallel else 1,
+                tied_embeddings=c.data.get("tie_word_embeddings", True),
+                dropout=any(c.number(k, 0.0) > 0 for k in ("attention_dropout", "hidden_dropout")))
+
+
 _READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _llama, "phi3": _phi3, "gemma": _gemma, "gpt2": _gpt2,
+    "llama": _llama, "mistral": _llama, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2,
+    "gemma3_text": _gemma3, "qwen2": _qwen2, "qwen3": _qwen3, "falcon": _falcon, "gpt2": _gpt2,
     "gpt_neox": _gpt_neox}
 
 _NOT_YET = {
-    "qwen2": "biases on Q, K and V alone (Qwen2's attention)",
-    "qwen3": "per-head RMSNorms on Q and K (Qwen3's attention)",
-    "gemma2": "four norms a layer and alternating sliding-window layers (Gemma-2)",
-    "gemma3_text": "four norms a layer, per-head Q/K norms and sliding-window layers (Gemma-3)",
-    "gemma3": "four norms a layer, per-head Q/K norms and sliding-window layers (Gemma-3)",
-    "falcon": "attention and MLP in parallel under one LayerNorm (Falcon)",
+    "gemma3": "Gemma-3's multimodal config nests its text model (give its text_config as a "
+              "config.json of model_type gemma3_text)",
     "olmo": "a LayerNorm without parameters (OLMo)",
-    "olmo2": "per-layer Q/K norms and norms after attention and MLP (OLMo-2)",
+    "olmo2": "a norm on the whole Q and K projections and norms after attention and MLP (OLMo-2)",
 }
 """Dense families whose config reads but whose layout ModelConfig cannot say yet: refused,
 naming what is missing."""

@@ -14,6 +14,7 @@ NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 # Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
 SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
+LAYER_NORMS = (1, 2, 4)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +57,27 @@ class ModelConfig:
     GPT-NeoX, BLOOM) rather than three (Llama, OPT). Read only where a framework gathers module
     by module (DeepSpeed's ZeRO-3: a module is what one fetch gathers). Default: true for
     mlp = "gelu", false for "swiglu"."""
+    head_size: int | None = None
+    """Columns of each attention head where they are not hidden / heads (Hugging Face's
+    head_dim: Gemma's 256 beside a width of 3072 and 16 heads). Default: hidden / heads, which
+    heads must then divide."""
+    qkv_bias: bool | None = None
+    """Q, K and V carry biases (Qwen2: true beside bias = false, its other projections without).
+    Default: bias."""
+    norm_bias: bool | None = None
+    """A LayerNorm carries a bias (Falcon: true beside bias = false). Default: bias."""
+    qk_norm: bool = False
+    """A norm over each head's queries and keys (Qwen3, Gemma-3, OLMo-2): two of head_size
+    elements a layer."""
+    layer_norms: int = 2
+    """Norms a layer: 2 (one before attention, one before the MLP), 1 (attention and MLP in
+    parallel off one norm: Falcon, GPT-J) or 4 (also one after each: Gemma-2 and 3). Their
+    parameters are counted; their time and saved inputs are the two-norm layer's."""
     hf_config: str | None = None
     """Hugging Face config.json (or its folder) the shape was read from; relative to the scenario."""
 
     def __post_init__(self) -> None:
-        for key in ("params", "layers", *SHAPE_KEYS):
+        for key in ("params", "layers", "head_size", *SHAPE_KEYS):
             value = getattr(self, key)
             if value is not None:
                 _positive(f"model.{key}", value)
@@ -68,7 +85,7 @@ class ModelConfig:
         _one_of("model.norm", self.norm, NORMS)
         _one_of("model.position", self.position, POSITIONS)
         if self.params is not None:
-            given = [k for k in SHAPE_KEYS if getattr(self, k) is not None]
+            given = [k for k in (*SHAPE_KEYS, "head_size") if getattr(self, k) is not None]
             if given:
                 raise InputError(
                     f"model.params (a bare parameter count) excludes the shape keys, but "
@@ -84,7 +101,10 @@ class ModelConfig:
             raise InputError(
                 f"[model] needs either params = Ψ or a shape; missing "
                 f"{', '.join('model.' + k for k in missing)}")
-        if self.hidden % self.heads:
+        if self.layer_norms not in LAYER_NORMS:
+            raise InputError(f"model.layer_norms = {self.layer_norms} is not one of "
+                             f"{', '.join(map(str, LAYER_NORMS))} (norms a layer)")
+        if self.head_size is None and self.hidden % self.heads:
             raise InputError(
                 f"model.heads = {self.heads} does not divide model.hidden = {self.hidden} "
                 f"({self.hidden} / {self.heads} = {self.hidden / self.heads:.4g})")
@@ -111,7 +131,18 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size if self.head_size is not None else self.hidden // self.heads
+
+    @property
+    def qkv_biased(self) -> bool:
+        """Q, K and V carry biases (qkv_bias, else bias)."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def norm_biased(self) -> bool:
+        """Its norms carry biases: a LayerNorm with norm_bias (else bias); never an RMSNorm."""
+        return self.norm == "layernorm" and (self.bias if self.norm_bias is None
+                                             else self.norm_bias)
 
     @property
     def qkv_is_fused(self) -> bool:
@@ -120,9 +151,9 @@ class ModelConfig:
 
     @property
     def q_width(self) -> int:
-        """Columns of Q (heads x head_dim = hidden); a tensor-parallel rank's slice has fewer
-        (parallel/tensor.py)."""
-        return self.hidden
+        """Columns of Q (heads x head_dim: hidden unless head_size says otherwise); a
+        tensor-parallel rank's slice has fewer (parallel/tensor.py)."""
+        return self.heads * self.head_dim
 
     @property
     def kv_width(self) -> int:
