@@ -118,3 +118,18 @@ def test_every_view_of_a_familys_parameters_agrees(name):
     assert sum(map(sum, embedding)) + m.layers * sum(map(sum, block)) + sum(
         map(sum, head)) - tied == total
     assert sum(gather_units(m)) - tied == total
+
+
+def test_the_new_layout_keys_are_checked():
+    from zerosim.errors import InputError
+
+    shape = dict(layers=2, hidden=96, heads=4, vocab=100, max_seq_len=16)
+    with pytest.raises(InputError, match="model.layer_norms = 3 is not one of 1, 2, 4"):
+        ModelConfig(**shape, layer_norms=3)
+    with pytest.raises(InputError, match="model.head_size = 0 must be > 0"):
+        ModelConfig(**shape, head_size=0)
+    with pytest.raises(InputError, match="excludes the shape keys"):
+        ModelConfig(params=10, head_size=8)
+    # a head size frees heads from dividing the width: 5 heads of 32 beside a width of 96
+    wide = ModelConfig(**{**shape, "heads": 5}, head_size=32)
+    assert (wide.q_width, wide.kv_width) == (160, 160)
