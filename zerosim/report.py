@@ -44,6 +44,7 @@ def memory_json(scenario: Scenario, rows: list[StageMemory]) -> dict[str, Any]:
                     "fits_gpu_memory": fits(scenario, row.peak_bytes + overhead),
                     **({"pipeline": _pipeline_json(scenario, row.stage, overhead)}
                        if layout_of(scenario) else {})} for row in rows],
+        **({"notes": list(scenario.default_notes)} if scenario.default_notes else {}),
     }
 
 

@@ -57,7 +57,7 @@ def load(args: argparse.Namespace):
         from zerosim.sim.collective_bench import check_sends
 
         check_sends(args.op, args.sweep or [args.size_bytes])
-    for note in notes:
+    for note in (*notes, *scenario.default_notes):
         print(f"zerosim: note: {note}", file=sys.stderr)
     return scenario
 

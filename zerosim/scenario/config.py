@@ -239,6 +239,9 @@ class Scenario:
     source: str = ""
     """Path of the scenario file (for reports)."""
     profile: Any = field(default=None, compare=False, repr=False)
+    default_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    """What the defaults that decide the answer were, and which key sets each
+    (scenario/defaults.py)."""
     """The calibration profile cluster.profile names, loaded (zerosim.scenario.profile.Profile), or None."""
 
     def __post_init__(self) -> None:

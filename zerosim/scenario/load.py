@@ -23,6 +23,7 @@ from zerosim.scenario.config import (FETCH_KNOBS, TABLES, ClusterConfig, ModelCo
 from zerosim.scenario.parallelism_table import (LEGACY_TRAINING_KEYS, PARALLELISM_KEYS,
                                                 canonical_key)
 from zerosim.scenario.parse import TOMLDecodeError, has_date, parse_toml
+from zerosim.scenario.defaults import default_notes
 from zerosim.scenario.presets import GPU_PRESETS
 from zerosim.scenario.variation import VariationConfig
 from zerosim.units import BYTES_PER_ELEMENT
@@ -206,7 +207,8 @@ def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source:
     parallelism = ParallelismConfig(**_typed("parallelism", tables["parallelism"]))
     return Scenario(model=model, cluster=cluster, training=training, parallelism=parallelism,
                     variation=VariationConfig(**_typed("variation", tables["variation"])),
-                    source=source, profile=profile)
+                    source=source, profile=profile,
+                    default_notes=tuple(default_notes(tables, model, training, cluster)))
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = (),

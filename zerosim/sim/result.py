@@ -55,6 +55,9 @@ class StageResult:
     slowest_rank: int
     notes: list[str] = field(default_factory=list)
     """What the simulation leaves out for this scenario."""
+    default_notes: list[str] = field(default_factory=list)
+    """The scenario's defaults that decide the answer (scenario/defaults.py); the commands print
+    them on stderr, --json carries them."""
     comm_calls_per_rank: dict[str, int] = field(default_factory=dict)
     """Collectives each rank launches in the step, by op (keyed as comm_bytes_per_rank); empty
     under a pipeline, whose plan prices its collectives without launching them one by one."""
@@ -89,6 +92,7 @@ class StageResult:
                 "notes": self.notes,
                 **({"comm_bytes_per_group": self.comm_bytes_per_group}
                    if self.comm_bytes_per_group else {}),
+                **({"default_notes": self.default_notes} if self.default_notes else {}),
                 **({"pipeline": self.pipeline} if self.pipeline else {})}
 
 
@@ -121,7 +125,8 @@ def stage_result(engine, contexts: list) -> StageResult:
         algorithm=algorithms_used(engine),
         mode=engine.mode,
         ranks_simulated=len(contexts), slowest_rank=last.rank, ranks=contexts,
-        notes=_notes(scenario), comm_bytes_per_group=_by_group(scenario, rank0.comm_bytes))
+        notes=_notes(scenario), comm_bytes_per_group=_by_group(scenario, rank0.comm_bytes),
+        default_notes=list(scenario.default_notes))
 
 
 def _by_group(scenario, per_op: dict[str, float]) -> dict[str, dict[str, int]]:

@@ -1,0 +1,56 @@
+"""Notes on the defaults that decide an answer: a scenario that leaves one of these keys out
+gets a line saying which value was taken, why it matters, and which key to set. The commands
+print them on stderr, and --json carries them (report.memory_json's "notes", each simulated
+stage's "default_notes"); nothing is changed by them.
+
+- training.seq_len from model.max_seq_len (a Hugging Face config's max_position_embeddings:
+  Mistral-7B's 32768 makes 2.4 TB of activations per GPU);
+- training.flash_attention off on a GPU whose record has flash kernels (the s x s scores are
+  stored and timed);
+- training.framework = "zero": the ZeRO paper's accounting, without any framework's own buffers
+  (the fp32 loss, DeepSpeed's fp32 gradient partition, FSDP2's fp32 shards);
+- DeepSpeed named without its bucket size: zerosim's 25 MiB against DeepSpeed's 5e8 elements.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DS_DEFAULT_BUCKET_ELEMENTS = 500_000_000
+"""DeepSpeed's reduce_bucket_size default (deepspeed/runtime/zero/config.py: 5e8 elements)."""
+
+
+def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster) -> list[str]:
+    """The notes for a scenario built from `tables` (the keys as given) into these configs."""
+    given = tables.get("training", {})
+    if model.is_bare:
+        return []
+    notes = []
+    if "seq_len" not in given and training.seq_len is not None:
+        source = ("the config's max_position_embeddings" if "hf_config" in tables.get("model", {})
+                  else "model.max_seq_len")
+        notes.append(f"training.seq_len = {training.seq_len} comes from {source}: activations "
+                     f"and attention grow with it; set training.seq_len to the sequences you "
+                     f"train on")
+    device = cluster.device
+    has_flash = (device is not None and device.op_model is not None
+                 and bool(device.op_model.flash_causal_by_seq))
+    if "flash_attention" not in given and not training.flash_attention and has_flash:
+        notes.append(f"training.flash_attention = false (the default): the s x s attention "
+                     f"scores are stored and timed as {cluster.gpu} computes them without a "
+                     f"flash kernel; set training.flash_attention = true if the run uses "
+                     f"FlashAttention or SDPA's fused kernels")
+    if "framework" not in given:
+        notes.append("training.framework = 'zero' (the default) counts the ZeRO paper's model "
+                     "states, activations and buffers, without what a framework's code holds "
+                     "beside them (the fp32 loss, DeepSpeed's fp32 gradient partition, FSDP2's "
+                     "fp32 shards, DDP's bucket copies); set training.framework to the one you "
+                     "run (deepspeed, fsdp2, fsdp1, ddp)")
+    elif (training.framework == "deepspeed" and "reduce_bucket_MiB" not in given
+          and training.zero_stage >= 1):
+        ds = DS_DEFAULT_BUCKET_ELEMENTS * 2 / 2**20
+        notes.append(f"training.reduce_bucket_MiB = {training.reduce_bucket_MiB:g} (zerosim's "
+                     f"default) where DeepSpeed's reduce_bucket_size defaults to 5e8 elements "
+                     f"({ds:g} MiB in 16 bits): set it, or read your ds_config with --deepspeed")
+    return notes
+
