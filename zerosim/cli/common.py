@@ -57,9 +57,16 @@ def load(args: argparse.Namespace):
         from zerosim.sim.collective_bench import check_sends
 
         check_sends(args.op, args.sweep or [args.size_bytes])
-    for note in (*notes, *scenario.default_notes):
+    for note in notes:
         print(f"zerosim: note: {note}", file=sys.stderr)
     return scenario
+
+
+def print_default_notes(scenario) -> None:
+    """The defaults that decided the answer (scenario.default_notes), on stderr, once the
+    command has printed it: a command that fails says its one line alone."""
+    for note in scenario.default_notes:
+        print(f"zerosim: note: {note}", file=sys.stderr)
 
 
 def stage(text: str) -> int:

@@ -8,7 +8,8 @@ import json
 import time
 from pathlib import Path
 
-from zerosim.cli.common import Command, add_mode, load, ranks, size_bytes, size_sweep, stage
+from zerosim.cli.common import (Command, add_mode, load, print_default_notes, ranks, size_bytes,
+                                size_sweep, stage)
 from zerosim.contract import EXIT_OK, OPS, STAGE_NAMES, STAGES
 
 
@@ -22,6 +23,7 @@ def run_memory(args: argparse.Namespace) -> int:
         print(json.dumps(report.memory_json(scenario, rows), indent=2))
     else:
         print(report.format_memory_table(scenario, rows))
+    print_default_notes(scenario)
     return EXIT_OK
 
 
@@ -55,6 +57,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:
         print(report.format_simulation_table(scenario, results))
+    print_default_notes(scenario)
     return EXIT_OK
 
 

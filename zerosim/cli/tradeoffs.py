@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from zerosim.cli.common import Command, add_mode, gib, load, positive_int
+from zerosim.cli.common import Command, add_mode, gib, load, positive_int, print_default_notes
 from zerosim.contract import EXIT_OK, STAGES
 from zerosim.errors import InputError
 
@@ -61,6 +61,7 @@ def run_plan(args: argparse.Namespace) -> int:
         result = plan(scenario, round(budget_GiB * GiB), mode=args.mode, progress=bar,
                       allow=args.allow)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
+    print_default_notes(scenario)
     return EXIT_OK
 
 
