@@ -49,8 +49,8 @@ def test_each_key_given_silences_its_note(tmp_path):
 def test_deepspeed_named_without_its_bucket_is_told_deepspeeds(tmp_path):
     base = "seq_len = 4096\nflash_attention = true\nframework = 'deepspeed'\n"
     said = notes(run_zerosim("memory", scenario(tmp_path, base)))
-    assert said == ["training.reduce_bucket_MiB = 25 (zerosim's default) where DeepSpeed's "
-                    "reduce_bucket_size defaults to 5e8 elements (953.674 MiB in 16 bits): set "
+    assert said == ["training.reduce_bucket_MiB = 25 (zerosim's default) where deepspeed's "
+                    "reduce bucket defaults to 500,000,000 elements (953.674 MiB in 16 bits): set "
                     "it, or read your ds_config with --deepspeed"]
     assert notes(run_zerosim("memory", scenario(tmp_path, base + "reduce_bucket_MiB = 500\n"))) \
         == []

@@ -229,7 +229,8 @@ def test_simulate_shows_its_progress_per_stage_and_per_collective_under_jitter(t
     """Jitter simulates every rank (the slow mode): progress counts the step's collectives as
     they complete, up to the number each rank runs (the trace's, an independent count)."""
     argv = ("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--set", "variation.jitter_pct=5",
-            "--set", "cluster.nodes=2", "--trace", tmp_path / "t.json")
+            "--set", "cluster.nodes=2", "--trace", tmp_path / "t.json",
+            "--set", "training.framework='zero'")  # said: no note on stderr beside progress
     monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 1e9)
     quiet = run_zerosim(*argv)
     monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 0.0)
@@ -256,7 +257,8 @@ def test_simulate_shows_its_progress_per_stage_and_per_collective_under_jitter(t
 
 def test_simulate_without_jitter_says_each_stage_once(monkeypatch):
     monkeypatch.setattr(progress, "PROGRESS_AFTER_S", 0.0)
-    result = run_zerosim("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--stage", "2")
+    result = run_zerosim("simulate", SCENARIOS / "tiny_gpt_4rank_cpu.toml", "--stage", "2",
+                         "--set", "training.framework='zero'")  # said: no default note
     assert result.code == 0
     assert [line.split(" [")[0] for line in result.stderr.splitlines()] == [
         "zerosim simulate: ZeRO-2 (1 of 1)"]

@@ -44,6 +44,9 @@ class Framework:
     """Where ZeRO-3 gathers parameters module by module (DeepSpeed), the defaults of the
     [training] keys that steer it (config.FETCH_KNOBS); None: it gathers whole units (a wrapped
     block: FSDP, zero_real) and those keys are refused."""
+    bucket_elements: int | None = None
+    """Its own default reduce bucket, in elements, where it differs from zerosim's 25 MiB
+    (scenario/defaults.py says so when a scenario leaves training.reduce_bucket_MiB out)."""
     fetch_events_ahead: int = 0
     """Module by module: the fetch events its host may leave outstanding on the compute stream
     before it blocks on the oldest (analytic/fetch.FetchSteps, sim/stages/fetch.py)."""

@@ -26,6 +26,7 @@ class DeepSpeed(Framework):
                       "max_reuse_distance": deepspeed_fetch.MAX_REUSE_DISTANCE,
                       "param_persistence_threshold": deepspeed_fetch.PERSISTENCE_THRESHOLD}
     fetch_events_ahead = 2  # partitioned_param_coordinator.py: __max_ongoing_fetch_events
+    bucket_elements = deepspeed_fetch.REDUCE_BUCKET  # reduce_bucket_size's default, 5e8
     pipeline_stages = (0, 1)
     pipeline_schedules = ("1f1b",)  # PipelineEngine.train_batch always builds TrainSchedule
     # (deepspeed/runtime/pipe/engine.py, schedule.py): 1F1B, one chunk per stage

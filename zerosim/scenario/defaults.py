@@ -9,15 +9,14 @@ stage's "default_notes"); nothing is changed by them.
   stored and timed);
 - training.framework = "zero": the ZeRO paper's accounting, without any framework's own buffers
   (the fp32 loss, DeepSpeed's fp32 gradient partition, FSDP2's fp32 shards);
-- DeepSpeed named without its bucket size: zerosim's 25 MiB against DeepSpeed's 5e8 elements.
+- a framework named without its bucket size where its own differs (DeepSpeed: 5e8 elements).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-DS_DEFAULT_BUCKET_ELEMENTS = 500_000_000
-"""DeepSpeed's reduce_bucket_size default (deepspeed/runtime/zero/config.py: 5e8 elements)."""
+from zerosim.frameworks import REGISTRY
 
 
 def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster) -> list[str]:
@@ -46,11 +45,12 @@ def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster) -
                      "beside them (the fp32 loss, DeepSpeed's fp32 gradient partition, FSDP2's "
                      "fp32 shards, DDP's bucket copies); set training.framework to the one you "
                      "run (deepspeed, fsdp2, fsdp1, ddp)")
-    elif (training.framework == "deepspeed" and "reduce_bucket_MiB" not in given
-          and training.zero_stage >= 1):
-        ds = DS_DEFAULT_BUCKET_ELEMENTS * 2 / 2**20
-        notes.append(f"training.reduce_bucket_MiB = {training.reduce_bucket_MiB:g} (zerosim's "
-                     f"default) where DeepSpeed's reduce_bucket_size defaults to 5e8 elements "
-                     f"({ds:g} MiB in 16 bits): set it, or read your ds_config with --deepspeed")
+    elif "reduce_bucket_MiB" not in given and training.zero_stage >= 1:
+        own = REGISTRY[training.framework].bucket_elements
+        if own is not None:
+            notes.append(f"training.reduce_bucket_MiB = {training.reduce_bucket_MiB:g} "
+                         f"(zerosim's default) where {training.framework}'s reduce bucket "
+                         f"defaults to {own:,} elements ({own * 2 / 2**20:g} MiB in 16 bits): "
+                         f"set it, or read your ds_config with --deepspeed")
     return notes
 
