@@ -96,8 +96,10 @@ def test_deepspeed_stage2_cpu_offload_changes_stage_and_moves_optimizer_to_host(
     assert before["stages"][2]["optimizer_bytes"] > 0 and before["stages"][2]["host_bytes"] == 0
     stage2 = after["stages"][2]
     assert stage2["optimizer_bytes"] == 0 and stage2["grads_bytes"] == 0
-    # fp32 master + 2 moments + fp32 gradient partition, each rank its 1/64.
-    assert stage2["host_bytes"] == 16 * 7_500_000_000 // 64
+    # fp32 master + 2 moments + fp32 gradient partition, each rank its 1/64; a ds_config is a
+    # DeepSpeed run, whose stages 1-2 pin a copy of the partition in the training dtype beside
+    # them (fp32 here: 4 more bytes; frameworks/deepspeed.py, pinned_bit16_host_partition)
+    assert after["stages"][2]["host_bytes"] == (16 + 4) * 7_500_000_000 // 64
     # DeepSpeed offloads ZeRO's partitions: stages 1-3; stage 0 keeps its optimizer on the GPU
     assert all(s["optimizer_bytes"] == 0 and s["host_bytes"] > 0 for s in after["stages"][1:])
     assert after["stages"][0]["host_bytes"] == 0 and after["stages"][0]["optimizer_bytes"] > 0
@@ -119,7 +121,9 @@ def test_deepspeed_precision_buckets_micro_batch_and_optimizer(write):
     config = ds(write, {"bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 4,
                         "optimizer": {"type": "SGD", "params": {"momentum": 0.9}},
                         "zero_optimization": {"stage": 1, "reduce_bucket_size": 5e8}})
-    scenario = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", deepspeed=config)
+    # the paper's accounting (--set after the file wins), whose ZeRO-2 buckets grow as filled
+    scenario = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["training.framework='zero'"],
+                             deepspeed=config)
     t = scenario.training
     assert (t.zero_stage, t.precision, t.micro_batch, t.optimizer) == (1, "bf16", 4, "sgd_momentum")
     assert round(t.reduce_bucket_MiB * 2**20) == 10**9  # 5e8 bf16 elements
@@ -127,7 +131,8 @@ def test_deepspeed_precision_buckets_micro_batch_and_optimizer(write):
     # activation alive, its bf16 gradient (32000 x 4096 matrix + the final RMSNorm's 4096)
     assert memory_table(scenario)[2].buffers_bytes == 2 * (32000 * 4096 + 4096)
     small = ds(write, {"zero_optimization": {"stage": 2, "reduce_bucket_size": 10**7}})
-    capped = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", deepspeed=small)
+    capped = load_scenario(SCENARIOS / "llama2_7b_64gpu.toml", ["training.framework='zero'"],
+                           deepspeed=small)
     # no fp16/bf16 section: DeepSpeed trains in fp32, 4 B per element; two full buckets
     assert memory_table(capped)[2].buffers_bytes == 2 * 4 * 10**7
 
@@ -263,3 +268,28 @@ def test_deepspeed_file_problems(write):
                           "DeepSpeed config not found")
     assert_one_line_error(run_zerosim("memory", ZERO_PAPER, "--deepspeed", write("d.json", "[1]")),
                           "expected a JSON object")
+
+
+def test_a_ds_config_is_a_deepspeed_run_and_names_what_it_does_not_use(write):
+    """--deepspeed with ZeRO-3 and accumulation is the run `--set training.framework=deepspeed
+    --set training.gradient_accumulation=4` (and the file's other keys) describes, module by
+    module; its note names every key it did not use."""
+    config = ds(write, {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                        "bf16": {"enabled": True}, "gradient_clipping": 1.0,
+                        "zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8,
+                                              "allgather_bucket_size": 5e8,
+                                              "sub_group_size": 1e9}})
+    by_file = run_zerosim("simulate", SCENARIOS / "llama2_7b_64gpu.toml", "--stage", "3",
+                          "--json", "--deepspeed", config)
+    sets = ["training.framework=deepspeed", "training.gradient_accumulation=4",
+            "training.micro_batch=2", "training.precision=bf16", "training.zero_stage=3",
+            "training.reduce_bucket_MiB=953.67431640625",
+            "training.allgather_bucket_MiB=953.67431640625", "training.overlap_comm=true"]
+    by_sets = run_zerosim("simulate", SCENARIOS / "llama2_7b_64gpu.toml", "--stage", "3",
+                          "--json", *[arg for s in sets for arg in ("--set", s)])
+    assert by_file.code == by_sets.code == 0, by_file.stderr + by_sets.stderr
+    assert by_file.json == by_sets.json
+    assert by_file.json[0]["comm_calls_per_rank"]["all_gather"] > 100  # module by module
+    note = by_file.stderr.splitlines()[0]
+    assert "framework=deepspeed" in note and "gradient_accumulation=4" in note
+    assert note.endswith("not used: gradient_clipping, zero_optimization.sub_group_size")

@@ -25,7 +25,11 @@ keeps the scenario's value. Every key kept that way is named in the note the CLI
   train_batch_size = micro-batch x gradient_accumulation_steps x world size, checked against the
   scenario's world once the cluster is known, or giving the micro-batch or the steps the file
   (and --set) leave open: `derive_batch`.
-The rest of a ds_config (schedulers, logging, clipping, ...) changes neither memory nor time.
+- training.framework = "deepspeed": a ds_config describes a DeepSpeed run, whose memory is
+  DeepSpeed's (its fp32 gradient partition, its buckets, module-by-module ZeRO-3), not the
+  paper's accounting; a --set after it still wins.
+Every other key (schedulers, logging, clipping, communication options, ...) is named in the note
+as not used: they change neither memory nor time as zerosim models them.
 """
 
 from __future__ import annotations
@@ -43,6 +47,16 @@ _OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "cpuadam":
                "deepspeedcpuadam": "adam", "sgd": "sgd"}
 AUTO = "auto"
 TRAIN_BATCH = "train_batch_size"  # not a [training] key: checked against the world (derive_batch)
+USED_TOP = frozenset(("fp16", "bf16", "bfloat16", "zero_optimization", "optimizer",
+                      "train_micro_batch_size_per_gpu", TRAIN_BATCH, "gradient_accumulation_steps"))
+"""The ds_config's top-level keys this reader takes."""
+USED_ZERO = frozenset((
+    "stage", "offload_optimizer", "offload_param", "cpu_offload", "reduce_bucket_size",
+    "allgather_bucket_size", "overlap_comm", "zero_hpz_partition_size", "zero_quantized_weights",
+    "zero_quantized_gradients", "mics_shard_size", "stage3_prefetch_bucket_size",
+    "stage3_max_live_parameters", "stage3_max_reuse_distance",
+    "stage3_param_persistence_threshold"))
+"""The zero_optimization keys it takes."""
 
 
 class _Reader:
@@ -112,12 +126,16 @@ def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
         out["micro_batch"] = r.integer(micro, "train_micro_batch_size_per_gpu", 1)
     _optimizer(r, out)
     _accumulation(r, zero, out)
+    out["framework"] = "deepspeed"
     if notes is not None:
         taken = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items()
                           if k != TRAIN_BATCH)
         defaulted = f"; DeepSpeed defaults for {', '.join(r.defaulted)}" if r.defaulted else ""
         kept = f"; kept the scenario's {', '.join(r.kept)}" if r.kept else ""
-        notes.append(f"from {r.origin}: {taken}{defaulted}{kept}")
+        unused = sorted(set(r.cfg) - USED_TOP) + sorted(
+            f"zero_optimization.{key}" for key in set(zero) - USED_ZERO)
+        ignored = f"; not used: {', '.join(unused)}" if unused else ""
+        notes.append(f"from {r.origin}: {taken}{defaulted}{kept}{ignored}")
     return out
 
 
