@@ -1,5 +1,5 @@
 """`zerosim memory`, `simulate` and `collective`: one scenario, analysed or simulated, printed
-(simulate's progress on stderr when it runs long)."""
+(simulate's progress on stderr when it runs long); `keys`: what a scenario may say."""
 
 from __future__ import annotations
 
@@ -85,6 +85,14 @@ def run_collective(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_keys(args: argparse.Namespace) -> int:
+    from zerosim.scenario.keys import format_keys, keys_json, scenario_keys
+
+    keys = scenario_keys(args.table)
+    print(json.dumps(keys_json(keys), indent=2) if args.json else format_keys(keys))
+    return EXIT_OK
+
+
 def _memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
 
@@ -114,6 +122,15 @@ def _collective_arguments(parser: argparse.ArgumentParser) -> None:
                      "group is degraded; per_rank: every rank's links")
 
 
+def _keys_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table", metavar="NAME",
+                        help="list one table's keys, e.g. --table cluster (default: every "
+                             "table)")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON list, one object per key (table, key, type, default, "
+                             "unit, doc)")
+
+
 COMMANDS = (
     Command("memory", "per-rank memory of stages 0-3 (analytic, exact)",
             "Per-rank memory of DDP and ZeRO-1/2/3: parameters, gradients, optimizer states, "
@@ -127,4 +144,8 @@ COMMANDS = (
             "Time, algbw, busbw (nccl-tests definitions) and bytes sent per rank of one collective, "
             "moved chunk by chunk over the simulated links.",
             run_collective, _collective_arguments),
+    Command("keys", "every scenario key: its type, unit, default and meaning",
+            "Every key the scenario tables accept, with its type, unit, default and the first "
+            "sentence of its docstring, read from the tables' dataclasses.",
+            run_keys, _keys_arguments, takes_scenario=False),
 )
