@@ -19,12 +19,19 @@ from typing import Any
 from zerosim.frameworks import REGISTRY
 
 
-def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster) -> list[str]:
-    """The notes for a scenario built from `tables` (the keys as given) into these configs."""
+LAYOUT = ("mlp", "norm", "position")
+"""What makes a model family for a calibration profile: its per-op constants transfer across
+them; its whole-unit overheads and memory mechanisms were measured on one."""
+
+
+def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster,
+                  profile=None) -> list[str]:
+    """The notes for a scenario built from `tables` (the keys as given) into these configs, and
+    the calibration profile it names."""
     given = tables.get("training", {})
     if model.is_bare:
         return []
-    notes = []
+    notes = _profile_notes(profile, model)
     if "seq_len" not in given and training.seq_len is not None:
         source = ("the config's max_position_embeddings" if "hf_config" in tables.get("model", {})
                   else "model.max_seq_len")
@@ -53,4 +60,16 @@ def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster) -
                          f"defaults to {own:,} elements ({own * 2 / 2**20:g} MiB in 16 bits): "
                          f"set it, or read your ds_config with --deepspeed")
     return notes
+
+
+def _profile_notes(profile, model) -> list[str]:
+    measured = (profile.data.get("scenario", {}) or {}).get("model", {}) if profile else {}
+    theirs = [measured.get(key) for key in LAYOUT]
+    ours = [getattr(model, key) for key in LAYOUT]
+    if not measured or theirs == ours or None in theirs:
+        return []
+    return [f"cluster.profile = {profile.path} was measured on a {'/'.join(map(str, theirs))} "
+            f"model and this one is {'/'.join(ours)}: its per-op constants transfer, its "
+            f"whole-unit overheads and memory mechanisms were measured on the other layout "
+            f"(calibrate on this model to be sure)"]
 

@@ -173,7 +173,31 @@ def _resolve_cluster(table: dict[str, Any], base_dir: Path | None) -> tuple[Clus
         measured = profile.cluster_numbers(impl)
     preset = {k: v for k, v in GPU_PRESETS[gpu].items() if v is not None}  # None: the default
     cluster = ClusterConfig(**_typed("cluster", {**preset, **measured, **table, "gpu": gpu}))
+    if profile is not None:
+        check_profile_fits(profile, cluster)
     return cluster, profile
+
+
+def check_profile_fits(profile, cluster: ClusterConfig) -> None:
+    """A profile prices the box it was measured on: one from a CPU box under an H100 scenario
+    (or an H100's under an A100's, gloo's under NCCL's) would be silently wrong by orders of
+    magnitude. Refused in one line naming both."""
+    p = profile.provenance if isinstance(profile.provenance, dict) else {}
+    device, hardware, backend = p.get("device"), str(p.get("hardware", "")), p.get("backend")
+    gpu_box = cluster.generation is not None
+    family = cluster.gpu.split("-")[0]
+    wrong = None
+    if device == "cpu" and gpu_box or device == "cuda" and not gpu_box:
+        wrong = f"was measured on {device} ({hardware})"
+    elif device == "cuda" and family.lower() not in hardware.lower():
+        wrong = f"was measured on {hardware}, not a {family}"
+    elif backend is not None and backend != cluster.collective_library:
+        wrong = f"measured {backend}'s collectives"
+    if wrong is not None:
+        raise InputError(f"cluster.profile = {profile.path} {wrong}, but the scenario's cluster "
+                         f"is {cluster.gpu} with {cluster.collective_library}: calibrate on "
+                         f"such a box (zero-real calibrate), or set cluster.gpu and "
+                         f"cluster.collective_library to the profile's")
 
 
 def _resolve_model(table: dict[str, Any], base_dir: Path) -> ModelConfig:
@@ -208,7 +232,8 @@ def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source:
     return Scenario(model=model, cluster=cluster, training=training, parallelism=parallelism,
                     variation=VariationConfig(**_typed("variation", tables["variation"])),
                     source=source, profile=profile,
-                    default_notes=tuple(default_notes(tables, model, training, cluster)))
+                    default_notes=tuple(default_notes(tables, model, training, cluster,
+                                                      profile)))
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = (),
