@@ -47,6 +47,13 @@ def test_a_notebook_walk_gets_the_commands_numbers(tmp_path):
     assert [row["cluster.nodes"] for row in rows] == [1] * 4 + [2] * 4
 
 
+def test_sets_take_python_values():
+    """A mapping's values are Python's (True, not the TOML text "True")."""
+    flash = zerosim.load(LLAMA, sets={"training.flash_attention": True,
+                                      "training.framework": "fsdp2"})
+    assert flash.training.flash_attention is True and flash.training.framework == "fsdp2"
+
+
 def test_tables_as_keywords_or_a_dict_give_the_files_numbers():
     tables = tomllib.loads(LLAMA.read_text())
     from_file = zerosim.memory(zerosim.load(LLAMA)).to_dict()

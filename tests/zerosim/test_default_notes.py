@@ -38,6 +38,8 @@ def test_a_config_alone_is_told_its_sequence_attention_and_accounting(tmp_path):
 
 def test_each_key_given_silences_its_note(tmp_path):
     given = "seq_len = 4096\nflash_attention = true\nframework = 'fsdp2'\n"
+    said_false = notes(run_zerosim("memory", scenario(tmp_path, "flash_attention = false\n")))
+    assert not any(n.startswith("training.flash_attention") for n in said_false)  # said: no note
     shown = run_zerosim("memory", scenario(tmp_path, given), "--json")
     assert notes(shown) == [] and "notes" not in shown.json
     for key, value in (("seq_len", "4096"), ("flash_attention", "true"),

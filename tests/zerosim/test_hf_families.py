@@ -133,3 +133,19 @@ def test_the_new_layout_keys_are_checked():
     # a head size frees heads from dividing the width: 5 heads of 32 beside a width of 96
     wide = ModelConfig(**{**shape, "heads": 5}, head_size=32)
     assert (wide.q_width, wide.kv_width) == (160, 160)
+
+
+def test_sequence_parallel_sums_every_norm_of_a_layer():
+    """The replicated gradients sequence parallelism leaves partial: each layer's norms (four in
+    Gemma-2, two and the per-head Q/K norms in Qwen3), RMSNorm weights only, no biases; and the
+    final norm (tensor_comm.replicated_gradient_elements, by hand)."""
+    from zerosim.analytic.tensor_comm import replicated_gradient_elements
+
+    def model(name):
+        keys = read_hf_config(HF / f"{name}.json")
+        keys.pop("name")
+        return ModelConfig(**keys)
+
+    gemma2, qwen3 = model("gemma2__gemma-2-9b-it"), model("qwen3__Qwen3-8B")
+    assert replicated_gradient_elements(gemma2) == 42 * 4 * 3584 + 3584
+    assert replicated_gradient_elements(qwen3) == 36 * (2 * 4096 + 2 * 128) + 4096
