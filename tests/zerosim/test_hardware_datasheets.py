@@ -19,8 +19,11 @@ DATA_SHEETS = {
     "A100-40GB": (312.0, 19.5, 1555.0, 40.0, 108, 40.0),     # [WP-A]: 312 dense / 624 sparse
     "A100-80GB": (312.0, 19.5, 2039.0, 80.0, 108, 40.0),     # [DS-A] SXM: 2,039 GB/s
     "H100-80GB": (989.4, 66.9, 3350.0, 80.0, 132, 50.0),     # [WP-H]: 989.4 / 1978.9 sparse
-    "H200-141GB": (989.5, 67.0, 4800.0, round(141e9 / 2**30, 1), 132, 50.0),  # [DS-H]: 1,979
-}                                                            # sparse / 2; 141 GB decimal
+    "H200-141GB": (989.5, 67.0, 4800.0, round(143771 / 1024, 1), 132, 50.0),  # [DS-H]: 1,979
+    # sparse / 2; nvidia-smi's 143771 MiB (141 GB marketed is not decimal GB)
+    "B200-180GB": (4500 / 2, 75.0, 7700.0, round(183359 / 1024, 2), 148, None),  # Blackwell data
+    "GB200-186GB": (5000 / 2, 80.0, 8000.0, round(189471 / 1024, 2), 148, None),  # sheet p. 8
+}
 # name: (NVLink GB/s one way per GPU, NICs per node, GB/s per NIC, PCIe generation)
 NODES = {
     "V100-16GB": (6 * 25.0, 4, 100 / 8, 3),    # DGX-1 (V100): hybrid cube-mesh, 4 x EDR
@@ -29,6 +32,8 @@ NODES = {
     "A100-80GB": (12 * 25.0, 8, 200 / 8, 4),
     "H100-80GB": (18 * 25.0, 8, 400 / 8, 5),   # DGX H100
     "H200-141GB": (18 * 25.0, 8, 400 / 8, 5),  # the same NVLink4, NICs and host as DGX H100
+    "B200-180GB": (18 * 50.0, 8, 400 / 8, 5),  # DGX B200: NVLink 5 (18 x 50), 8 x ConnectX-7
+    "GB200-186GB": (18 * 50.0, 72, 400 / 8, 5),  # one 72-GPU NVLink domain, a NIC per GPU
 }
 
 
@@ -54,22 +59,25 @@ def test_gpu_against_its_data_sheet(name):
 # of the peaks).
 HBM_FRACTION = {"V100-16GB": 809 / 900, "V100-32GB": 809 / 900, "A100-40GB": 1382 / 1555,
                 "A100-80GB": 1737 / 2039,
-                "H100-80GB": 3009 / 3350, "H200-141GB": 3282 / 4800}
+                "H100-80GB": 3009 / 3350, "H200-141GB": 3282 / 4800,
+                "B200-180GB": 3009 / 3350, "GB200-186GB": 3009 / 3350}  # proxies: the H100's
 GEMM_FRACTION = {"V100-16GB": 112.3 / 125, "V100-32GB": 112.3 / 125, "A100-40GB": 271.2 / 312,
                  "A100-80GB": 271.2 / 312,
-                 "H100-80GB": 794.5 / 989.4, "H200-141GB": 794.5 / 989.4}
+                 "H100-80GB": 794.5 / 989.4, "H200-141GB": 794.5 / 989.4,
+                 "B200-180GB": 1745 / 2250, "GB200-186GB": 1822 / 2500}  # MAMF, Blackwell rows
 # RRZE gpu-small-kernels, repeated-stream.svg: a = 2555 ns (A100_80), 2433 ns (H200); A100-40GB
 # and H100 take those as proxies; V100: clpeak's kernel latency on a V100-SXM2-16GB, 7.22 us.
 LAUNCH_US = {"V100-16GB": 7.22, "V100-32GB": 7.22, "A100-40GB": 2.555, "A100-80GB": 2.555,
              "H100-80GB": 2.433,
-             "H200-141GB": 2.433}
+             "H200-141GB": 2.433, "B200-180GB": 2.433, "GB200-186GB": 2.433}  # proxies: H200's
 # FlashAttention-2 (Dao 2023): A100 forward up to 230 TFLOP/s (§4), backward up to 63% of 312
 # (§1); H100 FA2 at 16k, head dim 128 (FA3 paper Fig. 5(c) and 6(b)): 370 and 322. No flash on
 # Volta (the flash-attention README: Ampere or later).
 FLASH = {"V100-16GB": (None, None), "V100-32GB": (None, None),
          "A100-40GB": (230.0, round(0.63 * 312, 1)),
          "A100-80GB": (230.0, round(0.63 * 312, 1)), "H100-80GB": (370.0, 322.0),
-         "H200-141GB": (370.0, 322.0)}
+         "H200-141GB": (370.0, 322.0), "B200-180GB": (370.0, 322.0),  # proxies: the H100's
+         "GB200-186GB": (370.0, 322.0)}
 
 
 @pytest.mark.parametrize("name", sorted(DATA_SHEETS))
@@ -95,7 +103,8 @@ FA1_CAUSAL_H100 = ((512, 98.0), (1024, 109.0), (2048, 108.0), (4096, 126.0), (81
 
 
 @pytest.mark.parametrize("name, curve", [("A100-40GB", "A100"), ("A100-80GB", "A100"),
-                                         ("H100-80GB", "H100"), ("H200-141GB", "H100")])
+                                         ("H100-80GB", "H100"), ("H200-141GB", "H100"),
+                                         ("B200-180GB", "H100"), ("GB200-186GB", "H100")])
 def test_flash_causal_curves_are_the_published_bars(name, curve):
     model = GPUS[name].op_model
     assert tuple(model.flash_causal_by_seq) == FA2_CAUSAL[curve]

@@ -60,12 +60,13 @@ def test_a_profile_of_another_family_is_a_note_and_its_own_family_none():
 def test_validate_simulates_the_gpu_the_runs_ran_on():
     """The H100 runs of 2026-11-24 name a V100 scenario file (their shape's): validate takes
     the GPU from the runs' hardware, so their H100 profile fits, and says so."""
-    from zerosim.calibration.validate import preset_of
+    from zerosim.scenario.presets import preset_of_hardware
 
-    assert [preset_of(h) for h in ("NVIDIA H100 80GB HBM3 x1", "NVIDIA A100-SXM4-40GB x8",
-                                   "NVIDIA H200", "Tesla V100-SXM2-32GB", "x86_64, 2 CPUs",
-                                   "NVIDIA A100", None)] == [
-        "H100-80GB", "A100-40GB", "H200-141GB", "V100-32GB", None, None, None]
+    assert [preset_of_hardware(h) for h in (
+        "NVIDIA H100 80GB HBM3 x1", "NVIDIA A100-SXM4-40GB x8", "NVIDIA H200",
+        "Tesla V100-SXM2-32GB", "NVIDIA B200 x8", "NVIDIA GB200", "x86_64, 2 CPUs", "NVIDIA A100",
+        None)] == ["H100-80GB", "A100-40GB", "H200-141GB", "V100-32GB", "B200-180GB",
+                   "GB200-186GB", None, None, None]
     shown = run_zerosim("validate", ROOT / "profiles/measurements/h100_2026-11-24/"
                         "gpt350m_s1_w8.json", "--profile",
                         ROOT / "profiles/h100_record_2026-11-24.json", "--json")

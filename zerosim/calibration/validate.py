@@ -45,6 +45,7 @@ from zerosim.calibration.measured import check_measurement, measured_metrics, ru
 from zerosim.contract import COLLECTIVE_IMPLS, COMM, MEMORY_POINTS
 from zerosim.errors import InputError, brief
 from zerosim.scenario.load import parse_override
+from zerosim.scenario.presets import preset_of_hardware
 from zerosim.sim.network import HOST_OPS
 from zerosim.units import GB, KB, MB
 
@@ -277,25 +278,10 @@ def scenario_of(m: dict[str, Any], scenario_path: str | None = None,
         overrides.append(f"cluster.collective_impl={m['collectives']}")
     if profile is not None:
         overrides.append(f"cluster.profile={json.dumps(profile)}")
-    ran_on = preset_of(m.get("hardware"))
+    ran_on = preset_of_hardware(m.get("hardware"))
     if ran_on is not None:  # the box it ran on, whatever GPU the scenario file names
         overrides.append(f"cluster.gpu={json.dumps(ran_on)}")
     return load_scenario(scenario_path or m["scenario"], overrides)
-
-
-def preset_of(hardware: str | None) -> str | None:
-    """The catalogue's GPU a run's hardware names ("NVIDIA H100 80GB HBM3 x1": H100-80GB), by
-    family and capacity, or by family alone where the catalogue holds one of it ("NVIDIA H200"
-    as torch names it: H200-141GB); None for a CPU box or a GPU the catalogue does not hold."""
-    from zerosim.scenario.presets import GPU_PRESETS
-
-    text = (hardware or "").upper().replace(" ", "")
-    gpus = [name for name in GPU_PRESETS if "-" in name]
-    for parts in (lambda name: name.split("-"), lambda name: name.split("-")[:1]):
-        named = [name for name in gpus if all(p.upper() in text for p in parts(name))]
-        if named:
-            return named[0] if len(named) == 1 else None
-    return None
 
 
 def validate(runs: list[dict[str, Any]], paths: list[str], scenario_path: str | None = None,
@@ -310,7 +296,7 @@ def validate(runs: list[dict[str, Any]], paths: list[str], scenario_path: str | 
     first, fake = runs[0], bool(runs[0].get("fake_world_size"))
     scenario = scenario_of(first, scenario_path, profile)
     notes = _check_memory(first, paths[0], scenario, scenario_path or first["scenario"])
-    if preset_of(first.get("hardware")) is not None:
+    if preset_of_hardware(first.get("hardware")) is not None:
         notes.append(f"simulated on cluster.gpu = {scenario.cluster.gpu!r}, the GPU the runs "
                      f"ran on ({first.get('hardware')})")
     if scenario_path is not None:

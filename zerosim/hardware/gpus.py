@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from zerosim.hardware.nodes import CPU_BOX, DGX_1V, DGX_2, DGX_A100, DGX_H100, Node
+from zerosim.hardware.nodes import (CPU_BOX, DGX_1V, DGX_2, DGX_A100, DGX_B200, DGX_H100,
+                                   GB200_NVL72, Node)
 from zerosim.hardware.op_model import (CUBLAS_TILE, FA2_A100, FA2_H100, OLDER_A100, OLDER_H100,
                                        OpModel)
 
@@ -25,6 +26,10 @@ from zerosim.hardware.op_model import (CUBLAS_TILE, FA2_A100, FA2_H100, OLDER_A1
 # [WP-A]   NVIDIA A100 Tensor Core GPU Architecture whitepaper (v1.0), Table 3 (A100 SXM4 40GB).
 # [DS-A]   NVIDIA A100 data sheet, nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (80GB SXM).
 # [WP-H]   NVIDIA H100 Tensor Core GPU Architecture whitepaper v1.04 (final clocks), Table 3.
+# [DS-BW]  NVIDIA Blackwell data sheet (Oct 2025) p. 8, the per-GPU table (as on nvidia.com's
+#          HGX and GB200 NVL72 pages): its tensor-core rows are with sparsity, halved here.
+# [SMI]    nvidia-smi's memory.total as public repositories quote it ("NVIDIA H200, 143771
+#          MiB", "NVIDIA B200, 183359 MiB", "NVIDIA GB200, 189471 MiB").
 # [DS-H]   https://www.nvidia.com/en-us/data-center/h100/ and .../h200/ spec tables.
 # [MAMF]   Bekman, ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul
 #          FLOPS comparison table", BF16 rows (stas00/ml-engineering @ 744d01e).
@@ -206,7 +211,8 @@ H200_141GB = Gpu(
     # The same NVLink4/NVSwitch gen3, NICs and host as DGX H100
     # (https://www.nvidia.com/en-us/data-center/h200/).
     name="H200-141GB", generation="hopper", node=DGX_H100,
-    hbm_GiB=131.3,                    # 141 GB (decimal) of HBM3e = 131.3 GiB
+    hbm_GiB=140.4,                    # [SMI] 143771 MiB (marketed 141 GB, which is not decimal
+                                      # GB: 131.3 GiB, this record's figure until 2026-11-28)
     hbm_GBps=4800.0,                  # [DS-H] H200: 4.8 TB/s
     peak_dense_16bit_tflops=989.5,    # [DS-H] H200: 1,979 with sparsity / 2
     peak_fp32_tflops=67.0,            # [DS-H] H200
@@ -226,6 +232,42 @@ H200_141GB = Gpu(
     ),
 )
 
+# Blackwell: no B200 measurement of flash attention, HBM streaming or kernel launch was found;
+# those are the H100's, named as proxies.
+_BLACKWELL_PROXIES = dict(
+    flash_fwd_tflops=370.0,           # proxy: H100 SXM5 [FA3]
+    flash_bwd_tflops=322.0,           # proxy: H100 SXM5 [FA3]
+    hbm_achievable_fraction=0.898,    # proxy: H100 [H100-MB] "copy"
+    kernel_launch_us=2.433,           # proxy: H200 [RRZE-K]
+    gemm_tile=CUBLAS_TILE,
+    flash_causal_by_seq=FA2_H100,     # proxy: H100 SXM5 [FA2] Fig. 7(d)
+    older_flash_causal_by_seq=OLDER_H100,
+)
+
+B200_180GB = Gpu(
+    name="B200-180GB", generation="blackwell", node=DGX_B200,
+    hbm_GiB=179.06,                   # [SMI] 183359 MiB (marketed 180 GB: [DS-BW])
+    hbm_GBps=7700.0,                  # [DS-BW] 7.7 TB/s (the DGX B200 page's 64 TB/s / 8 = 8.0)
+    peak_dense_16bit_tflops=2250.0,   # [DS-BW] 4.5 PF with sparsity / 2
+    peak_fp32_tflops=75.0,            # [DS-BW]
+    sm_count=148,                     # NVIDIA's CUDA MPS blog (MLOPart), as B200 repos report
+    op_model=OpModel(
+        gemm_achievable_fraction=0.776,   # [MAMF] B200: 1745 of 2250 TFLOP/s (torch 2.7.1)
+        **_BLACKWELL_PROXIES),
+)
+
+GB200_186GB = Gpu(
+    name="GB200-186GB", generation="blackwell", node=GB200_NVL72,
+    hbm_GiB=185.03,                   # [SMI] 189471 MiB (marketed 186 GB: [DS-BW])
+    hbm_GBps=8000.0,                  # [DS-BW] 8 TB/s
+    peak_dense_16bit_tflops=2500.0,   # [DS-BW] 5 PF with sparsity / 2
+    peak_fp32_tflops=80.0,            # [DS-BW]
+    sm_count=148,                     # proxy: B200 (no GB200 figure found)
+    op_model=OpModel(
+        gemm_achievable_fraction=0.729,   # [MAMF] GB200: 1822 of 2500 TFLOP/s
+        **_BLACKWELL_PROXIES),
+)
+
 # Processes on one CPU box standing in for GPUs (gloo over loopback): placeholders of the right
 # order of magnitude, meant to be replaced by `zero-real calibrate`. Not a GPU, so not in GPUS;
 # no data sheet, no op model (the flat model times it), no CUDA context.
@@ -233,7 +275,8 @@ CPU = Gpu(name="CPU", generation=None, node=CPU_BOX, hbm_GiB=4.0, hbm_GBps=10.0,
           peak_dense_16bit_tflops=0.05, collective_library="gloo", cuda_context_MiB=0.0)
 
 GPUS = MappingProxyType({gpu.name: gpu for gpu in (V100_16GB, V100_32GB, A100_40GB, A100_80GB,
-                                                  H100_80GB, H200_141GB)})
+                                                  H100_80GB, H200_141GB, B200_180GB,
+                                                  GB200_186GB)})
 """The GPUs, by name."""
 DEVICES = MappingProxyType({**GPUS, CPU.name: CPU})
 """Every name `[cluster] gpu` takes: the GPUs and the CPU box."""

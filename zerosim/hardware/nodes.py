@@ -86,6 +86,22 @@ DGX_A100 = Node(name="DGX A100", gpus=8, intra_node_GBps=300.0, nics=8, nic_GBps
 DGX_H100 = Node(name="DGX H100", gpus=8, intra_node_GBps=450.0, nics=8, nic_GBps=50.0,
                 nvlink_sharp=True, pcie_gen=5, host_cpu="intel", host_cores=112)
 
+# DGX B200 (DGX B200 User Guide, docs.nvidia.com/dgx/dgxb200-user-guide/introduction-to-dgxb200
+# .html): 8 B200 through two NVSwitch gen5 (NVLink 5, 18 links x 50 GB/s per direction = 900
+# GB/s: Blackwell Architecture Technical Brief v2.1 p. 10), NVLink SHARP (Blackwell data sheet
+# p. 9); 8 single-port ConnectX-7 at 400 Gb/s, one per GPU (two BlueField-3 for storage and
+# management aside); PCIe Gen5; 2 x Xeon Platinum 8570, 56 cores each.
+DGX_B200 = Node(name="DGX B200", gpus=8, intra_node_GBps=900.0, nics=8, nic_GBps=50.0,
+                nvlink_sharp=True, pcie_gen=5, host_cpu="intel", host_cores=112)
+
+# GB200 NVL72 (DGX GB200 User Guide, docs.nvidia.com/dgx/dgxgb200-user-guide/hardware.html): one
+# NVLink 5 domain of 72 GPUs through nine NVLink switch trays (900 GB/s per GPU per direction),
+# expressed as one 72-GPU node; each 4-GPU compute tray has 4 ConnectX-7 at 400 Gb/s (one per
+# GPU) and 2 Grace CPUs of 72 cores (2,592 cores a rack). host_cpu takes "intel" or "amd" only:
+# Grace is neither; NCCL prices any CPU but AMD's alike (tuning.cc), as "intel" here.
+GB200_NVL72 = Node(name="GB200 NVL72", gpus=72, intra_node_GBps=900.0, nics=72, nic_GBps=50.0,
+                   nvlink_sharp=True, pcie_gen=5, host_cpu="intel", host_cores=2592)
+
 # Processes on one CPU box talking gloo over loopback: placeholders of the right order of
 # magnitude, meant to be replaced by `zero-real calibrate`. gloo's ring pays each step's
 # latency; no NVLink, no NCCL.

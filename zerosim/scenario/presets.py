@@ -26,3 +26,18 @@ def cluster_keys(gpu: Gpu) -> dict[str, object]:
 
 
 GPU_PRESETS = MappingProxyType({name: cluster_keys(gpu) for name, gpu in DEVICES.items()})
+
+
+def preset_of_hardware(hardware: str | None) -> str | None:
+    """The catalogue's GPU a run's hardware names ("NVIDIA H100 80GB HBM3 x1": H100-80GB), by
+    family and capacity, or by family alone where the catalogue holds one of it ("NVIDIA H200"
+    as torch names it: H200-141GB); None for a CPU box or a GPU the catalogue does not hold."""
+    text = (hardware or "").upper().replace(" ", "")
+    gpus = [name for name in GPU_PRESETS if "-" in name]
+    for parts in (lambda name: name.split("-"), lambda name: name.split("-")[:1]):
+        named = [name for name in gpus if all(p.upper() in text for p in parts(name))]
+        if named:  # the longest family named ("GB200" holds "B200")
+            longest = max(len(name.split("-")[0]) for name in named)
+            named = [name for name in named if len(name.split("-")[0]) == longest]
+            return named[0] if len(named) == 1 else None
+    return None
