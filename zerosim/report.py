@@ -234,8 +234,8 @@ def _host(results, bscale: float, bunit: str) -> list[str]:
              + ", ".join(f"{op} {b / bscale:.2f} {bunit}" for op, b in r.host_bytes_per_rank.items())
              + f"; host operations {r.host_time_s:.4g} s (CPU step included), overlapped or not"
              for r in results if r.host_bytes_per_rank]
-    hooks = [f"  {r.stage} {STAGE_NAMES[r.stage]}: {r.host_time_s:.4g} s a step, hidden behind "
-             f"the GPU's work or not (training.module_hook_us per visit)"
+    hooks = [f"  {r.stage} {STAGE_NAMES[r.stage]}: {r.host_time_s:.4g} s a step on the critical "
+             f"rank, hidden behind the GPU's work or not"
              for r in results if r.host_time_s and not r.host_bytes_per_rank]
     return ((["", "offload, per rank (sim/offload.py):"] + lines if lines else [])
             + (["", "module hooks' host time, per rank (sim/stages/fetch.py):"] + hooks

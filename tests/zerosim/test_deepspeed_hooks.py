@@ -120,15 +120,15 @@ def test_hooks_shorter_than_each_visits_work_hide_behind_it():
 def test_deepspeeds_default_by_hand_for_the_worked_example():
     """The worked example's 50 visits (per pass: the root and its token table, 10 per block -
     the block, 2 norms, attention and MLP containers, QKV, out, fc1, the GELU, fc2 - and the
-    final norm and head under its container) gather 10 parameters a pass (the table, 4
-    matrices per block, the tied head; norms and biases persist): 50 visits' hooks and 20
-    parameters' at bench/deepspeed_hooks.py's split."""
+    final norm and head under its container) visit 10 modules owning a non-persistent
+    parameter a pass (the table, 4 matrices per block, the tied head; norms and biases
+    persist): 50 visits' hooks and 20 parameters' at bench/deepspeed_hooks.py's split."""
     s = small()
     plan, visits, _ = planned(s.model, s.training, DS, 2)
     seconds = hook_seconds(s.training, DS, plan, visits)
     assert len(visits) == 50
-    assert sum(seconds) == pytest.approx((50 * 156.4 + 20 * 197.5 / 2) * 1e-6)
-    assert seconds[0] == pytest.approx(156.4e-6)  # the root's container gathers nothing
+    assert sum(seconds) == pytest.approx((50 * 161.4 + 20 * 205.3 / 2) * 1e-6)
+    assert seconds[0] == pytest.approx(161.4e-6)  # the root's container gathers nothing
     given = small("training.module_hook_us=5")
     assert hook_seconds(given.training, DS, plan, visits) == pytest.approx([5e-6] * 50)
 
@@ -154,3 +154,28 @@ def test_the_report_names_the_hooks_host_time_apart_from_offload():
     offload = run_zerosim(*argv[:-2], "--set", "training.optimizer_offload='cpu'")
     assert "offload, per rank" in offload.stdout  # unit by unit: no hooks timed
     assert "module hooks' host time" not in offload.stdout
+
+
+def test_a_demand_gather_is_issued_by_its_visits_hook():
+    """Without prefetch every gather is the visit's own, issued inside its pre-forward hook:
+    never before the host is done with the visit before (the GPU reaches a visit only once the
+    one before computed, after its hooks)."""
+    s = small("training.prefetch_bucket_elements=0", "training.max_reuse_distance=0",
+              "training.module_hook_us=2000")
+    plan, visits, _ = planned(s.model, s.training, DS, 2)
+    events = simulate(s, 3, keep_events=True).ranks[0].state.events
+    hooks = [e for e in events if e["name"] == "module hooks"]
+    gathers = [e for e in events if e["name"] == "parameter all-gather"]
+    assert len(hooks) == len(visits) and len(gathers) == len(plan.gathers)
+    assert all(not g.prefetch for g in plan.gathers)
+    for gather, event in zip(plan.gathers, gathers):
+        if gather.visit > 0:
+            assert event["start_s"] >= hooks[gather.visit - 1]["end_s"] - 1e-12
+
+
+def test_no_hooks_queue_nothing_even_under_jitter():
+    """module_hook_us = 0: no host operation at all, so no host time (review: zero-second hooks
+    still waited for the slowest rank under jitter and were reported)."""
+    shown = simulate(small("training.module_hook_us=0", "variation.jitter_pct=20",
+                           "cluster.nodes=2", "cluster.gpus_per_node=2"), 3, keep_events=False)
+    assert shown.host_time_s == 0.0

@@ -197,8 +197,8 @@ def fetch_steps(scenario, m, stage: int, grad_bytes: int) -> FetchSteps | None:
 
 def hook_seconds(t, framework, plan: FetchPlan, visits: list[Visit]) -> list[float]:
     """The host seconds each visit's hooks take: training.module_hook_us each where given, else
-    the framework's measured figure for a visit of its gathered (not persistent) parameters
-    (Framework.hook_us)."""
+    the framework's measured figure for a visit of a module owning these non-persistent
+    parameters (Framework.hook_us)."""
     if t.module_hook_us is not None:
         return [t.module_hook_us * 1e-6] * len(visits)
     return [framework.hook_us(sum(p not in plan.persistent for p in v.params)) * 1e-6

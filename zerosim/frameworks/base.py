@@ -55,8 +55,8 @@ class Framework:
     fp32 gradient partition: "grads"); None: one tensor per parameter (foreach Adam)."""
 
     def hook_us(self, params: int) -> float:
-        """Module by module: the host microseconds its hooks take at a module visit that gathers
-        `params` parameters (training.module_hook_us overrides it). None here."""
+        """Module by module: the host microseconds its hooks take at a visit of a module owning
+        `params` non-persistent parameters (training.module_hook_us overrides it); 0 here."""
         return 0.0
 
     def loss_blocks(self, m, t) -> dict[str, list[int]]:

@@ -8,11 +8,14 @@ from zerosim.frameworks.base import Framework
 from zerosim.units import mib_to_bytes
 
 # ZeRO-3's host time at a module visit: HOOK_VISIT_US for its hooks alone, HOOK_PARAM_US more for
-# each parameter it gathers and releases (half a parameter's forward, backward and step work:
-# each is gathered once a pass). bench/deepspeed_hooks.py's split, 2026-11-28, DeepSpeed 0.16.4,
-# torch 2.13.0+cpu, this project's 2-core AMD EPYC box: 156.4 us per visit, 197.5 us per
-# gathered parameter, from 256 Linears with and without a parameter-free GELU after each.
-HOOK_VISIT_US, HOOK_PARAM_US = 156.4, 197.5 / 2
+# each non-persistent parameter the module owns (half of what one parameter's forward, backward
+# and step work measured: a visit in each pass). bench/deepspeed_hooks.py's split, 2026-11-28,
+# DeepSpeed 0.16.4, torch 2.13.0+cpu, this project's 2-core AMD EPYC box, 256 and 512 Linears
+# with and without a parameter-free GELU after each, five runs: per visit 156.4, 157.4, 127.4,
+# 186.3, 179.5 us (mean 161.4); per parameter 197.5, 208.4, 246.0, 181.7, 193.1 us (mean
+# 205.3). The split is noisy (+-20%) on a shared 2-core box; their sum per Linear module, two
+# visits and two parameters, holds within 2% (731-747 us).
+HOOK_VISIT_US, HOOK_PARAM_US = 161.4, 205.3 / 2
 
 
 class DeepSpeed(Framework):
@@ -66,9 +69,11 @@ class DeepSpeed(Framework):
             reduce_bucket=reduce_bucket_elements)
 
     def hook_us(self, params: int) -> float:
-        """ZeRO-3's host time at a module visit gathering `params` parameters: its hooks,
-        fetch, prefetch, release and its parameters' gradient hooks and step (HOOK_VISIT_US,
-        HOOK_PARAM_US). Measured with DeepSpeed's CPU accelerator, not on a GPU host, whose
+        """ZeRO-3's host time at a module visit whose module owns `params` non-persistent
+        parameters: its hooks, fetch, prefetch, release and its parameters' gradient hooks and
+        step (HOOK_VISIT_US, HOOK_PARAM_US; each visit, recomputation and micro-step charged
+        alike, though the gradient hooks run once a backward and the step once a step: an
+        overcharge under accumulation and full checkpointing). Measured with DeepSpeed's CPU accelerator, not on a GPU host, whose
         accelerator does more per fetch (stream waits, record_stream, events) on other cores:
         an assumption (docs/research/deepspeed_zero3_fetch.md sec. 8)."""
         return HOOK_VISIT_US + HOOK_PARAM_US * params

@@ -142,7 +142,9 @@ class TrainingConfig:
     module_hook_us: float | None = None
     """Module-by-module ZeRO-3: the host microseconds the framework's hooks take per module
     visit (fetch, prefetch, release; bench/deepspeed_hooks.py measures them on a box). None:
-    the framework's measured figure (DeepSpeed's, by the trace's length)."""
+    the framework's measured figure (DeepSpeed's: a figure per visit and one per parameter the
+    module owns). Not used where ZeRO-3 is modelled unit by unit (offload, ZeRO++, hybrid
+    sharding, tensor parallelism, layers of other than two norms)."""
 
     def __post_init__(self) -> None:
         if self.zero_stage not in STAGES:
@@ -239,10 +241,10 @@ class Scenario:
     source: str = ""
     """Path of the scenario file (for reports)."""
     profile: Any = field(default=None, compare=False, repr=False)
+    """The calibration profile cluster.profile names, loaded (zerosim.scenario.profile.Profile), or None."""
     default_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
     """What the defaults that decide the answer were, and which key sets each
     (scenario/defaults.py)."""
-    """The calibration profile cluster.profile names, loaded (zerosim.scenario.profile.Profile), or None."""
 
     def __post_init__(self) -> None:
         m, t = self.model, self.training

@@ -47,11 +47,11 @@ class ModuleFetch(ZeRO3):
         for s in self.plan.visits_of(unit, phase):
             visit = visits[s]
             self.run_hooks(max(s, self.plan.hooks_free))  # up to this visit, if behind
-            for g in self.plan.gathers_at(s):
-                if not plan.gathers[g].prefetch:
+            for g in self.plan.gathers_at(s):  # the GPU is here once the host has run the
+                if not plan.gathers[g].prefetch:  # visit before's hooks: this one's issue it
                     self.issue(g, phase, unit)
             waits = [self.events[self.owner[p]] for p in visit.params if p in self.owner]
-            yield self.env.all_of(waits + [self.hooks[s]])
+            yield self.env.all_of(waits + ([self.hooks[s]] if self.hooks[s] is not None else []))
             self.run_hooks(self.plan.hooks_after[s])  # the GPU reached visit s
             for g in self.plan.gathers_at(s):
                 if plan.gathers[g].prefetch:
@@ -69,8 +69,10 @@ class ModuleFetch(ZeRO3):
         """Queue the host's hooks of every visit up to `last` not queued yet this micro-step."""
         visits = self.plan.visits
         for s in range(len(self.hooks), min(last + 1, len(visits))):
-            self.hooks[s] = self.ctx.comm(HOOKS, HOOKS, self.plan.host_s[s], "module hooks",
-                                          visits[s].phase, visits[s].unit, group=HOST)
+            seconds = self.plan.host_s[s]  # none queued for none: nothing to wait for
+            self.hooks[s] = None if not seconds else self.ctx.comm(
+                HOOKS, HOOKS, seconds, "module hooks", visits[s].phase, visits[s].unit,
+                group=HOST)
 
     def issue(self, g: int, phase: str, unit: int) -> None:
         gather = self.plan.plan.gathers[g]
