@@ -8,7 +8,7 @@ holds and runs); scenario/ (what a user gives); parallel/ (the mesh); analytic/ 
 FLOPs in closed form); sim/ (one step, simulated); report.py; calibration/ and tradeoffs/;
 cli/ (the commands); api.py (the same, for Python).
 
-The Python API (zerosim/api.py, docs/api.md), loaded on first use:
+The Python API (zerosim/api.py, docs/python-api.md), loaded on first use:
 
     import zerosim
     scenario = zerosim.load("scenarios/llama2_7b_64gpu.toml", sets={"training.zero_stage": 3})
@@ -38,3 +38,7 @@ def __getattr__(name: str):
 
         return Scenario
     raise AttributeError(f"module 'zerosim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

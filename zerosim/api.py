@@ -161,7 +161,7 @@ def plan(scenario: Scenario, gpu_memory_GiB: float | None = None, *, allow: Iter
     from zerosim.units import GiB
 
     budget = gpu_memory_GiB if gpu_memory_GiB is not None else scenario.cluster.hbm_GiB
-    schemes = parse_allow(",".join(allow)) if allow else ()
+    schemes = parse_allow(allow if isinstance(allow, str) else ",".join(allow)) if allow else ()
     return PlanResult(run(scenario, round(budget * GiB), mode=mode, allow=schemes))
 
 

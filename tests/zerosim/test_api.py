@@ -88,3 +88,17 @@ def test_the_package_names_its_api_and_nothing_else():
     assert {"load", "memory", "simulate", "plan", "sweep"} <= set(zerosim.__all__)
     with pytest.raises(AttributeError):
         zerosim.no_such_name  # noqa: B018
+
+
+def test_a_rack_scale_preset_fills_its_nvlink_domain():
+    """GB200 NVL72 is one NVLink domain of 72 GPUs: its preset makes the node 72 GPUs, so the
+    rack's 2,592 Grace cores are 36 a GPU (review: 8 a node gave 324 and a 9x CPU Adam)."""
+    from zerosim.scenario.host import host_of
+
+    gb200 = zerosim.load(model={"params": 7_000_000_000}, cluster={"gpu": "GB200-186GB"})
+    assert gb200.cluster.gpus_per_node == 72
+    assert host_of(gb200.cluster).adam_elements_per_s == pytest.approx(
+        gb200.cluster.cpu_adam_Melements_per_s_per_core * 1e6 * 2592 / 72)
+    assert zerosim.load(model={"params": 10}, cluster={"gpu": "B200-180GB"}).cluster \
+        .gpus_per_node == 8
+    assert zerosim.plan(gb200, allow="offload").to_dict()["stages"]  # a str is one scheme

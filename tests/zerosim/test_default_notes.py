@@ -26,8 +26,8 @@ def test_a_config_alone_is_told_its_sequence_attention_and_accounting(tmp_path):
     assert shown.code == 0
     said = notes(shown)
     assert len(said) == 3
-    assert said[0].startswith("training.seq_len = 8192 comes from the config's "
-                              "max_position_embeddings")
+    assert said[0].startswith("training.seq_len = 8192 comes from the config's position limit "
+                              "(max_position_embeddings")
     assert said[1].startswith("training.flash_attention = false (the default)")
     assert "H100-80GB" in said[1]
     assert said[2].startswith("training.framework = 'zero' (the default)")
@@ -61,3 +61,13 @@ def test_deepspeed_named_without_its_bucket_is_told_deepspeeds(tmp_path):
 def test_a_bare_parameter_count_has_no_shape_to_default():
     shown = run_zerosim("memory", ROOT / "scenarios/zero_paper_7b5_64gpu.toml")
     assert notes(shown) == []
+
+
+def test_the_bucket_note_holds_for_a_table_of_every_stage(tmp_path):
+    """The tables show stages 1-3 whatever training.zero_stage says (review: none at stage 0)."""
+    base = "seq_len = 4096\nflash_attention = true\nframework = 'deepspeed'\n"
+    path = scenario(tmp_path, base).replace("zero_stage = 3", "zero_stage = 0")
+    text = open(path).read().replace("zero_stage = 3", "zero_stage = 0")
+    open(path, "w").write(text)
+    said = notes(run_zerosim("memory", path))
+    assert len(said) == 1 and said[0].startswith("training.reduce_bucket_MiB = 25")

@@ -149,3 +149,22 @@ def test_sequence_parallel_sums_every_norm_of_a_layer():
     gemma2, qwen3 = model("gemma2__gemma-2-9b-it"), model("qwen3__Qwen3-8B")
     assert replicated_gradient_elements(gemma2) == 42 * 4 * 3584 + 3584
     assert replicated_gradient_elements(qwen3) == 36 * (2 * 4096 + 2 * 128) + 4096
+
+
+def test_falcons_new_layout_reads_its_norms_per_layer(tmp_path):
+    """Falcon's new decoder (40B, 180B) runs attention and MLP in parallel off two LayerNorms,
+    or one where num_ln_in_parallel_attn says 1 (Falcon2-11B): one h-wide norm with its bias
+    fewer a layer."""
+    import json
+
+    base = {"model_type": "falcon", "new_decoder_architecture": True, "hidden_size": 256,
+            "num_attention_heads": 8, "num_kv_heads": 2, "num_hidden_layers": 3,
+            "vocab_size": 1000, "bias": False, "parallel_attn": True}
+    counts = []
+    for extra in ({}, {"num_ln_in_parallel_attn": 1}):
+        path = tmp_path / f"falcon{len(counts)}.json"
+        path.write_text(json.dumps({**base, **extra}))
+        keys = read_hf_config(path)
+        keys.pop("name")
+        counts.append(total_params(ModelConfig(**keys)))
+    assert counts[0] - counts[1] == 3 * 2 * 256

@@ -13,11 +13,11 @@ TINY = SCENARIOS / "tiny_gpt_4rank_cpu.toml"
 OWN = ("--set", f"cluster.profile='{CPU_PROFILE}'")
 
 
-def gpu_profile(tmp_path, backend: str) -> str:
-    """The committed CPU profile as an H100's would say where it came from."""
+def gpu_profile(tmp_path, backend: str, hardware: str = "NVIDIA H100 80GB HBM3 x1") -> str:
+    """The committed CPU profile as a GPU's would say where it came from."""
     data = json.loads(CPU_PROFILE.read_text())
-    data["provenance"].update(device="cuda", hardware="NVIDIA H100 80GB HBM3 x1", backend=backend)
-    path = tmp_path / f"h100_{backend}.json"
+    data["provenance"].update(device="cuda", hardware=hardware, backend=backend)
+    path = tmp_path / f"{hardware.split()[1]}_{backend}.json"
     path.write_text(json.dumps(data))
     return str(path)
 
@@ -34,8 +34,12 @@ def test_a_cpu_boxs_profile_under_an_h100_scenario_is_one_line():
 
 def test_an_h100s_profile_under_an_a100_scenario_is_one_line(tmp_path):
     shown = with_profile(gpu_profile(tmp_path, "nccl"), "cluster.gpu='A100-80GB'")
-    assert_one_line_error(shown, "was measured on NVIDIA H100 80GB HBM3 x1, not a A100")
+    assert_one_line_error(shown, "was measured on NVIDIA H100 80GB HBM3 x1, an H100-80GB",
+                          "cluster is A100-80GB")
     assert with_profile(gpu_profile(tmp_path, "nccl"), "cluster.gpu='H100-80GB'").code == 0
+    # a GPU the catalogue lacks is its own: its profile prices it under any GPU's figures
+    l40s = gpu_profile(tmp_path, "nccl", "NVIDIA L40S x1")
+    assert with_profile(l40s, "cluster.gpu='A100-80GB'").code == 0
 
 
 def test_a_gloo_profile_under_nccl_is_one_line(tmp_path):
@@ -65,8 +69,9 @@ def test_validate_simulates_the_gpu_the_runs_ran_on():
     assert [preset_of_hardware(h) for h in (
         "NVIDIA H100 80GB HBM3 x1", "NVIDIA A100-SXM4-40GB x8", "NVIDIA H200",
         "Tesla V100-SXM2-32GB", "NVIDIA B200 x8", "NVIDIA GB200", "x86_64, 2 CPUs", "NVIDIA A100",
-        None)] == ["H100-80GB", "A100-40GB", "H200-141GB", "V100-32GB", "B200-180GB",
-                   "GB200-186GB", None, None, None]
+        None, "NVIDIA GH200 480GB", "NVIDIA H100 PCIe", "NVIDIA H100 NVL")] == [
+        "H100-80GB", "A100-40GB", "H200-141GB", "V100-32GB", "B200-180GB", "GB200-186GB", None,
+        None, None, None, None, None]  # whole words; another form factor is not the record
     shown = run_zerosim("validate", ROOT / "profiles/measurements/h100_2026-11-24/"
                         "gpt350m_s1_w8.json", "--profile",
                         ROOT / "profiles/h100_record_2026-11-24.json", "--json")

@@ -32,10 +32,12 @@ class Zero(Framework):
             return None
         per_linear = 2 if m.bias else 1
         norm = 2 if m.norm_biased else 1
-        linears = 2 + (2 if m.mlp == "gelu" else 3)
+        mlp = 2 if m.mlp == "gelu" else 3
+        attention = (2 if m.qkv_biased else 1) + per_linear + (2 * norm if m.qk_norm else 0)
         embedding = 1 + (1 if m.position == "learned" else 0)
         head = norm + 1  # the untied matrix, or the tied one's first use
-        return [embedding] + [2 * norm + linears * per_linear] * m.layers + [head]
+        return [embedding] + [m.layer_norms * norm + attention + mlp * per_linear] * m.layers + [
+            head]
 
     def gather_buffers(self, m, t, stage: int) -> list[list[str]] | None:
         """zero_real's ZeRO-3 (zero_real/stages/zero3.py) keeps a flat buffer per parameter

@@ -42,6 +42,9 @@ class Node:
     host_cpu: str
     """The host CPUs' vendor, "intel" or "amd" (NCCL's tuner charges AMD hosts more)."""
     host_cores: int
+    rack_scale: bool = False
+    """One NVLink domain of a whole rack (GB200 NVL72): its preset fills gpus_per_node with it,
+    where an 8-GPU server's leaves the scenario's."""
     """CPU cores of the node's host, all sockets (cluster.cpu_cores_per_gpu overrides)."""
 
     @property
@@ -100,7 +103,8 @@ DGX_B200 = Node(name="DGX B200", gpus=8, intra_node_GBps=900.0, nics=8, nic_GBps
 # GPU) and 2 Grace CPUs of 72 cores (2,592 cores a rack). host_cpu takes "intel" or "amd" only:
 # Grace is neither; NCCL prices any CPU but AMD's alike (tuning.cc), as "intel" here.
 GB200_NVL72 = Node(name="GB200 NVL72", gpus=72, intra_node_GBps=900.0, nics=72, nic_GBps=50.0,
-                   nvlink_sharp=True, pcie_gen=5, host_cpu="intel", host_cores=2592)
+                   nvlink_sharp=True, pcie_gen=5, host_cpu="intel", host_cores=2592,
+                   rack_scale=True)
 
 # Processes on one CPU box talking gloo over loopback: placeholders of the right order of
 # magnitude, meant to be replaced by `zero-real calibrate`. gloo's ring pays each step's

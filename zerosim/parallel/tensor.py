@@ -67,11 +67,11 @@ class ModelSlice:
     dropout: bool
     tp: int
     sequence_shards: int
+    """t under sequence parallelism, else 1: how many ways the replicated tensors are split."""
     qkv_biased: bool = False
     norm_biased: bool = False
     qk_norm: bool = False
     layer_norms: int = 2
-    """t under sequence parallelism, else 1: how many ways the replicated tensors are split."""
 
     is_bare = False
     params = None

@@ -178,7 +178,8 @@ class ClusterConfig:
         if self.gpu == DEFAULT_GPU or self.gpu not in GPU_PRESETS:
             return
         named = GPU_PRESETS[self.gpu]
-        keys = [k for k, v in named.items() if v is not None and v != _DEFAULT[k]]
+        keys = [k for k, v in named.items()
+                if k in _DEFAULT and v is not None and v != _DEFAULT[k]]
         if keys and all(getattr(self, k) == _DEFAULT[k] for k in keys):
             raise InputError(f"cluster.gpu = {self.gpu!r} with {DEFAULT_GPU}'s figures "
                              f"({', '.join(keys[:3])}, ...): build it with "

@@ -33,7 +33,9 @@ def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster,
         return []
     notes = _profile_notes(profile, model)
     if "seq_len" not in given and training.seq_len is not None:
-        source = ("the config's max_position_embeddings" if "hf_config" in tables.get("model", {})
+        model_table = tables.get("model", {})
+        source = ("the config's position limit (max_position_embeddings, n_positions)"
+                  if "hf_config" in model_table and "max_seq_len" not in model_table
                   else "model.max_seq_len")
         notes.append(f"training.seq_len = {training.seq_len} comes from {source}: activations "
                      f"and attention grow with it; set training.seq_len to the sequences you "
@@ -46,13 +48,13 @@ def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster,
                      f"scores are stored and timed as {cluster.gpu} computes them without a "
                      f"flash kernel; set training.flash_attention = true if the run uses "
                      f"FlashAttention or SDPA's fused kernels")
-    if "framework" not in given:
+    if "framework" not in given and cluster.generation is not None:  # a CPU box runs zero_real
         notes.append("training.framework = 'zero' (the default) counts the ZeRO paper's model "
                      "states, activations and buffers, without what a framework's code holds "
                      "beside them (the fp32 loss, DeepSpeed's fp32 gradient partition, FSDP2's "
                      "fp32 shards, DDP's bucket copies); set training.framework to the one you "
                      "run (deepspeed, fsdp2, fsdp1, ddp)")
-    elif "reduce_bucket_MiB" not in given and training.zero_stage >= 1:
+    elif "reduce_bucket_MiB" not in given:  # the tables show every stage
         own = REGISTRY[training.framework].bucket_elements
         if own is not None:
             notes.append(f"training.reduce_bucket_MiB = {training.reduce_bucket_MiB:g} "

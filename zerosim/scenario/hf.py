@@ -136,10 +136,11 @@ def _falcon(c: _Config) -> dict[str, Any]:
     heads = c.need("num_attention_heads")
     kv = c.data.get("num_kv_heads") if new else (1 if c.data.get("multi_query", True) else heads)
     bias = bool(c.data.get("bias", False))
+    norms = (c.data.get("num_ln_in_parallel_attn") or 2) if new else (1 if parallel else 2)
     return dict(hidden=c.need("hidden_size"), layers=c.need("num_hidden_layers"), heads=heads,
                 kv_heads=kv, ffn=c.data.get("ffn_hidden_size") or 4 * c.need("hidden_size"),
                 vocab=c.need("vocab_size"), mlp="gelu", norm="layernorm", bias=bias,
-                norm_bias=True, position="rope", layer_norms=2 if new or not parallel else 1,
+                norm_bias=True, position="rope", layer_norms=norms,
                 tied_embeddings=c.data.get("tie_word_embeddings", True),
                 dropout=any(c.number(k, 0.0) > 0 for k in ("attention_dropout", "hidden_dropout")))
 

@@ -24,7 +24,7 @@ from zerosim.scenario.parallelism_table import (LEGACY_TRAINING_KEYS, PARALLELIS
                                                 canonical_key)
 from zerosim.scenario.parse import TOMLDecodeError, has_date, parse_toml
 from zerosim.scenario.defaults import default_notes
-from zerosim.scenario.presets import GPU_PRESETS
+from zerosim.scenario.presets import GPU_PRESETS, preset_of_hardware
 from zerosim.scenario.variation import VariationConfig
 from zerosim.units import BYTES_PER_ELEMENT
 
@@ -185,12 +185,12 @@ def check_profile_fits(profile, cluster: ClusterConfig) -> None:
     p = profile.provenance if isinstance(profile.provenance, dict) else {}
     device, hardware, backend = p.get("device"), str(p.get("hardware", "")), p.get("backend")
     gpu_box = cluster.generation is not None
-    family = cluster.gpu.split("-")[0]
+    ran_on = preset_of_hardware(hardware) if device == "cuda" else None
     wrong = None
     if device == "cpu" and gpu_box or device == "cuda" and not gpu_box:
         wrong = f"was measured on {device} ({hardware})"
-    elif device == "cuda" and family.lower() not in hardware.lower():
-        wrong = f"was measured on {hardware}, not a {family}"
+    elif ran_on is not None and ran_on != cluster.gpu:  # a GPU the catalogue lacks: its own
+        wrong = f"was measured on {hardware}, an {ran_on}"
     elif backend is not None and backend != cluster.collective_library:
         wrong = f"measured {backend}'s collectives"
     if wrong is not None:

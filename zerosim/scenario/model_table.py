@@ -31,7 +31,7 @@ class ModelConfig:
     hidden: int | None = None
     """Model width h."""
     heads: int | None = None
-    """Attention heads a; must divide hidden."""
+    """Attention heads a; must divide hidden unless head_size is given."""
     kv_heads: int | None = None
     """Key/value heads for grouped-query attention; must divide heads. Default: heads."""
     ffn: int | None = None

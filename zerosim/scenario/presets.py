@@ -7,6 +7,7 @@ unset on GPU nodes: NCCL's own tables price each hop (zerosim/hardware/nodes.py 
 
 from __future__ import annotations
 
+import re
 from types import MappingProxyType
 
 from zerosim.hardware import DEVICES, Gpu
@@ -22,7 +23,8 @@ def cluster_keys(gpu: Gpu) -> dict[str, object]:
             "inter_node_bandwidth_GBps": node.inter_node_GBps,
             "inter_node_latency_us": node.inter_node_latency_us,
             "collective_library": gpu.collective_library, "nvlink_sharp": node.nvlink_sharp,
-            "pcie_gen": node.pcie_gen, "host_cpu": node.host_cpu}
+            "pcie_gen": node.pcie_gen, "host_cpu": node.host_cpu,
+            **({"gpus_per_node": node.gpus} if node.rack_scale else {})}
 
 
 GPU_PRESETS = MappingProxyType({name: cluster_keys(gpu) for name, gpu in DEVICES.items()})
@@ -32,12 +34,16 @@ def preset_of_hardware(hardware: str | None) -> str | None:
     """The catalogue's GPU a run's hardware names ("NVIDIA H100 80GB HBM3 x1": H100-80GB), by
     family and capacity, or by family alone where the catalogue holds one of it ("NVIDIA H200"
     as torch names it: H200-141GB); None for a CPU box or a GPU the catalogue does not hold."""
-    text = (hardware or "").upper().replace(" ", "")
+    words = set(re.findall(r"[A-Z0-9]+", (hardware or "").upper()))
+    if words & OTHER_FORMS:  # an H100 PCIe or NVL is not the SXM part the record is
+        return None
     gpus = [name for name in GPU_PRESETS if "-" in name]
     for parts in (lambda name: name.split("-"), lambda name: name.split("-")[:1]):
-        named = [name for name in gpus if all(p.upper() in text for p in parts(name))]
-        if named:  # the longest family named ("GB200" holds "B200")
-            longest = max(len(name.split("-")[0]) for name in named)
-            named = [name for name in named if len(name.split("-")[0]) == longest]
+        named = [name for name in gpus if all(p.upper() in words for p in parts(name))]
+        if named:
             return named[0] if len(named) == 1 else None
     return None
+
+
+OTHER_FORMS = frozenset(("PCIE", "NVL", "MIG"))
+"""Words of a device name that make it another part than the catalogue's SXM records."""

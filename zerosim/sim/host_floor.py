@@ -53,7 +53,7 @@ def memory_op_ops(m, op: str, backward: bool) -> int:
     if op == "norm":
         if m.norm == "rmsnorm":
             return HOST_OPS["rmsnorm"][p]
-        return HOST_OPS["layernorm"][p] + (HOST_OPS["norm_bias"][p] if m.bias else 0)
+        return HOST_OPS["layernorm"][p] + (HOST_OPS["norm_bias"][p] if m.norm_biased else 0)
     return HOST_OPS[op][p]
 
 
