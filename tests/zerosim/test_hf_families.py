@@ -124,7 +124,7 @@ def test_the_new_layout_keys_are_checked():
     from zerosim.errors import InputError
 
     shape = dict(layers=2, hidden=96, heads=4, vocab=100, max_seq_len=16)
-    with pytest.raises(InputError, match="model.layer_norms = 3 is not one of 1, 2, 4"):
+    with pytest.raises(InputError, match="model.layer_norms = 3 is not one of 1, 2, 4$"):
         ModelConfig(**shape, layer_norms=3)
     with pytest.raises(InputError, match="model.head_size = 0 must be > 0"):
         ModelConfig(**shape, head_size=0)

@@ -84,6 +84,7 @@ class ModelConfig:
         _one_of("model.mlp", self.mlp, MLPS)
         _one_of("model.norm", self.norm, NORMS)
         _one_of("model.position", self.position, POSITIONS)
+        _one_of("model.layer_norms", self.layer_norms, LAYER_NORMS)
         if self.params is not None:
             given = [k for k in (*SHAPE_KEYS, "head_size") if getattr(self, k) is not None]
             if given:
@@ -101,9 +102,6 @@ class ModelConfig:
             raise InputError(
                 f"[model] needs either params = Ψ or a shape; missing "
                 f"{', '.join('model.' + k for k in missing)}")
-        if self.layer_norms not in LAYER_NORMS:
-            raise InputError(f"model.layer_norms = {self.layer_norms} is not one of "
-                             f"{', '.join(map(str, LAYER_NORMS))} (norms a layer)")
         if self.head_size is None and self.hidden % self.heads:
             raise InputError(
                 f"model.heads = {self.heads} does not divide model.hidden = {self.hidden} "
