@@ -327,9 +327,14 @@ def unit_tensor_shapes(m: ModelConfig) -> list[list[tuple[int, int]]]:
            else linear(f, h) + linear(h, f) + linear(f, h))
     embedding = [(v, h)] + ([(m.max_seq_len, h)] if m.position == "learned" else [])
     head = norm + ([] if m.tied_embeddings else [(v, h)])
-    block = {1: norm + attention + mlp, 2: norm + attention + norm + mlp,
-             4: norm + attention + norm * 2 + mlp + norm}[m.layer_norms]
-    return [embedding] + [block] * m.layers + [head]
+    return [embedding] + [in_layer(m, norm, attention, mlp)] * m.layers + [head]
+
+
+def in_layer(m, norm: list, attention: list, mlp: list) -> list:
+    """A layer's pieces in module order, by its norms a layer (model.layer_norms): one before
+    attention and MLP running in parallel (1), one before each (2), one after each too (4)."""
+    return {1: norm + attention + mlp, 2: norm + attention + norm + mlp,
+            4: norm + attention + norm + norm + mlp + norm}[m.layer_norms]
 
 
 def module_parts(m: ModelConfig) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
@@ -355,9 +360,7 @@ def module_parts(m: ModelConfig) -> tuple[list[list[int]], list[list[int]], list
            else [linear(f, h), linear(f, h), linear(h, f)])
     embedding = [[v * h]] + ([[m.max_seq_len * h]] if m.position == "learned" else [])
     attention = [*qkv, linear(h, q), *qk_norms]
-    block = {1: [norm, *attention, *mlp], 2: [norm, *attention, norm, *mlp],
-             4: [norm, *attention, norm, norm, *mlp, norm]}[m.layer_norms]
-    return embedding, block, [norm, [v * h]]
+    return embedding, in_layer(m, [norm], attention, mlp), [norm, [v * h]]
 
 
 def unit_modules(m: ModelConfig) -> list[list[list[int]]]:

@@ -73,9 +73,10 @@ class DeepSpeed(Framework):
         parameters: its hooks, fetch, prefetch, release and its parameters' gradient hooks and
         step (HOOK_VISIT_US, HOOK_PARAM_US; each visit, recomputation and micro-step charged
         alike, though the gradient hooks run once a backward and the step once a step: an
-        overcharge under accumulation and full checkpointing). Measured with DeepSpeed's CPU accelerator, not on a GPU host, whose
-        accelerator does more per fetch (stream waits, record_stream, events) on other cores:
-        an assumption (docs/research/deepspeed_zero3_fetch.md sec. 8)."""
+        overcharge under accumulation and full checkpointing). Measured with DeepSpeed's CPU
+        accelerator, not on a GPU host, whose accelerator does more per fetch (stream waits,
+        record_stream, events) on other cores: an assumption (docs/research/
+        deepspeed_zero3_fetch.md sec. 8)."""
         return HOOK_VISIT_US + HOOK_PARAM_US * params
 
     def persistent_buffer_bytes(self, t, stage: int, psi: int) -> int:
