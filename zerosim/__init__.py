@@ -17,15 +17,16 @@ The Python API (zerosim/api.py, docs/python-api.md), loaded on first use:
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "memory", "simulate", "plan", "sweep", "InputError", "MemoryResult",
-           "SimulationResult", "PlanResult", "Scenario", "__version__"]
+__all__ = ["load", "memory", "simulate", "plan", "sweep", "report_page", "InputError",
+           "MemoryResult", "SimulationResult", "PlanResult", "ReportPage", "Scenario",
+           "__version__"]
 
 
 def __getattr__(name: str):
     """The API's names, imported when first asked for (PEP 562): `import zerosim` alone stays
     as light as the commands need."""
-    if name in ("load", "memory", "simulate", "plan", "sweep", "MemoryResult",
-                "SimulationResult", "PlanResult"):
+    if name in ("load", "memory", "simulate", "plan", "sweep", "report_page", "MemoryResult",
+                "SimulationResult", "PlanResult", "ReportPage"):
         from zerosim import api
 
         return getattr(api, name)

@@ -8,6 +8,7 @@
     zerosim.simulate(s, stage=3).to_dict()
     zerosim.plan(s).to_dict()
     zerosim.sweep("scenarios/llama2_7b_64gpu.toml", {"cluster.nodes": [1, 2, 4]})
+    zerosim.report_page(s, tokens="2T", price_per_gpu_hour=2.5).write("report.html")
 
 Every function takes what the command of the same name takes and returns what its `--json`
 prints, as `.to_dict()`, the same numbers (the commands call the same library); `.table()` is
@@ -183,6 +184,58 @@ def sweep(scenario: str | Path, vary: Mapping[str, Iterable[Any]], *, sets: Sets
         close = getattr(rows, "close", None)
         if close is not None:
             close()
+
+
+@dataclass(frozen=True)
+class ReportPage:
+    """`zerosim report`: the page's data (what the commands' --json print, gathered) and the
+    self-contained HTML page drawn from it."""
+
+    gathered: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The data the page embeds: memory, simulate, budget, plan, the trade-off rows, notes."""
+        return self.gathered["data"]
+
+    def table(self) -> list[dict[str, Any]]:
+        """One flat row per stage of the step table, with its budget where tokens were given."""
+        data = self.gathered["data"]
+        budgets = data["budget"] or [{} for _ in data["simulate"]]
+        return [{**_flat(step), **_flat(cost, "budget.")}
+                for step, cost in zip(data["simulate"], budgets)]
+
+    def html(self) -> str:
+        """The page, as `zerosim report -o` writes it."""
+        from zerosim.tradeoffs.page import render
+
+        return render(self.gathered)
+
+    def write(self, path: str | Path) -> None:
+        """The page to `path` (written whole or not at all)."""
+        from zerosim.files import check_writable, write_text
+
+        check_writable(Path(path), "path")
+        write_text(Path(path), self.html(), "path")
+
+    def __str__(self) -> str:
+        return self.gathered["data"]["summary"]
+
+
+def report_page(scenario: Scenario, *, tokens: int | str | None = None,
+           price_per_gpu_hour: float | None = None, gpus: Iterable[int] = (),
+           mode: str = "auto") -> ReportPage:
+    """`zerosim report`: every table, figure and note of one scenario for one page; `tokens`
+    (2 * 10**12 or "2T") adds the time to train them, their GPU-hours and, with
+    `price_per_gpu_hour`, their cost; `gpus` the trade-off figures' world sizes."""
+    from zerosim.tradeoffs.budget import check_price, parse_tokens
+    from zerosim.tradeoffs.page import gather
+
+    if price_per_gpu_hour is not None and tokens is None:
+        raise TypeError("zerosim.report_page: price_per_gpu_hour prices a token budget: give tokens")
+    check_price(price_per_gpu_hour)
+    count = parse_tokens(str(tokens)) if tokens is not None else None
+    return ReportPage(gather(scenario, tokens=count, price_per_gpu_hour=price_per_gpu_hour,
+                               gpus=tuple(gpus), mode=mode))
 
 
 def _flat(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

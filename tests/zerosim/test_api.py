@@ -46,6 +46,20 @@ def test_a_notebook_walk_gets_the_commands_numbers(tmp_path):
     assert rows == json.loads(out.read_text())["rows"]
     assert [row["cluster.nodes"] for row in rows] == [1] * 4 + [2] * 4
 
+    page = zerosim.report_page(scenario, tokens="300B", price_per_gpu_hour=3, gpus=[8, 16])
+    html = tmp_path / "report.html"
+    run_zerosim("report", LLAMA, *FLAGS, "--tokens", "3e11", "--price-per-gpu-hour", "3",
+                "--gpus", "8,16", "-o", html)
+    from tests.zerosim.test_report_page import parsed
+
+    shown_page = parsed(html.read_text()).data
+    mine = page.to_dict()
+    for key in ("memory", "simulate", "budget", "plan", "sweep", "notes", "inputs"):
+        assert mine[key] == shown_page[key], key
+    assert [row["budget.cost"] for row in page.table()] == [b["cost"] for b in mine["budget"]]
+    page.write(tmp_path / "again.html")
+    assert parsed((tmp_path / "again.html").read_text()).data["simulate"] == mine["simulate"]
+
 
 def test_sets_take_python_values():
     """A mapping's values are Python's (True, not the TOML text "True")."""
@@ -85,7 +99,7 @@ def test_bad_input_is_one_input_error_naming_the_key():
 
 
 def test_the_package_names_its_api_and_nothing_else():
-    assert {"load", "memory", "simulate", "plan", "sweep"} <= set(zerosim.__all__)
+    assert {"load", "memory", "simulate", "plan", "sweep", "report_page"} <= set(zerosim.__all__)
     with pytest.raises(AttributeError):
         zerosim.no_such_name  # noqa: B018
 

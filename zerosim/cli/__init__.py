@@ -7,6 +7,7 @@ registered the same way by build_parser, in the order `--help` lists them:
   the simulated cluster), `collective` (one collective, nccl-tests figures);
 - tradeoffs.py: `sweep` (a grid of simulations to a file), `plan` (which stage, how many GPUs, how
   large a model), `plot` (figures of results);
+- page.py: `report` (one self-contained HTML page of a scenario: tables, figures, plan, notes);
 - calibration.py: `validate` (simulate what zero-real measured, report the error).
 Commands parse, call the library, print; the work and its formatting live in the library.
 """
@@ -18,11 +19,11 @@ import sys
 from collections.abc import Sequence
 
 from zerosim import __version__
-from zerosim.cli import calibration, simulation, tradeoffs
+from zerosim.cli import calibration, page, simulation, tradeoffs
 from zerosim.cli.common import add_scenario_args
 from zerosim.commandline import Parser, dispatch
 
-COMMANDS = (*simulation.COMMANDS, *tradeoffs.COMMANDS, *calibration.COMMANDS)
+COMMANDS = (*simulation.COMMANDS, *tradeoffs.COMMANDS, *page.COMMANDS, *calibration.COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

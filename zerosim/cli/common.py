@@ -42,10 +42,11 @@ def add_mode(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--mode", choices=SIM_MODES, default=SIM_MODES[0], help=help)
 
 
-def load(args: argparse.Namespace):
+def load(args: argparse.Namespace, kept: list[str] | None = None):
     """The scenario the arguments name, refused if what it makes passes 2**53 (memory.check_scale,
     check_device_scale; a collective's sizes: check_sends); what a DeepSpeed config contributed
-    goes to stderr, once the scenario is accepted."""
+    goes to stderr, once the scenario is accepted, and into `kept` where one is given (a report
+    shows them)."""
     from zerosim.analytic.memory import check_scale
     from zerosim.scenario.load import load_scenario
     from zerosim.sim.device import check_device_scale
@@ -59,6 +60,8 @@ def load(args: argparse.Namespace):
         check_sends(args.op, args.sweep or [args.size_bytes])
     for note in notes:
         print(f"zerosim: note: {note}", file=sys.stderr)
+    if kept is not None:
+        kept.extend(notes)
     return scenario
 
 
