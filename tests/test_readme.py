@@ -68,7 +68,8 @@ def test_readme_has_its_excerpts():
 def test_readme_shows_the_figures():
     images = [(page, image) for page, markdown in PAGES.items()
               for image in re.findall(r"!\[[^\]]+\]\(([^)\s]+\.png)\)", markdown)]
-    assert images == [("docs/pipeline-parallel.md", "figures/pipeline.png")] + [
+    assert images == [("docs/pipeline-parallel.md", "figures/pipeline.png"),
+                      ("docs/report.md", "figures/report.png")] + [
         ("docs/tradeoffs.md", f"figures/{kind}.png") for kind in
         ("memory", "tradeoff", "timeline", "calibration")]
     for page, image in images:
