@@ -11,10 +11,16 @@ if [ -z "$browser" ]; then
     echo "report_screenshot.sh: no chromium or chrome on PATH" >&2
     exit 1
 fi
+if [ -e report.html ]; then
+    echo "report_screenshot.sh: ./report.html exists; it would be overwritten: move it first" >&2
+    exit 1
+fi
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+trap 'rm -rf "$out" report.html' EXIT
+# written here as report.html (ignored by git), so the page shows the command as a reader types it
 SOURCE_DATE_EPOCH=1764288000 zerosim report scenarios/llama2_7b_64gpu.toml --tokens 2T \
-    --price-per-gpu-hour 2.5 -o "$out/report.html" 2>/dev/null
+    --price-per-gpu-hour 2.5 -o report.html
+mv report.html "$out/report.html"
 "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run \
     --user-data-dir="$out/profile" --window-size=1280,4000 --virtual-time-budget=10000 \
     --screenshot="$out/report.png" "file://$out/report.html" >/dev/null 2>&1
