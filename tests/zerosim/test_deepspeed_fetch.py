@@ -267,3 +267,47 @@ def test_without_overlap_comm_each_prefetch_completes_before_the_visit_computes(
     fast, slow = (simulate(s, 3, keep_events=False) for s in (on, off))
     assert slow.compute_s == pytest.approx(fast.compute_s, rel=1e-3)  # SMs NCCL takes aside
     assert slow.exposed_comm_s > fast.exposed_comm_s
+
+
+def visit_sizes(s, unit: int = 1, phase: str = "forward"):
+    """One block's forward visits, each as the elements of the parameters it owns."""
+    visits, sizes = module_visits(s.model, s.training)
+    return [tuple(sizes[p] for p in v.params) for v in visits
+            if v.unit == unit and v.phase == phase]
+
+
+def test_q_and_k_norms_are_visited_after_q_and_k():
+    """Qwen3's attention calls q_proj then q_norm, k_proj then k_norm, then v_proj and o_proj
+    (transformers' modeling_qwen3.py, Qwen3Attention.forward): 15 visits a block, by hand:
+    the layer, its norm, the attention container and its six, the second norm, the MLP
+    container and gate, the activation, up, down."""
+    s = small("model.qk_norm=true", "model.mlp='swiglu'", "model.bias=false",
+              "model.norm='rmsnorm'", "model.head_size=64")
+    assert fetches_by_module(s, 3)
+    d, f = 64, 4096
+    assert visit_sizes(s) == [(), (H,), (), (H * H,), (d,), (H * H,), (d,), (H * H,), (H * H,),
+                              (H,), (), (f * H,), (), (f * H,), (H * f,)]
+
+
+def test_four_norms_a_layer_sit_around_attention_and_mlp():
+    """Gemma-2: input, post-attention, pre-feedforward and post-feedforward norms
+    (modeling_gemma2.py, Gemma2DecoderLayer.forward), 15 visits a block by hand."""
+    s = small("model.layer_norms=4", "model.mlp='swiglu'", "model.bias=false",
+              "model.norm='rmsnorm'")
+    assert fetches_by_module(s, 3)
+    f = 4096
+    assert visit_sizes(s) == [(), (H,), (), (H * H,), (H * H,), (H * H,), (H * H,), (H,), (H,),
+                              (), (f * H,), (), (f * H,), (H * f,), (H,)]
+
+
+def test_one_norm_before_parallel_attention_and_mlp():
+    """Falcon-7B: one input_layernorm (weight and bias), the fused query_key_value and dense,
+    then the MLP's dense_h_to_4h, GELU, dense_4h_to_h (modeling_falcon.py): 9 visits."""
+    s = small("model.layer_norms=1")  # a GELU GPT: one QKV module by default
+    assert fetches_by_module(s, 3)
+    assert visit_sizes(s) == [(), (H, H), (), (3 * H * H, 3 * H), (H * H, H), (),
+                              (4 * H * H, 4 * H), (), (H * 4 * H, H)]
+    backward = visit_sizes(s, phase="backward")
+    assert backward == [(), (), (H * 4 * H, H), (), (4 * H * H, 4 * H), (), (H * H, H),
+                        (3 * H * H, 3 * H), (H, H)]  # a container before its children
+    assert simulate(s, 3, keep_events=False).peak_bytes <= stage_memory(s, 3).peak_bytes

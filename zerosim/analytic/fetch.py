@@ -2,9 +2,11 @@
 ZeRO-3, frameworks/deepspeed_fetch.py), and its fetch plan for a scenario.
 
 The module tree is a GPT's as Hugging Face and Megatron-DeepSpeed write it: the root; the
-token table and learned positions; per block a container holding its first norm, an attention
-container (Q, K and V, one module where model.qkv_is_fused, then the output projection), the
-second norm and an MLP container (its first matrix, the parameter-free activation, the rest);
+token table and learned positions; per block a container holding its norms where its layout
+puts them (model.layer_norms: one before attention and MLP in parallel, one before each, or one
+after each too), an attention container (Q then its norm, K then its norm, V, where the model
+has Q/K norms; one QKV module where model.qkv_is_fused; then the output projection), and an
+MLP container (its first matrix, the parameter-free activation, the rest);
 the final norm and the head, which under tied embeddings computes with the token table. Every
 module is visited (its hooks fire) and owns only its own parameters (analytic/model.
 unit_modules). Forward visits the tree in pre-order; backward visits each unit's tree with its
@@ -20,7 +22,7 @@ from bisect import bisect_right
 from collections import deque
 from functools import lru_cache
 
-from zerosim.analytic.model import unit_modules
+from zerosim.analytic.model import in_layer, unit_modules
 from zerosim.frameworks import framework_of
 from zerosim.frameworks.deepspeed_fetch import FetchPlan, Visit
 from zerosim.scenario.family import zeropp
@@ -44,18 +46,53 @@ def _trees(m) -> tuple[list[Tree], list[int]]:
 
     modules = unit_modules(m)
     trees: list[Tree] = [((), [(own(module), []) for module in modules[0]])]  # the root
-    qkv = 1 if m.qkv_is_fused else 3
+    roles = _block_roles(m)
     for block in modules[1:-1]:
-        ids = [own(module) for module in block]
-        attention = ((), [(p, []) for p in ids[1:2 + qkv]])
-        mlp_ids = ids[3 + qkv:]
-        mlp = ((), [(mlp_ids[0], []), ((), [])] + [(p, []) for p in mlp_ids[1:]])
-        trees.append(((), [(ids[0], []), attention, (ids[2 + qkv], []), mlp]))
+        trees.append(_block_tree(roles, [own(module) for module in block]))
     norm, matrix = modules[-1]
     head = (0,) if m.tied_embeddings else None
     norm_ids = own(norm)
     trees.append(((), [(norm_ids, []), (head or own(matrix), [])]))
     return trees, sizes
+
+
+QK_NORMS = ("q_norm", "k_norm")
+
+
+def _block_roles(m) -> list[str]:
+    """What each of a block's modules (module_parts' order, analytic/model.in_layer's layout)
+    is: "norm", an attention module ("q", "k", "v" or one "qkv", "o", the Q/K norms), "mlp"."""
+    qkv = ["qkv"] if m.qkv_is_fused else ["q", "k", "v"]
+    attention = [*qkv, "o", *(QK_NORMS if m.qk_norm else ())]
+    return in_layer(m, ["norm"], attention, ["mlp"] * (2 if m.mlp == "gelu" else 3))
+
+
+def _block_tree(roles: list[str], ids: list[tuple[int, ...]]) -> Tree:
+    """A block as Hugging Face's decoder layers are built: its norms where the layout puts them
+    (1, 2 or 4), an attention container calling Q (then its norm), K (then its norm), V, the
+    output projection (Qwen3's and Gemma-3's q_norm/k_norm run on Q's and K's outputs,
+    modeling_qwen3.py Qwen3Attention.forward), and an MLP container calling its first matrix,
+    the parameter-free activation, then the rest."""
+    children: list[Tree] = []
+    attention: dict[str, tuple[int, ...]] = {}
+    mlp: list[tuple[int, ...]] = []
+    for role, params in zip(roles, ids):
+        if role == "norm":
+            children.append((params, []))
+        elif role == "mlp":
+            if not mlp:
+                children.append(((), []))  # its place; filled below
+                mlp_at = len(children) - 1
+            mlp.append(params)
+        else:
+            if not attention:
+                children.append(((), []))
+                attention_at = len(children) - 1
+            attention[role] = params
+    called = (["qkv", *QK_NORMS] if "qkv" in attention else ["q", "q_norm", "k", "k_norm", "v"])
+    children[attention_at] = ((), [(attention[r], []) for r in [*called, "o"] if r in attention])
+    children[mlp_at] = ((), [(mlp[0], []), ((), [])] + [(p, []) for p in mlp[1:]])
+    return ((), children)
 
 
 def _order(tree: Tree, reverse: bool) -> list[tuple[int, ...]]:
@@ -112,13 +149,12 @@ def fetch_memory(m, t, framework, grad_bytes: int) -> tuple[int, int, int]:
 def fetches_by_module(scenario, stage: int) -> bool:
     """Whether this stage gathers module by module: ZeRO-3 under a framework that does
     (Framework.fetch_defaults), for a model given by shape of at most MAX_PLANNED_LAYERS blocks,
-    of layers of two norms and no Q/K norms (the module tree below knows those), without
+    of any layout of norms (one, two or four a layer, Q/K norms or none: the tree above), without
     offload, hybrid sharding, ZeRO++ or tensor parallelism (their steps are modelled on whole
     units: those stay the unit-by-unit ZeRO-3, as a larger model does)."""
     t, p, m = scenario.training, scenario.parallelism, scenario.model
     return (stage == 3 and framework_of(t).fetch_defaults is not None
-            and not m.is_bare and m.layer_norms == 2 and not m.qk_norm
-            and m.layers <= MAX_PLANNED_LAYERS
+            and not m.is_bare and m.layers <= MAX_PLANNED_LAYERS
             and t.optimizer_offload == "none" and t.param_offload == "none"
             and not zeropp(t, p) and not p.shard_group and p.tensor_parallel == 1)
 
