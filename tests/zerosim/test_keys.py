@@ -35,7 +35,7 @@ def _default(f: dataclasses.Field):
 
 def test_the_keys_are_the_dataclasses_fields_exactly():
     listed = _listed()
-    assert set(listed[0]) == {"table", "key", "type", "default", "unit", "doc"}
+    assert set(listed[0]) == {"table", "key", "type", "default", "unit", "doc", "filled_by_gpu"}
     assert list(dict.fromkeys(row["table"] for row in listed)) == list(CLASSES)
     for table, cls in CLASSES.items():
         keys = [row["key"] for row in listed if row["table"] == table]
@@ -150,3 +150,21 @@ def test_the_docstring_reader_takes_only_a_fields_own_string():
     assert unset_meaning("None: the default (1e9). More.") == "the default (1e9)"
     assert unset_meaning("Blocks (default 1: all at once).") == "1: all at once"
     assert unset_meaning("Seed of the jitter.") is None
+
+
+def test_the_cluster_figures_a_gpu_fills_say_whose_they_are(zerosim):
+    """hbm_GiB's default is the default GPU's 80 GiB, not a figure for any GPU: `keys` says so,
+    for exactly the keys another GPU's preset would change (an H100's, by hand: its memory, peak,
+    HBM bandwidth and NVLink differ from an A100's; nodes and the GPU's name are no preset's)."""
+    from zerosim.scenario.cluster import ClusterConfig
+    from zerosim.scenario.presets import GPU_PRESETS
+
+    listed = {row["key"]: row for row in _listed() if row["table"] == "cluster"}
+    filled = {key for key, row in listed.items() if row["filled_by_gpu"]}
+    assert {"hbm_GiB", "peak_tflops", "hbm_bandwidth_GBps", "intra_node_bandwidth_GBps"} <= filled
+    assert not {"nodes", "gpu", "nics_per_node"} & filled
+    default_gpu = ClusterConfig().gpu
+    assert filled == set(GPU_PRESETS[default_gpu])
+    text = " ".join(zerosim("keys", "--table", "cluster").stdout.split())  # as unwrapped
+    assert f'80.0 ({default_gpu} preset)' in text
+    assert not any(row["filled_by_gpu"] for row in _listed() if row["table"] != "cluster")

@@ -22,6 +22,7 @@ from typing import Any
 
 from zerosim.errors import InputError, brief
 from zerosim.scenario.config import TABLES
+from zerosim.scenario.presets import GPU_PRESETS
 
 MAX_LINE = 100
 """Characters per line of the text table."""
@@ -57,6 +58,9 @@ class Key:
     unset_means: str | None
     unit: str | None
     doc: str
+    preset: str | None = None
+    """The GPU whose preset the default is, for a [cluster] key that `cluster.gpu` fills (the
+    dataclass's default is the default GPU's figure, and another GPU brings its own)."""
 
     @property
     def key(self) -> str:
@@ -65,11 +69,16 @@ class Key:
     def as_dict(self) -> dict:
         return {"table": self.table, "key": self.name, "type": self.type,
                 "default": list(self.default) if isinstance(self.default, tuple)
-                else self.default, "unit": self.unit, "doc": self.doc}
+                else self.default, "unit": self.unit, "doc": self.doc,
+                "filled_by_gpu": self.preset is not None}
 
     @property
     def default_text(self) -> str:
         """The default as a scenario file writes it (TOML), or what leaving it unset means."""
+        if self.preset is not None:
+            shown = (self.unset_means or "unset") if self.default is None \
+                else json.dumps(self.default)
+            return f"{shown} ({self.preset} preset)"
         if self.default is None:
             return self.unset_means or "none"
         if self.default is MISSING:
@@ -152,6 +161,8 @@ def keys_of(table: str) -> list[Key]:
     """Every key of one table, in the dataclass's order."""
     cls = TABLES[table]
     docs = field_docstrings(cls)
+    gpu = next((f.default for f in fields(cls) if f.name == "gpu"), None)
+    filled = GPU_PRESETS.get(gpu, {}) if table == "cluster" else {}
     rows = []
     for f in fields(cls):
         default = f.default if f.default_factory is MISSING else f.default_factory()
@@ -159,7 +170,8 @@ def keys_of(table: str) -> list[Key]:
         type_name = type_of(f.type)
         rows.append(Key(table, f.name, type_name, default,
                         _constant(unset_meaning(doc), cls) if default is None else None,
-                        unit_of(f.name, type_name, doc), first_sentence(doc)))
+                        unit_of(f.name, type_name, doc), first_sentence(doc),
+                        gpu if f.name in filled else None))
     return rows
 
 
