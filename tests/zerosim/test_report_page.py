@@ -12,7 +12,7 @@ from tests.conftest import SCENARIOS
 from tests.zerosim.test_plots_browser import browser, render  # noqa: F401 (the fixture)
 from zerosim.errors import InputError
 from zerosim.tradeoffs import budget
-from zerosim.tradeoffs.page import shown
+from zerosim.tradeoffs.page import STEP_CELLS, shown
 
 LLAMA = str(SCENARIOS / "llama2_7b_64gpu.toml")  # 8 x 8 A100-80GB, micro-batch 1 x 4096, no GA
 
@@ -141,7 +141,7 @@ def test_token_budgets_read_as_people_write_them(text, tokens):
     assert budget.parse_tokens(text) == tokens
 
 
-@pytest.mark.parametrize("text", ["2X", "", "T", "0", "1e19", "0.5", "-3B", "nan"])
+@pytest.mark.parametrize("text", ["2X", "", "T", "0", "1e19", "0.5", "1.5", "-3B", "nan"])
 def test_token_budgets_refused(text):
     with pytest.raises(InputError, match="--tokens"):
         budget.parse_tokens(text)
@@ -200,3 +200,53 @@ def test_the_rendered_cells_equal_the_json(browser, llama_report, tmp_path,  # n
         for key in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_bytes"):
             value, text = rendered[f"simulate.{stage}.{key}"]
             assert value == step[key] and text == shown(key, step[key])
+
+
+def test_the_cells_read_as_the_simulate_table_prints_them(llama_report, zerosim):
+    """The step table's text, column by column, is what `zerosim simulate` prints for it (its
+    text table: an oracle apart from the page's formatter)."""
+    out, _ = llama_report
+    page = {path: text for path, _, text in parsed(out.read_text()).cells}
+    lines = zerosim("simulate", LLAMA).stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("stage "))
+    keys = dict(STEP_CELLS)
+    for stage in range(4):
+        words = lines[header + 1 + stage].split()
+        printed = {"step s": words[2], "compute s": words[3], "exposed comm s": words[4],
+                   "comm GB/rank": words[5], "peak GB": words[9], "device GB": words[10],
+                   "tokens/s/GPU": words[12], "MFU": words[13]}
+        for title in printed:
+            assert page[f"simulate.{stage}.{keys[title]}"] == printed[title], (stage, title)
+
+
+def test_the_timeline_and_star_are_the_scenarios_own_stage(tmp_path, zerosim):
+    out = tmp_path / "r.html"
+    assert zerosim("report", LLAMA, "--set", "training.zero_stage=1", "-o", str(out)).code == 0
+    text = out.read_text()
+    assert parsed(text).data["timeline_stage"] == 1
+    assert "<td>1 ZeRO-1 *</td>" in text and "<td>3 ZeRO-3 *</td>" not in text
+
+
+def test_the_world_sizes_are_ones_the_scenario_allows():
+    """Shard groups of 16 (hybrid sharding): an eighth of 64 GPUs, 8, is no multiple of 16, so
+    the sizes start at 16; 1/8 to 2x of 64 otherwise, by hand."""
+    from zerosim.scenario.load import load_scenario
+    from zerosim.tradeoffs.page import report_gpus
+
+    assert report_gpus(load_scenario(LLAMA)) == [8, 16, 32, 64, 128]
+    hybrid = load_scenario(LLAMA, ["parallelism.shard_group=16", "training.zero_stage=3"])
+    assert report_gpus(hybrid) == [16, 32, 64, 128]
+    with pytest.raises(InputError, match="--gpus 24"):
+        report_gpus(hybrid, (16, 24))
+
+
+def test_a_companion_files_notes_are_on_the_page(tmp_path, zerosim):
+    out = tmp_path / "r.html"
+    result = zerosim("report", LLAMA, "--deepspeed",
+                     str(SCENARIOS / "deepspeed" / "zero2_cpu_offload.json"), "-o", str(out))
+    assert result.code == 0, result.stderr
+    notes = parsed(out.read_text()).data["notes"]
+    from_stderr = [line.removeprefix("zerosim: note: ") for line in result.stderr.splitlines()
+                   if line.startswith("zerosim: note: ")]
+    assert notes == from_stderr and notes[0].startswith(
+        f"from {SCENARIOS / 'deepspeed' / 'zero2_cpu_offload.json'}")

@@ -107,6 +107,7 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
         own = scenario.training.zero_stage if scenario.training.zero_stage in stages else stages[0]
         trace = chrome_trace([simulate(scenario, own, mode=mode, keep_events=True)],
                              scenario=scenario)
+        data["timeline_stage"] = own
         if tokens is not None:
             data["budget"] = budget_rows(data["simulate"], scenario.world_size, tokens,
                                          price_per_gpu_hour)
