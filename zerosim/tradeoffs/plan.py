@@ -307,9 +307,11 @@ def _notes(scenario: Scenario, stages: list[dict], configs: list[dict]) -> list[
 def plan(scenario: Scenario, budget_bytes: int, mode: str = "auto",
          progress: Callable[..., None] | None = None,
          allow: tuple[str, ...] = ()) -> dict[str, Any]:
-    """`progress(done, total, unit)` before each stage's fewest GPU count is simulated, then
-    after each GPU count simulated (jitter makes each take seconds) and after each --allow
-    candidate simulated (plan_family); `allow` names those schemes."""
+    """What `zerosim plan --json` prints for a GPU of `budget_bytes` (its whole memory: the CUDA
+    context and NCCL's buffers are taken first). `progress(done, total, unit)` before each
+    stage's fewest GPU count is simulated, then after each GPU count simulated (jitter makes
+    each take seconds) and after each --allow candidate simulated (plan_family); `allow` names
+    those schemes."""
     overhead = overhead_bytes(scenario)
     budget = budget_bytes - overhead  # what the buffers may take on the scenario's GPUs
     stages = _stage_rows(scenario, budget_bytes, budget)
@@ -378,6 +380,7 @@ def params_text(psi: int) -> str:
 
 
 def format_plan(p: dict[str, Any]) -> str:
+    """`plan`'s result as `zerosim plan` prints it."""
     budget, n = p["gpu_memory_bytes"], p["world_size"]
     seq = f" x {p['seq_len']} tokens" if p["seq_len"] else ""
     tp = p.get("tensor_parallel", 1)
