@@ -11,6 +11,7 @@ lane (parameter gathers, gradient reductions, the all-gather after the optimizer
 lane ("send F3": the activation of F3 going forward, "send B3": its gradient going back), and its
 memory (model states + activations held) as a counter. The same events, in seconds, are under
 "pipelineEvents" and "pipelineMemory" for zerosim plot, and the layout under "pipeline".
+Given the scenario, "scenario" names the model and the cluster for a figure's title (subject).
 """
 
 from __future__ import annotations

@@ -138,8 +138,8 @@ def symbols(rows: list[dict[str, Any]], gpu_memory_bytes: float | None = None) -
 def log_ticks(low: float, high: float) -> list[float]:
     """Tick values of a log axis over [low, high] (both > 0): 1, 2 and 5 x 10^k from the decade
     at or below `low` to the one at or above `high`; the powers of ten alone past DECADES_FOR_125
-    decades, 1, 2, 3 and 5 x 10^k within one. Ticks beyond the drawn range are not shown, so the ends
-    may spill."""
+    decades, 1, 2, 3 and 5 x 10^k within one. Ticks beyond the drawn range are not shown, so
+    the ends may spill."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
     decades = math.log10(high / low)
     mantissas = ((1,) if decades > DECADES_FOR_125 else (1, 2, 5) if decades > 1
