@@ -9,6 +9,7 @@ virtual stage c p + i), so stages 0 and 3 send 32 - 8 = 24 and the middle ones 3
 """
 
 import json
+import re
 
 import pytest
 
@@ -83,12 +84,20 @@ def test_a_trace_without_a_pipeline_keeps_its_keys(write):
                  .replace('pipeline_schedule = "1f1b"', ""))
     scenario = load_scenario(path)
     trace = chrome_trace([simulate(scenario, 1, keep_events=True)], scenario=scenario)
-    assert set(trace) == {"traceEvents", "displayTimeUnit", "stepEvents", "memorySamples"}
+    assert set(trace) == {"traceEvents", "displayTimeUnit", "stepEvents", "memorySamples",
+                          "scenario"}
+    # GPT 8L by hand: embeddings v h + s h = 32768 x 1024 + 2048 x 1024, 8 blocks of 12 h^2 + 13 h
+    # (Narayanan et al. 2021's count, biases and two layer norms), the final norm's 2 h
+    params = 32768 * 1024 + 2048 * 1024 + 8 * (12 * 1024**2 + 13 * 1024) + 2 * 1024
+    assert trace["scenario"] == {"model": "GPT 8L", "params": params, "gpu": "A100-80GB",
+                                 "gpu_memory_bytes": 80 * 2**30, "nodes": 2,
+                                 "gpus_per_node": 8}  # the A100's 80 GB are 80 GiB
 
 
 @pytest.mark.parametrize("extra, per_row, title", [
-    ((), M, "GPT 8L, ZeRO-1: t=1, p=4, d=4, 1f1b, m=8; one step "),
-    (INTERLEAVED, 2 * M, "GPT 8L, ZeRO-1: t=1, p=4, d=4, interleaved_1f1b, v=2, m=8; one step ")])
+    ((), M, "GPT 8L, 2 x 8 A100-80GB, ZeRO-1: t=1, p=4, d=4, 1f1b, m=8; one step "),
+    (INTERLEAVED, 2 * M,
+     "GPT 8L, 2 x 8 A100-80GB, ZeRO-1: t=1, p=4, d=4, interleaved_1f1b, v=2, m=8; one step ")])
 def test_the_timeline_is_the_pipeline_diagram(write, extra, per_row, title):
     result, trace = traced(write, *extra)
     fig = plots.timeline_figure(plot_inputs_checked(write, trace))
@@ -120,6 +129,24 @@ def test_plot_command_draws_a_pipelined_trace(write, tmp_path):
     assert '"name":"forward"' in out.read_text()
     bad = run_zerosim("plot", trace, "--kind", "timeline", "--stage", "3", "-o", out)
     assert bad.code == 2 and "stage 3 is not in the trace (it holds stage 1)" in bad.stderr
+
+
+def test_a_trace_from_before_its_scenario_still_draws(write):
+    _, trace = traced(write)
+    del trace["scenario"]  # as zerosim wrote traces before: the layout still names the model
+    title = plots.timeline_figure(plot_inputs_checked(write, trace)).layout.title.text
+    assert title.startswith("GPT 8L, ZeRO-1: t=1, p=4")
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("model", 7, "scenario.model is 7, not text"),
+    ("gpu_memory_bytes", -1, "scenario.gpu_memory_bytes is -1, not a whole number >= 0"),
+    ("nodes", None, "scenario.nodes is null, not a whole number >= 0")])
+def test_a_broken_scenario_in_a_trace_is_one_line(write, key, value, says):
+    _, trace = traced(write)
+    trace["scenario"][key] = value
+    with pytest.raises(InputError, match=re.escape(says)):
+        plot_inputs_checked(write, trace)
 
 
 def test_a_broken_pipelined_trace_is_one_line(write):

@@ -38,6 +38,10 @@ def test_sweep_files_read_back_the_rows(tmp_path, rows, suffix):
     (lambda rows: [{**r, "peak_bytes": 10**400} for r in rows], "row 1: peak_bytes = 1000"),
     (lambda rows: [{**r, "peak_bytes": 0} for r in rows], "not a positive number (a log axis)"),
     (lambda rows: [{k: None for k in rows[0]}], "row 1: stage = None"),
+    (lambda rows: [{**r, "gpu_memory_bytes": 0} for r in rows],  # the limit line's log axis
+     "row 1: gpu_memory_bytes = 0 is not a positive number (a log axis)"),
+    (lambda rows: [{**r, "device_bytes": "full"} for r in rows],  # read where present: fits
+     "row 1: device_bytes = 'full' is not a usable value"),
 ])
 def test_unusable_sweep_is_one_line(tmp_path, rows, mend, fragment):
     path = write_sweep(tmp_path / "sweep.csv", mend(rows))
@@ -119,6 +123,9 @@ def test_plot_writes_self_contained_html(tmp_path, rows):
     (lambda p, rows: write_sweep(p / "s.csv", [{k: v for k, v in r.items() if k != "comm_time_s"}
                                                for r in rows]),
      ["--kind", "tradeoff", "-o", "fig.html"], ["s.csv: missing column comm_time_s"]),
+    (lambda p, rows: write_sweep(p / "s.csv", [{k: v for k, v in r.items()
+                                                if k != "gpu_memory_bytes"} for r in rows]),
+     ["--kind", "tradeoff", "-o", "fig.html"], ["s.csv: missing column gpu_memory_bytes"]),
     (lambda p, rows: write_sweep(p / "s.json", rows), ["--kind", "timeline", "-o", "f.html"],
      ["s.json is a zerosim sweep --out file", "use --kind memory or tradeoff"]),
     (lambda p, rows: p / "absent.json", ["--kind", "calibration", "-o", "f.html"],

@@ -5,40 +5,140 @@ import pytest
 
 from tests.zerosim.results import NUMBERS, STAGE_NAMES, GiB, MiB, REPORTS, report, sweep_row
 from zerosim.errors import InputError
-from zerosim.tradeoffs import calibration_plot, plot_inputs, plots
+from zerosim.tradeoffs import calibration_plot, plot_inputs, plot_labels, plots
 
 
 # ---- memory -------------------------------------------------------------------------------------
 
+def drawn(fig):
+    """The traces that draw points (a legend key holds x = (None,))."""
+    return [d for d in fig.data if d.x and d.x[0] is not None]
+
+
 def test_memory_figure_one_line_per_stage_on_log_axes(rows):
     rows[0]["host_bytes"] = 3 * GiB  # one row under CPU offload
     fig = plots.memory_figure(rows)
-    lines = fig.data[:4]
-    assert [d.name for d in fig.data] == [*STAGE_NAMES, "GPU memory (32 GiB)"]
+    lines = drawn(fig)
+    assert [d.name for d in lines] == STAGE_NAMES
+    assert [d.name for d in fig.data if d.showlegend is not False] == STAGE_NAMES  # the keys
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     for stage, line in enumerate(lines):
         assert line.x == (4, 8)  # sorted by GPUs although the rows came 8 first
         assert line.y == (NUMBERS[stage, 4][0], NUMBERS[stage, 8][0])
-    assert fig.data[4].y == (32, 32) and fig.data[4].line.dash == "dash"
+        assert line.marker.symbol == ("circle", "circle")  # 16 GiB at most: all fit 32 GiB
+    (limit,) = fig.layout.shapes
+    assert (limit.y0, limit.y1, limit.yref, limit.xref) == (32, 32, "y", "x domain")
+    assert limit.line.dash == "dash" and limit.name == "32 GiB per GPU"  # rows name no GPU
     hover = lines[3].hovertext[1]  # ZeRO-3 at 8 GPUs: 2.5 GiB = 4 x 0.625 quarters ...
     assert "params: 0.625 GiB" in hover and "activations: 0.3125 GiB" in hover
-    assert "peak: 2.5 GiB" in hover and "host" not in hover
+    assert "peak: 2.5 GiB" in hover and "host" not in hover and "fit" not in hover
     assert "host: 3 GiB" in next(d for d in lines if rows[0]["stage_name"] == d.name).hovertext[1]
 
 
 def test_memory_figure_splits_lines_by_other_varied_inputs(rows):
-    bigger = [sweep_row(s, n, 2 * peak, comm, t, **{"vary.model.params": 2 * 10**9})
+    bigger = [sweep_row(s, n, 2.5 * peak, comm, t, **{"vary.model.params": 2 * 10**9})
               for (s, n), (peak, comm, t) in NUMBERS.items()]
     for row in rows:
         row["model.params"] = 10**9
+    for row in rows + bigger:
         row["gpu_memory_bytes"] = 80 * GiB if row["world_size"] == 8 else 32 * GiB
     fig = plots.memory_figure(rows + bigger)
-    assert [d.name for d in fig.data] == [f"{name}, model.params={p}" for name in STAGE_NAMES
-                                          for p in ("1e+09", "2e+09")]
-    assert fig.data[1].y == (32, 32) and fig.data[1].line.dash != fig.data[0].line.dash
-    # cluster.nodes moves with the GPU count along each line; two GPU memories: no dashed line
-    fig = plots.memory_figure(rows + bigger, gpu_memory_bytes=40 * GiB)
-    assert fig.data[-1].name == "GPU memory (40 GiB)" and fig.data[-1].y == (40, 40)
+    assert [d.name for d in drawn(fig)] == [f"{name}, model.params={p}" for name in STAGE_NAMES
+                                            for p in ("1e+09", "2e+09")]
+    assert drawn(fig)[1].line.dash != drawn(fig)[0].line.dash
+    # two GPU memories (32 GiB at 4 GPUs, 80 at 8): a line at each, and each row judged by its
+    # own: DDP's 2.5 x 16 = 40 GiB does not fit 32 GiB but fits 80
+    assert [s.y0 for s in fig.layout.shapes] == [32, 80]
+    assert drawn(fig)[1].y == (40, 40) and drawn(fig)[1].marker.symbol == ("x", "circle")
+    fig = plots.memory_figure(rows + bigger, gpu_memory_bytes=40 * GiB)  # one limit for all
+    assert [(s.y0, s.name) for s in fig.layout.shapes] == [(40, "40 GiB per GPU")]
+    assert drawn(fig)[1].marker.symbol == ("circle", "circle")  # 40 <= 40 fits
+
+
+# Hand-made rows against a 10 GiB GPU (results.NUMBERS' peaks): DDP (16 GiB) never fits; ZeRO-1
+# at 4 GPUs is exactly 10 GiB and fits (the sweep's rule is peak <= memory); ZeRO-2 at 4 GPUs
+# peaks at 8 GiB but its device holds 10.5 GiB with the CUDA context: it does not fit.
+NOT_FITTING = {(0, 4), (0, 8), (2, 4)}
+
+
+@pytest.fixture
+def ten_gib(rows):
+    for row in rows:
+        row.update({"gpu_memory_bytes": 10 * GiB, "cluster.gpu": "H100-80GB",
+                    "model.name": "Llama-2-7B"})
+        if (row["stage"], row["world_size"]) == (2, 4):
+            row["device_bytes"] = int(10.5 * GiB)
+    return rows
+
+
+def test_points_that_do_not_fit_are_marked_and_said(ten_gib):
+    for figure in (plots.memory_figure, plots.tradeoff_figure):
+        fig = figure(ten_gib)
+        for trace in (d for d in drawn(fig) if d.name in STAGE_NAMES):
+            stage = STAGE_NAMES.index(trace.name)
+            # a point by its x: GPUs on the memory figure, peak GiB on the trade-off's
+            where = {n if figure is plots.memory_figure else NUMBERS[stage, n][0]: n
+                     for n in (4, 8)}
+            for x, symbol in zip(trace.x, trace.marker.symbol):
+                want = "x" if (stage, where[x]) in NOT_FITTING else "circle"
+                assert symbol == want, (figure.__name__, stage, where[x])
+        key = next(d for d in fig.data if d.name == "does not fit its GPU's memory")
+        assert key.marker.symbol == "x" and key.x == (None,)
+        assert fig.layout.shapes[0].name == "10 GiB H100-80GB"
+    memory = plots.memory_figure(ten_gib)
+    zero2 = next(d for d in drawn(memory) if d.name == "ZeRO-2")
+    assert "does not fit 10 GiB</b>: the device holds 10.5 GiB" in zero2.hovertext[0]
+    assert "fit" not in zero2.hovertext[1]
+
+
+def test_the_limit_line_sits_at_the_gpu_memory_on_each_panel(ten_gib):
+    fig = plots.tradeoff_figure(ten_gib)
+    assert [(s.x0, s.x1, s.xref, s.yref) for s in fig.layout.shapes] == [
+        (10, 10, "x", "y domain"), (10, 10, "x2", "y2 domain")]  # GiB, the x axes' unit
+    assert [s.showlegend for s in fig.layout.shapes] == [True, False]
+
+
+def test_the_front_holds_only_points_that_fit(ten_gib):
+    fig = plots.tradeoff_figure(ten_gib)
+    left, right = [d for d in fig.data if d.name == "Pareto front (of what fits)"]
+    # Fitting (peak GiB, GB): ZeRO-1 (10, 6), (7, 7); ZeRO-2 (5, 7); ZeRO-3 (4, 9), (2.5, 10.5).
+    # (7, 7) loses to (5, 7). Counting every point, ZeRO-2's (8, 6) would replace (10, 6).
+    assert list(zip(left.x, left.y)) == [(2.5, 10.5), (4, 9), (5, 7), (10, 6)]
+    # On time DDP at 4 GPUs (16 GiB, 0.1 s) is fastest, but does not fit.
+    assert list(zip(right.x, right.y)) == [(2.5, 0.4), (4, 0.3), (5, 0.22), (10, 0.12)]
+
+
+def test_titles_name_the_model_and_the_cluster(ten_gib):
+    # results.sweep_row: 4 GPUs a node, 1 node at 4 GPUs and 2 at 8
+    fig = plots.memory_figure(ten_gib)
+    assert fig.layout.title.text == ("Llama-2-7B, 1-2 x 4 H100-80GB: per-rank memory against "
+                                     "GPU count")
+    fig = plots.tradeoff_figure([r for r in ten_gib if r["world_size"] == 8])
+    assert fig.layout.title.text.startswith("Llama-2-7B, 2 x 4 H100-80GB: memory against")
+    fig = plots.memory_figure(ten_gib, model="GPT-3 175B", gpu="B200")
+    assert fig.layout.title.text.startswith("GPT-3 175B, 1-2 x 4 B200:")
+    assert fig.layout.shapes[0].name == "10 GiB B200"
+    older = [{k: v for k, v in r.items() if not k.startswith(("model.", "cluster."))}
+             for r in ten_gib]  # a sweep file from before these columns: what it says
+    assert plots.memory_figure(older).layout.title.text.startswith("1B parameters: per-rank")
+    bare = [{k: v for k, v in r.items() if k != "params"} for r in older]
+    assert plots.memory_figure(bare).layout.title.text == "Per-rank memory against GPU count"
+
+
+def test_log_axes_are_labelled_with_whole_values(ten_gib):
+    # 2.5 to 16 GiB (the 10 GiB line between): under one decade, so 1, 2, 3 and 5 x 10^k from
+    # 10^0 to 10^2, each written as its value: "30", where plotly's own log axis writes "3"
+    whole = ("1", "2", "3", "5", "10", "20", "30", "50", "100", "200", "300", "500")
+    fig = plots.memory_figure(ten_gib)
+    assert fig.layout.yaxis.tickvals == (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500)
+    assert fig.layout.yaxis.ticktext == whole and fig.layout.yaxis.tickmode == "array"
+    assert fig.layout.xaxis.tickvals == (4, 8) and fig.layout.xaxis.ticktext == ("4", "8")
+    fig = plots.tradeoff_figure(ten_gib)
+    assert fig.layout.xaxis.ticktext == fig.layout.xaxis2.ticktext == whole
+    assert plot_labels.log_ticks(2.5, 32) == [1, 2, 5, 10, 20, 50, 100, 200, 500]  # > a decade
+    assert plot_labels.log_ticks(0.57, 3) == [0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 20, 30, 50]
+    assert plot_labels.log_ticks(3, 2e6) == [1, 10, 100, 1000, 10**4, 10**5, 10**6, 10**7]
+    assert [plot_labels.tick_text(v) for v in (0.3, 30, 2000)] == ["0.3", "30", "2000"]
 
 
 def test_series_columns_keep_what_world_size_does_not_fix():
@@ -64,10 +164,11 @@ def test_pareto_front_keeps_exactly_the_non_dominated_points():
 
 def test_tradeoff_figure_points_and_a_front_per_panel(rows):
     fig = plots.tradeoff_figure(rows)
-    left = [d for d in fig.data if d.xaxis == "x"]
-    right = [d for d in fig.data if d.xaxis == "x2"]
-    assert [d.name for d in left] == [*STAGE_NAMES, "Pareto front"] == [d.name for d in right]
-    assert [d.showlegend for d in left + right] == [True] * 5 + [False] * 5
+    left = [d for d in drawn(fig) if d.xaxis == "x"]
+    right = [d for d in drawn(fig) if d.xaxis == "x2"]
+    front = "Pareto front (of what fits)"
+    assert [d.name for d in left] == [*STAGE_NAMES, front] == [d.name for d in right]
+    assert [d.name for d in fig.data if d.showlegend is not False] == [*STAGE_NAMES, front]
     assert fig.layout.xaxis.type == fig.layout.xaxis2.type == "log"
     assert fig.layout.xaxis2.matches == "x"
     for stage in range(4):
@@ -75,11 +176,13 @@ def test_tradeoff_figure_points_and_a_front_per_panel(rows):
         assert left[stage].y == tuple(NUMBERS[stage, n][1] for n in (4, 8))
         assert right[stage].y == tuple(NUMBERS[stage, n][2] for n in (4, 8))
         assert left[stage].marker.color == right[stage].marker.color
+        assert left[stage].text == ("4", "8")  # the GPU count on each point
     assert list(zip(left[4].x, left[4].y)) == [(2.5, 10.5), (4, 9), (5, 7), (8, 6)]
     assert list(zip(right[4].x, right[4].y)) == [(2.5, 0.4), (4, 0.3), (5, 0.22), (8, 0.12),
-                                                 (16, 0.1)]
+                                                 (16, 0.1)]  # all fit 32 GiB: DDP too
     assert left[4].marker.symbol == "circle-open" and left[4].mode == "lines+markers"
     assert "ZeRO-1, 8 GPUs" in left[1].hovertext[1] and "7 GB per rank" in left[1].hovertext[1]
+    assert "does not fit its GPU's memory" not in [d.name for d in fig.data]  # all fit
 
 
 # ---- one simulated step -------------------------------------------------------------------------
@@ -106,6 +209,17 @@ def test_timeline_bars_are_the_step_events(simulated):
         f"rank {r} {q}" for r in range(4) for q in ("compute", "gather", "reduce"))
     assert fig.layout.barmode == "overlay" and fig.layout.xaxis.matches == "x2"
     assert "ZeRO-3 (4 simulated ranks)" in fig.layout.title.text
+
+
+def test_timeline_title_names_the_model_and_the_cluster(simulated):
+    trace, _ = simulated
+    named = {**trace, "scenario": {"model": "", "params": 1_700_000_000, "gpu": "H100-80GB",
+                                   "gpu_memory_bytes": 80 * GiB, "nodes": 1, "gpus_per_node": 4}}
+    fig = plots.timeline_figure(named, stage=3)  # a model without a name: its parameter count
+    assert fig.layout.title.text == ("1.7B parameters, 1 x 4 H100-80GB: one simulated step of "
+                                     "ZeRO-3 (4 simulated ranks)")
+    fig = plots.timeline_figure(named, stage=3, model="Llama-2-7B", gpu="B200")
+    assert fig.layout.title.text.startswith("Llama-2-7B, 1 x 4 B200: one simulated step")
 
 
 def test_timeline_memory_curve_ends_at_the_last_sample(simulated):

@@ -34,6 +34,11 @@ window.addEventListener("load", () => setTimeout(() => {
     svgs: document.querySelectorAll(".main-svg").length,
     traces: [...document.querySelectorAll(".js-plotly-plot")]
       .map((p) => (p._fullData || []).length),
+    ticks: [...document.querySelectorAll(".xaxislayer-above > g, .yaxislayer-above > g")]
+      .reduce((out, g) => {  // each axis's labels as drawn, in tickvals' order ("x2tick": ...)
+        (out[g.getAttribute("class")] ||= []).push(g.textContent);
+        return out;
+      }, {}),
   });
   document.body.appendChild(probe);
 }, 500));  // after plotly's own deferred drawing
@@ -86,6 +91,24 @@ def test_each_kind_renders_without_script_errors(browser, tmp_path, rows, simula
     assert seen["errors"] == []
     assert seen["svgs"] >= 2  # plotly's main and info layers
     assert seen["traces"] == [len(figures.build_figure(kind, [str(p) for p in paths]).data)]
+
+
+@pytest.mark.parametrize("kind", ["memory", "tradeoff", "calibration"])
+def test_log_axes_read_as_their_values(browser, tmp_path, rows, simulated, zerosim, kind):
+    """Every label plotly draws on a log axis is a number, larger than the one before it: a
+    "3" after "20" (plotly's own minor label for 30) fails. The rows peak from 2.5 to 16 GiB."""
+    paths = files_of_each_kind(tmp_path, rows, simulated)[kind]
+    page = tmp_path / f"{kind}.html"
+    assert zerosim("plot", *paths, "--kind", kind, "-o", page).code == 0
+    ticks = render(browser, page, tmp_path)["ticks"]
+    layout = figures.build_figure(kind, [str(p) for p in paths]).layout
+    log_axes = [name for name in dir(layout) if re.fullmatch(r"[xy]axis\d*", name)
+                and layout[name].type == "log"]
+    assert log_axes
+    for axis in log_axes:
+        drawn = ticks[f"{axis[0]}{axis[5:]}tick"]  # xaxis2 -> x2tick
+        values = [float(text.replace("\u2212", "-")) for text in drawn]  # plotly's minus sign
+        assert len(values) >= 2 and values == sorted(set(values)), (axis, drawn)
 
 
 def test_the_probe_reports_a_script_that_throws(browser, tmp_path):

@@ -11,12 +11,14 @@ lane (parameter gathers, gradient reductions, the all-gather after the optimizer
 lane ("send F3": the activation of F3 going forward, "send B3": its gradient going back), and its
 memory (model states + activations held) as a counter. The same events, in seconds, are under
 "pipelineEvents" and "pipelineMemory" for zerosim plot, and the layout under "pipeline".
+Given the scenario, "scenario" names the model and the cluster for a figure's title (subject).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from zerosim.analytic.model import total_params
 from zerosim.contract import COMM, COMPUTE, FAMILY_QUEUES, P2P_OPS, PASSES, QUEUES, STAGE_NAMES, \
     MemorySample
 from zerosim.sim.groups import TP
@@ -39,8 +41,9 @@ def memory_samples(ctx) -> list[MemorySample]:
 
 def chrome_trace(results, progress=None, scenario=None) -> dict[str, Any]:
     """Trace of StageResults (engine.simulate, run with keep_events=True); `progress(done,
-    total)` after each rank (thousands of jittered ranks take seconds). Under a pipeline,
-    `scenario` names the model and the layout in the trace's "pipeline" (for a figure's title)."""
+    total)` after each rank (thousands of jittered ranks take seconds). `scenario` names the model
+    and the cluster under "scenario" (subject), and under a pipeline the layout in the trace's
+    "pipeline" (for a figure's title)."""
     trace: list[dict[str, Any]] = []
     step_events: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []  # the schema's memory part, so readers need not parse counters
@@ -71,9 +74,20 @@ def chrome_trace(results, progress=None, scenario=None) -> dict[str, Any]:
                               "ts": sample["t_s"] * 1e6, "args": sample["bytes_by_category"]})
     out = {"traceEvents": trace, "displayTimeUnit": "ms", "stepEvents": step_events,
            "memorySamples": samples}
+    if scenario is not None:
+        out["scenario"] = subject(scenario)
     if any(result.pipeline_runs for result in results):  # without a pipeline, the trace as it was
         out.update(pipeline_trace(results, trace, scenario))
     return out
+
+
+def subject(scenario) -> dict[str, Any]:
+    """What a figure's title names: the model (its name, else Ψ) and the cluster (nodes x GPUs a
+    node of which GPU, and the memory each has)."""
+    c = scenario.cluster
+    return {"model": scenario.model.name, "params": total_params(scenario.model),
+            "gpu": c.gpu, "gpu_memory_bytes": round(c.hardware.memory_bytes),
+            "nodes": c.nodes, "gpus_per_node": c.gpus_per_node}
 
 
 def event_name(kind: str, micro: int, chunk: int, chunks: int) -> str:

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 from zerosim.calibration.validate import MEMORY, TIME
 from zerosim.contract import DEFAULT_MEMORY_TOLERANCE_PCT, DEFAULT_TIME_TOLERANCE_PCT, STAGE_NAMES
 from zerosim.errors import InputError
+from zerosim.tradeoffs import plot_labels as labels
 from zerosim.tradeoffs.plots import MS_PER_S, STAGE_COLORS
 from zerosim.units import MiB
 
@@ -96,8 +97,9 @@ def calibration_figure(reports: list[dict[str, Any]],
                                f"{m['simulated'] * scale:.4g} {unit}<br>error "
                                f"{(m['simulated'] / m['measured'] - 1) * 100:+.1f}%"
                                for m in members])
-        fig.update_xaxes(type="log", title_text=f"measured ({unit})", row=1, col=col)
-        fig.update_yaxes(type="log", title_text=f"simulated ({unit})", row=1, col=col)
+        axis = labels.log_axis(x)  # whole values at 1, 2, 5 x 10^k, never a bare "3" for 30
+        fig.update_xaxes(title_text=f"measured ({unit})", row=1, col=col, **axis)
+        fig.update_yaxes(title_text=f"simulated ({unit})", row=1, col=col, **axis)
     title = "Simulated against measured"
     if skipped:
         title += (f"<br><sup>{len(skipped)} metric{'s' * (len(skipped) > 1)} skipped (no positive "

@@ -119,13 +119,15 @@ def read_sweep(path: str | Path, kind: str, needed: tuple[str, ...]) -> list[dic
                          f"`zerosim sweep --out` results)")
     if not rows:
         raise InputError(f"{path}: no rows to plot")
+    checked = [*needed, *(c for c in _READ_IF_PRESENT if c in columns and c not in needed)]
     for number, row in enumerate(rows, start=1):
-        for column in needed:
+        for column in checked:
             _check_cell(path, number, column, row.get(column))
     return rows
 
 
-_LOG_AXIS_COLUMNS = ("world_size", "peak_bytes")
+_LOG_AXIS_COLUMNS = ("world_size", "peak_bytes", "gpu_memory_bytes")
+_READ_IF_PRESENT = ("device_bytes",)  # whether a point fits (plot_labels.fits), where simulated
 
 
 def _check_cell(path: Path, number: int, column: str, value: Any) -> None:
@@ -198,11 +200,28 @@ def read_trace(path: str | Path) -> dict[str, Any]:
                 by_category, dict) or not all(_is_number(v) for v in by_category.values()):
             raise InputError(f"{path}: memorySamples[{i}] needs a stage 0-3, a number t_s and "
                              f"bytes_by_category of numbers")
+    if "scenario" in data:
+        _check_subject(path, data["scenario"])
     if "pipelineEvents" in data:
         _check_pipeline(path, data)
     elif not data["stepEvents"]:
         raise InputError(f"{path}: the trace holds no step events")
     return data
+
+
+_SUBJECT = (("model", str), ("gpu", str), ("params", int), ("gpu_memory_bytes", int),
+            ("nodes", int), ("gpus_per_node", int))
+
+
+def _check_subject(path: Path, subject: Any) -> None:
+    """The trace's "scenario" (sim/trace.subject), which a figure's title reads: the model's name
+    and the GPU's as text, the counts as whole numbers >= 0 (a trace from before it has none)."""
+    for key, kind in _SUBJECT:
+        value = subject.get(key) if isinstance(subject, dict) else None
+        if type(value) is not kind or (kind is int and value < 0):
+            raise InputError(f"{path}: scenario.{key} is {brief(value, json.dumps)}, not "
+                             f"{'text' if kind is str else 'a whole number >= 0'} (the trace's "
+                             f"\"scenario\" names the model and the cluster)")
 
 
 _PIPELINE_RECORDS = (
