@@ -49,7 +49,9 @@ def _coerce(key: str, value: Any, base: str) -> Any:
     """Check a TOML value against a field's type; integral floats (7.5e9) become ints."""
     if base.startswith("tuple"):  # a list of ranks
         if not isinstance(value, list):
-            raise InputError(f"{key} must be an array of ranks such as [3], got {_describe(value)}")
+            what = "layers" if key.endswith("_layers") else "ranks"
+            raise InputError(f"{key} must be an array of {what} such as [3], got "
+                             f"{_describe(value)}")
         return tuple(_coerce(f"{key}[{i}]", item, "int") for i, item in enumerate(value))
     if base == "bool":
         if isinstance(value, bool):
