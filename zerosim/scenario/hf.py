@@ -223,8 +223,9 @@ _EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 """Keys by which a config declares a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, ...)."""
 
 
-def read_hf_config(path: str | Path) -> dict[str, Any]:
-    """[model] keys (shape, MLP/norm/position kind, tying) from a config.json or its folder."""
+def read_hf_config(path: str | Path, name: str | None = None) -> dict[str, Any]:
+    """[model] keys (shape, MLP/norm/position kind, tying) from a config.json or its folder;
+    `name` the model's where the file names none (a cached snapshot's folder is a hash)."""
     path = Path(path)
     refuse_special(path, "cannot read hf_config")  # is_dir raised on a name past the limit (T2)
     if path.is_dir():
@@ -244,5 +245,5 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
         raise InputError(f"hf_config {path}: model_type {model_type!r} is not supported "
                          f"(supported: {', '.join(_READERS)})")
     keys = _READERS[model_type](c)
-    keys["name"] = str(c.data.get("_name_or_path") or path.parent.name or model_type)
+    keys["name"] = str(c.data.get("_name_or_path") or name or path.parent.name or model_type)
     return keys

@@ -205,9 +205,11 @@ def check_profile_fits(profile, cluster: ClusterConfig) -> None:
 def _resolve_model(table: dict[str, Any], base_dir: Path) -> ModelConfig:
     if "hf_config" in table:
         from zerosim.scenario.hf import read_hf_config
+        from zerosim.scenario.hf_cache import resolve_hf_config
 
         given = _coerce("model.hf_config", table["hf_config"], "str")
-        shape = read_hf_config(base_dir / given)
+        path = resolve_hf_config(given, base_dir)  # a model id in the local cache, else a path
+        shape = read_hf_config(path, None if path == base_dir / given else given.split("@")[0])
         table = {**shape, **table}  # explicit [model] keys win over the file's
     return ModelConfig(**_typed("model", table))
 
