@@ -177,8 +177,18 @@ def test_the_window_keys_are_checked():
     with pytest.raises(InputError, match="array of layers"):
         scenario({"sliding_window": 8, "sliding_window_layers": 3})
     # [] prices every layer over its whole prefix
-    assert ModelConfig(**TINY, sliding_window=8, sliding_window_layers=()).layer_windows == (
-        None,) * 4
+    none = ModelConfig(**TINY, sliding_window=8, sliding_window_layers=())
+    assert none.layer_windows == (None,) * 4 and none.windowed_layers == 0
+    assert ModelConfig(**TINY, sliding_window=8).windowed_layers == 4
+
+
+def test_a_config_with_more_layers_than_are_listed_is_one_line(tmp_path):
+    data = json.loads((HF / "gemma2__gemma-2-9b-it.json").read_text())
+    data["num_hidden_layers"] = 2**40  # listing every other one would take hours
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="num_hidden_layers = 1099511627776 with a sliding"):
+        read_hf_config(path)
 
 
 def test_a_resized_model_repeats_its_layout():

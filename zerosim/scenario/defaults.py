@@ -68,12 +68,11 @@ def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster,
 def _window_caps(model, seq_len: int) -> str:
     """What a sliding window shorter than the sequence changes of the note: it caps the
     attention's work (under FlashAttention-2), not the activations."""
-    windows = [w for w in model.layer_windows if w is not None]
-    if not windows or windows[0] >= seq_len:
+    if not model.windowed_layers or model.sliding_window >= seq_len:
         return ""
-    return (f" (the sliding window of {windows[0]} tokens caps the attention of "
-            f"{len(windows)} of {model.layers} layers, under FlashAttention-2, not their "
-            f"memory)")
+    return (f" (the sliding window of {model.sliding_window} tokens caps the attention of "
+            f"{model.windowed_layers} of {model.layers} layers, under FlashAttention-2, not "
+            f"their memory)")
 
 
 def _profile_notes(profile, model) -> list[str]:

@@ -94,14 +94,28 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
                 dropout=any(c.number(k, 0.0) > 0 for k in ("attention_dropout", "hidden_dropout")))
 
 
-def _windowed(c: _Config, keys: dict[str, Any], local: Callable[[int], bool]) -> dict[str, Any]:
+_LISTED_LAYERS = 2**20
+"""The most layers whose windows are listed one by one (a few hundred in any published model):
+past it a config is refused here rather than listed for seconds."""
+
+
+def _windowed(c: _Config, keys: dict[str, Any],
+              local: Callable[[int], bool] | None) -> dict[str, Any]:
     """keys with the config's sliding window, on the layers its `layer_types` names
     "sliding_attention" (transformers' configs since it wrote them), else on those `local`
-    picks as the family's modeling code does; none where sliding_window is null."""
+    picks as the family's modeling code does (None: every layer); none where sliding_window
+    is null."""
     window, layers = c.data.get("sliding_window"), keys["layers"]
     types = c.data.get("layer_types")
     if window is None or type(layers) is not int:
         return keys  # no window; a bad layer count is ModelConfig's to refuse
+    if types is None and local is None:
+        keys["sliding_window"] = window
+        return keys
+    if layers > _LISTED_LAYERS:
+        raise InputError(f"hf_config {c.path}: num_hidden_layers = {layers} with a sliding "
+                         f"window on some of them is past the {_LISTED_LAYERS} layers zerosim "
+                         f"lists")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers or not set(types) <= {
                 "sliding_attention", "full_attention"}:
@@ -122,7 +136,7 @@ def _mistral(c: _Config) -> dict[str, Any]:
     """Mistral: Llama's layout, every layer attending over sliding_window tokens when it is
     set (MistralAttention passes the config's sliding_window on every layer; Mistral-7B-v0.1's
     4096, null from v0.2)."""
-    return _windowed(c, _llama(c), lambda i: True)
+    return _windowed(c, _llama(c), None)
 
 
 def _phi3(c: _Config) -> dict[str, Any]:
@@ -131,7 +145,7 @@ def _phi3(c: _Config) -> dict[str, Any]:
     (Phi3Attention passes it on every layer; Phi-3-mini-4k's 2047 is read as today's
     transformers reads it, 2047 keys, where releases before its masking_utils gave
     flash-attn window_size = (w, w), w + 1)."""
-    return _windowed(c, {**_llama(c), "fused_qkv": True}, lambda i: True)
+    return _windowed(c, {**_llama(c), "fused_qkv": True}, None)
 
 
 def _gemma(c: _Config) -> dict[str, Any]:

@@ -83,9 +83,12 @@ def cached_config(given: str, local: Path) -> Path:
 
 
 def _present(path: Path) -> bool:
-    """Something (even a broken link) is at `path`; a name the system cannot look at (past
-    its length limit) is nothing there."""
+    """Something (even a broken link) is at `path`, or something the system will not let us
+    look at (a name past its length limit, a folder we may not enter): its reader says why."""
     try:
-        return os.path.lexists(path)
-    except (OSError, ValueError):
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
         return False
+    except (OSError, ValueError):
+        return True
+    return True

@@ -153,6 +153,14 @@ class ModelConfig:
         return replace(self, layers=layers, sliding_window_layers=windowed)
 
     @property
+    def windowed_layers(self) -> int:
+        """How many layers attend over sliding_window (counted without listing them)."""
+        if self.sliding_window is None:
+            return 0
+        chosen = self.sliding_window_layers
+        return self.n_layers if chosen is None else len(chosen)
+
+    @property
     def layer_windows(self) -> tuple[int | None, ...]:
         """Each layer's sliding window in tokens, or None where it attends to its whole
         causal prefix."""
