@@ -86,7 +86,9 @@ class ModelConfig:
     """Layers (0-based) that use sliding_window, the others attending to their whole causal
     prefix (Gemma-2: [0, 2, 4, ...]). Unset: every layer. [] prices no layer windowed."""
     hf_config: str | None = None
-    """Hugging Face config.json (or its folder) the shape was read from; relative to the scenario."""
+    """Hugging Face config.json (or its folder) the shape was read from, relative to the
+    scenario; or, where no such path is there, a model id ("org/name", "org/name@revision")
+    read offline from the local Hugging Face cache (scenario/hf_cache.py)."""
 
     def __post_init__(self) -> None:
         for key in ("params", "layers", "head_size", *SHAPE_KEYS):
