@@ -18,6 +18,7 @@ from zerosim.scenario.hf import read_hf_config
 from zerosim.scenario.load import build_scenario
 from zerosim.scenario.model_table import ModelConfig
 from zerosim.sim.op_costs import attention_core, op_costs, unit_seconds
+from zerosim.tradeoffs.plan import largest_model
 
 from tests.conftest import ROOT
 
@@ -207,3 +208,15 @@ def test_the_sequence_note_says_the_window_caps_the_attention():
     notes = build_scenario(tables, base_dir=ROOT).default_notes
     note = next(n for n in notes if n.startswith("training.seq_len = 32768"))
     assert "sliding window of 4096 tokens caps the attention of 32 of 32 layers" in note
+
+
+def test_the_planner_grows_a_windowed_model_with_wide_heads():
+    """Gemma-2 (head_dim 256 beside a width of 3584, every other layer windowed): its bare-Ψ
+    variant drops the shape's keys, head_size and the window's with them; its deeper variants
+    repeat the layout."""
+    tables = {"model": {"hf_config": str(HF / "gemma2__gemma-2-9b-it.json")},
+              "cluster": {"gpu": "H100-80GB", "nodes": 1, "gpus_per_node": 8},
+              "training": {"seq_len": 1024, "zero_stage": 3, "flash_attention": True}}
+    found = largest_model(build_scenario(tables, base_dir=ROOT), 3, 80 * 2**30)
+    assert found["max_layers"] > 42 and found["max_params_model_states"] > found[
+        "max_params_whole"]

@@ -53,8 +53,9 @@ def gpu_index(scenario: Scenario, gpus: int) -> int:
 
 def _bare(scenario: Scenario, psi: int) -> Scenario:
     """The scenario's model as a bare Ψ of its own layer count (ZeRO-3's gather units)."""
+    cleared = (*SHAPE_KEYS, "head_size", *WINDOW_KEYS)  # what a bare Ψ may not carry
     return replace(scenario, model=replace(scenario.model, params=psi,
-                                           **{k: None for k in (*SHAPE_KEYS, *WINDOW_KEYS)}))
+                                           **{k: None for k in cleared}))
 
 
 def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
