@@ -329,10 +329,12 @@ def test_offload_and_zeropp_settings_zero_real_does_not_run_are_refused(dry_run,
 @pytest.mark.parametrize("override, fragment", [
     ("model.head_size=32", "model.head_size = 32"), ("model.qkv_bias=false", "model.qkv_bias"),
     ("model.qk_norm=true", "model.qk_norm = true"), ("model.layer_norms=4", "model.layer_norms = 4"),
+    ("model.sliding_window=8", "model.sliding_window = 8"),
 ])
 def test_layouts_zero_real_does_not_build_are_refused(dry_run, override, fragment):
     """The Hugging Face families' layouts zerosim counts (Gemma's head size, Qwen2's Q/K/V
-    biases, Qwen3's Q/K norms, Gemma-2's four norms) are not zero_real's modules."""
+    biases, Qwen3's Q/K norms, Gemma-2's four norms, Mistral's sliding window) are not
+    zero_real's modules."""
     done = dry_run("run", TINY, "--stage", "1", "--nproc", "2", "--set", override)
     assert done.launched is None
     assert_one_line_error(done.result, fragment, NOT_IMPLEMENTED)

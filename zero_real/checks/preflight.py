@@ -141,6 +141,8 @@ def check_scenario(scenario, path: str) -> None:
          "a LayerNorm's bias with the projections' (model.bias; norm_bias unset)"),
         ("model.qk_norm", str(m.qk_norm).lower(), not m.qk_norm, "no per-head Q/K norms (false)"),
         ("model.layer_norms", m.layer_norms, m.layer_norms == 2, "two norms a layer (2)"),
+        ("model.sliding_window", m.sliding_window, not m.windowed_layers,
+         "attention over the whole causal prefix (SDPA is_causal; sliding_window unset)"),
         ("parallelism.tp_comm_overlap", str(scenario.parallelism.tp_comm_overlap).lower(),
          not scenario.parallelism.tp_comm_overlap,
          "tensor parallelism's collectives blocking the compute, Megatron's default (false)"),

@@ -21,6 +21,8 @@ from zerosim.scenario.checks import within_cap
 from zerosim.frameworks import framework_of
 from zerosim.frameworks.base import TOKEN
 from zerosim.scenario.config import ModelConfig, TrainingConfig
+from zerosim.scenario.model_table import layer_windows
+from zerosim.analytic.window import window_share, window_skipped
 from zerosim.units import BYTES_PER_ELEMENT, FP32_BYTES
 
 EAGER_SOFTMAX_SAVED = FP32_BYTES
@@ -390,9 +392,12 @@ class UnitFlops:
     """Gradient computation, plus the forward recomputed under activation checkpointing."""
 
 
-def unit_flops(m: ModelConfig, t: TrainingConfig) -> list[UnitFlops]:
+def unit_flops(m: ModelConfig, t: TrainingConfig, model: bool = False) -> list[UnitFlops]:
     """Per gather unit. Matrix multiplies cost 2 FLOPs per multiply-add (Kaplan et al. 2020, §2.1:
-    forward 2N per token, backward twice that); attention adds QK^T and AV, 2 * 2 * b * s^2 * h.
+    forward 2N per token, backward twice that); attention adds QK^T and AV, 2 * 2 * b * s^2 * h
+    (the whole square whatever the causal mask: Narayanan et al. 2021's s/6h term, PaLM's
+    12·L·H·Q·T), times a sliding-window layer's share of the causal pairs (window_share) where
+    its kernel skips the rest (window_skipped), or always for the `model`'s own FLOPs.
     A bare Ψ has no shape: 2Ψ per token forward, split evenly over its units."""
     if t.seq_len is None:
         raise ValueError("FLOPs need training.seq_len")
@@ -401,20 +406,31 @@ def unit_flops(m: ModelConfig, t: TrainingConfig) -> list[UnitFlops]:
         return [UnitFlops(forward=2.0 * n * tokens, backward=4.0 * n * tokens) for n in gather_units(m)]
     h, f, v, q = m.hidden, m.ffn_width, m.vocab, m.q_width
     matmul = 2 * h * q + 2 * h * m.kv_width + (2 if m.mlp == "gelu" else 3) * h * f
-    scores = 2.0 * 2 * t.micro_batch * t.seq_len ** 2 * q
-    layer_forward = 2.0 * matmul * tokens + scores
-    recompute = {"full": layer_forward, "selective": scores, "none": 0.0,
-                 "selective_op": 2.0 * recomputed_matmul_elements(m) * tokens,
-                 }[t.activation_checkpointing]
-    layer = UnitFlops(forward=layer_forward, backward=2 * layer_forward + recompute)
+    square = 2.0 * 2 * t.micro_batch * t.seq_len ** 2 * q
+    windows = layer_windows(m) if model or window_skipped(t) else (None,) * m.layers
+
+    def layer(window: int | None) -> UnitFlops:
+        scores = square if window is None else square * window_share(t.seq_len, window)
+        forward = 2.0 * matmul * tokens + scores
+        recompute = {"full": forward, "selective": scores, "none": 0.0,
+                     "selective_op": 2.0 * recomputed_matmul_elements(m) * tokens,
+                     }[t.activation_checkpointing]
+        return UnitFlops(forward=forward, backward=2 * forward + recompute)
+
+    made = {window: layer(window) for window in set(windows)}
     head_forward = 2.0 * v * h * tokens
-    return ([UnitFlops(forward=0.0, backward=0.0)] + [layer] * m.layers
+    return ([UnitFlops(forward=0.0, backward=0.0)] + [made[w] for w in windows]
             + [UnitFlops(forward=head_forward, backward=2 * head_forward)])
 
 
 def model_flops_per_token(m: ModelConfig, t: TrainingConfig) -> float:
     """The model's FLOPs per trained token, forward and backward, without recomputation: the
     numerator of model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B), whatever the
-    activation checkpointing (which adds work the model does not need)."""
+    activation checkpointing (which adds work the model does not need). Whatever the kernel too:
+    attention is counted over the whole square for every kernel (PaLM's convention, the causal
+    half FlashAttention skips included), and a sliding-window layer's over its window's share
+    of it, the model's own attention; the masked square standard attention computes beside it
+    is, like recomputation, work the model does not need."""
     plain = replace(t, activation_checkpointing="none")
-    return sum(u.forward + u.backward for u in unit_flops(m, plain)) / (t.micro_batch * t.seq_len)
+    flops = unit_flops(m, plain, model=True)
+    return sum(u.forward + u.backward for u in flops) / (t.micro_batch * t.seq_len)

@@ -72,6 +72,9 @@ class ModelSlice:
     norm_biased: bool = False
     qk_norm: bool = False
     layer_norms: int = 2
+    sliding_window: int | None = None
+    """The model's: a rank attends over the same window with its a/t heads."""
+    sliding_window_layers: tuple[int, ...] | None = None
 
     is_bare = False
     params = None
@@ -96,7 +99,8 @@ def tp_slice(m: ModelConfig, tp: int, sequence_parallel: bool = False) -> ModelS
         mlp=m.mlp, norm=m.norm, bias=m.bias, tied_embeddings=m.tied_embeddings,
         position=m.position, dropout=m.dropout, tp=tp,
         sequence_shards=tp if sequence_parallel else 1, qkv_biased=m.qkv_biased,
-        norm_biased=m.norm_biased, qk_norm=m.qk_norm, layer_norms=m.layer_norms)
+        norm_biased=m.norm_biased, qk_norm=m.qk_norm, layer_norms=m.layer_norms,
+        sliding_window=m.sliding_window, sliding_window_layers=m.sliding_window_layers)
 
 
 def rank_model(scenario):

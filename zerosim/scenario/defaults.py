@@ -4,7 +4,8 @@ print them on stderr, and --json carries them (report.memory_json's "notes", eac
 stage's "default_notes"); nothing is changed by them.
 
 - training.seq_len from model.max_seq_len (a Hugging Face config's max_position_embeddings:
-  Mistral-7B's 32768 makes 2.4 TB of activations per GPU);
+  Mistral-7B's 32768 makes 2.4 TB of activations per GPU; its sliding window of 4096 caps the
+  attention's work under FlashAttention-2, not the memory);
 - training.flash_attention off on a GPU whose record has flash kernels (the s x s scores are
   stored and timed);
 - training.framework = "zero": the ZeRO paper's accounting, without any framework's own buffers
@@ -38,8 +39,8 @@ def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster,
                   if "hf_config" in model_table and "max_seq_len" not in model_table
                   else "model.max_seq_len")
         notes.append(f"training.seq_len = {training.seq_len} comes from {source}: activations "
-                     f"and attention grow with it; set training.seq_len to the sequences you "
-                     f"train on")
+                     f"and attention grow with it{_window_caps(model, training.seq_len)}; set "
+                     f"training.seq_len to the sequences you train on")
     device = cluster.device
     has_flash = (device is not None and device.op_model is not None
                  and bool(device.op_model.flash_causal_by_seq))
@@ -62,6 +63,16 @@ def default_notes(tables: dict[str, dict[str, Any]], model, training, cluster,
                          f"defaults to {own:,} elements ({own * 2 / 2**20:g} MiB in 16 bits): "
                          f"set it, or read your ds_config with --deepspeed")
     return notes
+
+
+def _window_caps(model, seq_len: int) -> str:
+    """What a sliding window shorter than the sequence changes of the note: it caps the
+    attention's work (under FlashAttention-2), not the activations."""
+    if not model.windowed_layers or model.sliding_window >= seq_len:
+        return ""
+    return (f" (the sliding window of {model.sliding_window} tokens caps the attention of "
+            f"{model.windowed_layers} of {model.layers} layers, under FlashAttention-2, not "
+            f"their memory)")
 
 
 def _profile_notes(profile, model) -> list[str]:

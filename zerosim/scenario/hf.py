@@ -3,7 +3,11 @@ Qwen2/2.5, Qwen3, Falcon, GPT-2 and GPT-NeoX families (tests/fixtures/hf holds a
 config.json of each, read to its exact parameter count); a mixture of experts is refused.
 
 Returns [model] keys; load.py lets explicit scenario keys override them. Architecture features that
-change the parameter count and that ModelConfig cannot express are refused, never ignored.
+change the parameter count and that ModelConfig cannot express are refused, never ignored. A
+sliding window is read with the layers that use it, as each family's modeling code picks them
+(Mistral and Phi-3 all, Gemma-2 every other, Gemma-3 five in six, Qwen2/3 from
+max_window_layers on when use_sliding_window; a config's layer_types wins); logit soft-capping
+is priced as plain attention. A model id in the local cache: hf_cache.py.
 """
 
 from __future__ import annotations
@@ -90,10 +94,58 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
                 dropout=any(c.number(k, 0.0) > 0 for k in ("attention_dropout", "hidden_dropout")))
 
 
+_LISTED_LAYERS = 2**20
+"""The most layers whose windows are listed one by one (a few hundred in any published model):
+past it a config is refused here rather than listed for seconds."""
+
+
+def _windowed(c: _Config, keys: dict[str, Any],
+              local: Callable[[int], bool] | None) -> dict[str, Any]:
+    """keys with the config's sliding window, on the layers its `layer_types` names
+    "sliding_attention" (transformers' configs since it wrote them), else on those `local`
+    picks as the family's modeling code does (None: every layer); none where sliding_window
+    is null."""
+    window, layers = c.data.get("sliding_window"), keys["layers"]
+    types = c.data.get("layer_types")
+    if window is None or type(layers) is not int:
+        return keys  # no window; a bad layer count is ModelConfig's to refuse
+    if types is None and local is None:
+        keys["sliding_window"] = window
+        return keys
+    if layers > _LISTED_LAYERS:
+        raise InputError(f"hf_config {c.path}: num_hidden_layers = {layers} with a sliding "
+                         f"window on some of them is past the {_LISTED_LAYERS} layers zerosim "
+                         f"lists")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not set(types) <= {
+                "sliding_attention", "full_attention"}:
+            raise InputError(f"hf_config {c.path}: layer_types must list 'sliding_attention' "
+                             f"or 'full_attention' for each of the {layers} layers")
+        chosen = [i for i, kind in enumerate(types) if kind == "sliding_attention"]
+    else:
+        chosen = [i for i in range(layers) if local(i)]
+    if not chosen:
+        return keys
+    keys["sliding_window"] = window
+    if len(chosen) < layers:
+        keys["sliding_window_layers"] = chosen  # a list, as TOML gives it
+    return keys
+
+
+def _mistral(c: _Config) -> dict[str, Any]:
+    """Mistral: Llama's layout, every layer attending over sliding_window tokens when it is
+    set (MistralAttention passes the config's sliding_window on every layer; Mistral-7B-v0.1's
+    4096, null from v0.2)."""
+    return _windowed(c, _llama(c), None)
+
+
 def _phi3(c: _Config) -> dict[str, Any]:
     """Phi-3: Llama's layout with Q, K and V in one Linear (qkv_proj) and the gate and up in
-    one (gate_up_proj): the same parameters."""
-    return {**_llama(c), "fused_qkv": True}
+    one (gate_up_proj): the same parameters; every layer attends over sliding_window tokens
+    (Phi3Attention passes it on every layer; Phi-3-mini-4k's 2047 is read as today's
+    transformers reads it, 2047 keys, where releases before its masking_utils gave
+    flash-attn window_size = (w, w), w + 1)."""
+    return _windowed(c, {**_llama(c), "fused_qkv": True}, None)
 
 
 def _gemma(c: _Config) -> dict[str, Any]:
@@ -105,25 +157,48 @@ def _gemma(c: _Config) -> dict[str, Any]:
 
 
 def _gemma2(c: _Config) -> dict[str, Any]:
-    """Gemma-2: Gemma's with a norm after attention and after the MLP too (four a layer). Its
-    logit soft-capping and alternating sliding-window layers change no parameter."""
-    return {**_gemma(c), "layer_norms": 4}
+    """Gemma-2: Gemma's with a norm after attention and after the MLP too (four a layer); its
+    logit soft-capping changes no parameter (and is priced as plain attention). Layers 0, 2,
+    4, ... attend over sliding_window tokens (Gemma2Attention: sliding_window unless
+    layer_idx % 2; Gemma2Config's layer_types: sliding where (i + 1) % 2)."""
+    return _windowed(c, {**_gemma(c), "layer_norms": 4}, lambda i: i % 2 == 0)
 
 
 def _gemma3(c: _Config) -> dict[str, Any]:
-    """Gemma-3: Gemma-2's, with per-head norms on Q and K."""
-    return {**_gemma2(c), "qk_norm": True}
+    """Gemma-3: Gemma-2's, with per-head norms on Q and K, and five local layers to a global
+    one: layer i attends over sliding_window tokens unless (i + 1) % sliding_window_pattern
+    == 0 (Gemma3TextConfig's layer_types; the pattern 6 by default; Gemma-3-1B: 512 tokens,
+    layers 5, 11, 17 and 23 global)."""
+    keys = {**_gemma(c), "layer_norms": 4, "qk_norm": True}
+    pattern = c.data.get("sliding_window_pattern", c.data.get("_sliding_window_pattern", 6))
+    if type(pattern) is not int or pattern < 1:
+        raise InputError(f"hf_config {c.path}: sliding_window_pattern must be a whole number "
+                         f"of layers, got {pattern!r}")
+    return _windowed(c, keys, lambda i: (i + 1) % pattern != 0)
+
+
+def _qwen_window(c: _Config, keys: dict[str, Any]) -> dict[str, Any]:
+    """Qwen2's and Qwen3's window: none unless use_sliding_window, then on the layers from
+    max_window_layers on (Qwen2Config: sliding_window = None unless use_sliding_window;
+    layer_types sliding where i >= max_window_layers)."""
+    if not c.data.get("use_sliding_window", False):
+        return keys
+    first = c.data.get("max_window_layers", 28)  # Qwen2Config's default
+    if type(first) is not int:
+        raise InputError(f"hf_config {c.path}: max_window_layers must be a whole number, got "
+                         f"{first!r}")
+    return _windowed(c, keys, lambda i: i >= first)
 
 
 def _qwen2(c: _Config) -> dict[str, Any]:
     """Qwen2 and 2.5: Llama's layout with biases on Q, K and V alone (Qwen2Attention: q_proj,
     k_proj and v_proj with bias=True, o_proj without; the config does not say it)."""
-    return {**_llama(c), "qkv_bias": True}
+    return _qwen_window(c, {**_llama(c), "qkv_bias": True})
 
 
 def _qwen3(c: _Config) -> dict[str, Any]:
     """Qwen3: Llama's layout with per-head RMSNorms on Q and K, heads of head_dim columns."""
-    return {**_llama(c), "qk_norm": True}
+    return _qwen_window(c, {**_llama(c), "qk_norm": True})
 
 
 def _falcon(c: _Config) -> dict[str, Any]:
@@ -146,7 +221,7 @@ def _falcon(c: _Config) -> dict[str, Any]:
 
 
 _READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _llama, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2,
+    "llama": _llama, "mistral": _mistral, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2,
     "gemma3_text": _gemma3, "qwen2": _qwen2, "qwen3": _qwen3, "falcon": _falcon, "gpt2": _gpt2,
     "gpt_neox": _gpt_neox}
 
@@ -162,8 +237,9 @@ _EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 """Keys by which a config declares a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, ...)."""
 
 
-def read_hf_config(path: str | Path) -> dict[str, Any]:
-    """[model] keys (shape, MLP/norm/position kind, tying) from a config.json or its folder."""
+def read_hf_config(path: str | Path, name: str | None = None) -> dict[str, Any]:
+    """[model] keys (shape, MLP/norm/position kind, tying) from a config.json or its folder;
+    `name` the model's where the file names none (a cached snapshot's folder is a hash)."""
     path = Path(path)
     refuse_special(path, "cannot read hf_config")  # is_dir raised on a name past the limit (T2)
     if path.is_dir():
@@ -183,5 +259,5 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
         raise InputError(f"hf_config {path}: model_type {model_type!r} is not supported "
                          f"(supported: {', '.join(_READERS)})")
     keys = _READERS[model_type](c)
-    keys["name"] = str(c.data.get("_name_or_path") or path.parent.name or model_type)
+    keys["name"] = str(c.data.get("_name_or_path") or name or path.parent.name or model_type)
     return keys

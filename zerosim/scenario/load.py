@@ -49,7 +49,9 @@ def _coerce(key: str, value: Any, base: str) -> Any:
     """Check a TOML value against a field's type; integral floats (7.5e9) become ints."""
     if base.startswith("tuple"):  # a list of ranks
         if not isinstance(value, list):
-            raise InputError(f"{key} must be an array of ranks such as [3], got {_describe(value)}")
+            what = "layers" if key.endswith("_layers") else "ranks"
+            raise InputError(f"{key} must be an array of {what} such as [3], got "
+                             f"{_describe(value)}")
         return tuple(_coerce(f"{key}[{i}]", item, "int") for i, item in enumerate(value))
     if base == "bool":
         if isinstance(value, bool):
@@ -203,9 +205,11 @@ def check_profile_fits(profile, cluster: ClusterConfig) -> None:
 def _resolve_model(table: dict[str, Any], base_dir: Path) -> ModelConfig:
     if "hf_config" in table:
         from zerosim.scenario.hf import read_hf_config
+        from zerosim.scenario.hf_cache import resolve_hf_config
 
         given = _coerce("model.hf_config", table["hf_config"], "str")
-        shape = read_hf_config(base_dir / given)
+        path = resolve_hf_config(given, base_dir)  # a model id in the local cache, else a path
+        shape = read_hf_config(path, None if path == base_dir / given else given.split("@")[0])
         table = {**shape, **table}  # explicit [model] keys win over the file's
     return ModelConfig(**_typed("model", table))
 

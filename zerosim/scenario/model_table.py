@@ -4,7 +4,7 @@ out. (config.py re-exports it with the other tables.)"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zerosim.errors import InputError
 from zerosim.scenario.checks import one_of as _one_of, positive as _positive
@@ -14,6 +14,8 @@ NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 # Shape keys of a transformer given by shape; a bare-Ψ model may set only `layers` among them.
 SHAPE_KEYS = ("hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq_len")
+# The sliding window's keys: a shape's too (a bare Ψ has no attention), cleared with it.
+WINDOW_KEYS = ("sliding_window", "sliding_window_layers")
 LAYER_NORMS = (1, 2, 4)
 
 
@@ -73,8 +75,20 @@ class ModelConfig:
     """Norms a layer: 2 (one before attention, one before the MLP), 1 (attention and MLP in
     parallel off one norm: Falcon, GPT-J) or 4 (also one after each: Gemma-2 and 3). Their
     parameters are counted; their time and saved inputs are the two-norm layer's."""
+    sliding_window: int | None = None
+    """Tokens a query of a sliding-window layer attends, itself included (Hugging Face's
+    sliding_window: query i sees keys i - w < j <= i; Mistral-7B 4096). Unset: every layer
+    attends to its whole causal prefix. What it changes (analytic/model.window_pairs): the
+    attention's FLOPs, and its time where the kernel skips the blocks outside the window
+    (FlashAttention-2's window_size: flash_attention with flash_kernel = "fa2"); never the
+    memory (flash keeps no scores; standard attention stores the whole masked s x s)."""
+    sliding_window_layers: tuple[int, ...] | None = None
+    """Layers (0-based) that use sliding_window, the others attending to their whole causal
+    prefix (Gemma-2: [0, 2, 4, ...]). Unset: every layer. [] prices no layer windowed."""
     hf_config: str | None = None
-    """Hugging Face config.json (or its folder) the shape was read from; relative to the scenario."""
+    """Hugging Face config.json (or its folder) the shape was read from, relative to the
+    scenario; or, where no such path is there, a model id ("org/name", "org/name@revision")
+    read offline from the local Hugging Face cache (scenario/hf_cache.py)."""
 
     def __post_init__(self) -> None:
         for key in ("params", "layers", "head_size", *SHAPE_KEYS):
@@ -86,7 +100,8 @@ class ModelConfig:
         _one_of("model.position", self.position, POSITIONS)
         _one_of("model.layer_norms", self.layer_norms, LAYER_NORMS)
         if self.params is not None:
-            given = [k for k in (*SHAPE_KEYS, "head_size") if getattr(self, k) is not None]
+            given = [k for k in (*SHAPE_KEYS, "head_size", *WINDOW_KEYS)
+                     if getattr(self, k) is not None]
             if given:
                 raise InputError(
                     f"model.params (a bare parameter count) excludes the shape keys, but "
@@ -110,6 +125,48 @@ class ModelConfig:
             raise InputError(
                 f"model.kv_heads = {self.kv_heads} does not divide model.heads = {self.heads} "
                 f"({self.heads} / {self.kv_heads} = {self.heads / self.kv_heads:.4g})")
+        self._check_window()
+
+    def _check_window(self) -> None:
+        if self.sliding_window is not None:
+            _positive("model.sliding_window", self.sliding_window)
+        layers = self.sliding_window_layers
+        if layers is None:
+            return
+        if self.sliding_window is None:
+            raise InputError("model.sliding_window_layers names the layers that use a sliding "
+                             "window, but model.sliding_window (its tokens) is not set")
+        wrong = [i for i in layers if not 0 <= i < self.layers]
+        if wrong:
+            raise InputError(f"model.sliding_window_layers: layer {wrong[0]} is not one of the "
+                             f"model's layers 0 to {self.layers - 1} (model.layers = "
+                             f"{self.layers})")
+        if len(set(layers)) != len(layers):
+            twice = next(i for i in layers if layers.count(i) > 1)
+            raise InputError(f"model.sliding_window_layers names layer {twice} twice")
+
+    def resized(self, layers: int) -> "ModelConfig":
+        """The model with `layers` layers (the planner's deeper or shallower variants): layer i
+        uses the window where layer i mod model.layers does, the layout repeating."""
+        windowed = self.sliding_window_layers
+        if windowed is not None:
+            mine = set(windowed)
+            windowed = tuple(i for i in range(layers) if i % self.layers in mine)
+        return replace(self, layers=layers, sliding_window_layers=windowed)
+
+    @property
+    def windowed_layers(self) -> int:
+        """How many layers attend over sliding_window (counted without listing them)."""
+        if self.sliding_window is None:
+            return 0
+        chosen = self.sliding_window_layers
+        return self.n_layers if chosen is None else len(chosen)
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window in tokens, or None where it attends to its whole
+        causal prefix."""
+        return layer_windows(self)
 
     @property
     def is_bare(self) -> bool:
@@ -161,3 +218,15 @@ class ModelConfig:
 
     sequence_shards = 1
     """Ways the tensors every tensor-parallel rank keeps whole are split (parallel/tensor.py)."""
+
+
+def layer_windows(m) -> tuple[int | None, ...]:
+    """Per layer of `m` (a ModelConfig or a tensor-parallel rank's slice, which carries the same
+    two keys), its sliding window in tokens, or None for attention over the whole prefix."""
+    w, chosen = m.sliding_window, m.sliding_window_layers
+    if w is None:
+        return (None,) * m.n_layers
+    if chosen is None:
+        return (w,) * m.n_layers
+    local = set(chosen)
+    return tuple(w if i in local else None for i in range(m.n_layers))

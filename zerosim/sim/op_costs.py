@@ -9,7 +9,8 @@ Every kernel costs its launch overhead plus the longer of its compute and its me
                          memory  = 2 (MK + KN + MN) bytes / (HBM x f_hbm)
     flash attention      4 b s^2 h / 2 (causal) FLOPs at the FlashAttention-2 forward rate, 2.5x
                          that at its backward rate, both scaled to the measured causal rate of
-                         the kernel run (training.flash_kernel) at the sequence length
+                         the kernel run (training.flash_kernel) at the sequence length; under
+                         FlashAttention-2 a sliding window's share of them (model.window_share)
     memory-bound op      eager factor x bytes it must read and write / (HBM x f_hbm); an RMSNorm
                          composed in fp32 (training.norm_kernel) at the bytes its kernels move
 
@@ -33,11 +34,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from zerosim.analytic.window import window_share, window_skipped
 from zerosim.analytic.tensor_comm import DGRAD, WGRAD, window_linears
 from zerosim.errors import InputError
 from zerosim.contract import BLOCK, EMBEDDING, HEAD
 from zerosim.hardware import DEVICES, Gpu, OpModel
 from zerosim.hardware.op_model import MIN_PASSES
+from zerosim.scenario.model_table import layer_windows
 from zerosim.sim import host_floor
 
 BYTES = 2  # bf16 / fp16 activations and weights
@@ -123,15 +126,15 @@ class OpCosts:
         return Kernels(kernels * self.launch + nbytes / self.bandwidth, kernels)
 
     def flash(self, b: int, s: int, h: int, backward: bool,
-              kernel: str = "fa2") -> Kernels | None:
+              kernel: str = "fa2", share: float = 1.0) -> Kernels | None:
         """Causal flash attention, or None where FlashAttention does not run (Volta). The
         FlashAttention-2 best forward and backward rates, scaled to the measured causal rate of
         `kernel` at this sequence length (flash_scale): an older kernel keeps FA2's split of
-        time between forward and backward."""
+        time between forward and backward. `share`: what a sliding window keeps of them."""
         model = self.model
         if model.flash_fwd_tflops is None or model.flash_bwd_tflops is None:
             return None
-        forward = 4 * b * s * s * h / 2  # QK^T and AV over half the pairs (causal)
+        forward = 4 * b * s * s * h / 2 * share  # QK^T and AV over half the pairs (causal)
         scale = flash_scale(model, s, kernel) * self.power_scale
         if backward:
             return Kernels(self.launch + FLASH_BACKWARD_FLOPS * forward
@@ -177,15 +180,18 @@ def op_costs(cluster, fp32_matmuls: bool = False) -> OpCosts | None:
     return OpCosts(gpu, cluster.hbm_bandwidth_GBps, cluster.power_scale, fp32_matmuls)
 
 
-def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
+def attention_core(costs: OpCosts, m, t, backward: bool, window: int | None = None) -> Kernels:
     """QK^T, softmax and AV of one layer: flash where it runs, else two batched GEMMs per head
-    and the s x s scores through HBM (fp16 scores, a softmax reading and writing them)."""
+    and the s x s scores through HBM (fp16 scores, a softmax reading and writing them). A
+    sliding `window` shrinks a kernel that skips what it masks (window_skipped) alone."""
     b, s = t.micro_batch, t.seq_len
+    share = window_share(s, window) if window is not None and window_skipped(t) else 1.0
     measured = costs.model.attention("flash" if t.flash_attention else "math")
     if measured is not None:
-        return measured_attention(measured, b, s, m.q_width // m.head_dim, m.head_dim, backward)
+        return measured_attention(measured, b, s, m.q_width // m.head_dim, m.head_dim,
+                                  backward, share)
     if t.flash_attention:
-        flash = costs.flash(b, s, m.q_width, backward, t.flash_kernel)
+        flash = costs.flash(b, s, m.q_width, backward, t.flash_kernel, share)
         if flash is not None:
             return flash
     d, heads = m.head_dim, m.heads
@@ -202,15 +208,15 @@ def attention_core(costs: OpCosts, m, t, backward: bool) -> Kernels:
 
 
 def measured_attention(measured, b: int, s: int, heads: int, head_dim: int,
-                       backward: bool) -> Kernels:
+                       backward: bool, share: float = 1.0) -> Kernels:
     """An attention core at a box's measured rates (OpModel.measured_attention): its overhead per
     call, its b x heads x s^2 score elements at the seconds each took (the math kernel's
     scores, mask and softmax through memory), and its causal FLOPs (4 b s^2 heads head_dim / 2
-    forward, 2.5x that backward, whatever the kernel computes) at the rate measured at this
-    sequence length."""
+    forward, 2.5x that backward, whatever the kernel computes; a sliding window's `share`) at
+    the rate measured at this sequence length."""
     overheads, scores, curve = measured
     p = 1 if backward else 0
-    flops = 4 * b * s * s * heads * head_dim / 2 * (FLASH_BACKWARD_FLOPS if backward else 1)
+    flops = 2 * b * s * s * heads * head_dim * share * (FLASH_BACKWARD_FLOPS if backward else 1)
     rate = by_log2_length([(point[0], point[1 + p]) for point in curve], s)
     return Kernels(overheads[p] + scores[p] * b * heads * s * s + flops / (rate * 1e12), 1)
 
@@ -337,13 +343,13 @@ def memory_bound(costs: OpCosts, m, t, backward: bool) -> Kernels:
     return out
 
 
-def layer(costs: OpCosts, m, t, backward: bool) -> Kernels:
+def layer(costs: OpCosts, m, t, backward: bool, window: int | None = None) -> Kernels:
     """One transformer layer, forward or backward (the gradient only, no recompute)."""
     tokens, h, f, q = t.micro_batch * t.seq_len, m.hidden, m.ffn_width, m.q_width
     # Q, K, V: the columns the rank holds (kv_width: kv/t heads, or 1/t of the whole K and V
     # when kv < t, whose output Megatron gathers to attend with one whole head)
     out = costs.linear(tokens, h, q + 2 * m.kv_width, backward)
-    out += attention_core(costs, m, t, backward)
+    out += attention_core(costs, m, t, backward, window)
     out += costs.linear(tokens, q, h, backward)                    # attention output
     ups = 2 if m.mlp == "swiglu" else 1                            # gate and up, or up
     for _ in range(ups):
@@ -380,19 +386,25 @@ def selective_op_recompute(costs: OpCosts, m, t) -> Kernels:
 def unit_seconds(costs: OpCosts, m, t) -> tuple[list[float], list[float]]:
     """Forward and backward seconds per gather unit (embedding, layers, head), backward with the
     recomputation activation checkpointing asks for; each at least the host's time to dispatch
-    its ops where a box's record measured it (sim/host_floor.py)."""
-    forward_layer = layer(costs, m, t, backward=False)
-    recompute = {"full": forward_layer, "selective": attention_core(costs, m, t, False),
-                 "selective_op": selective_op_recompute(costs, m, t),
-                 "none": Kernels()}[t.activation_checkpointing]
-    backward_layer = layer(costs, m, t, backward=True) + recompute
-    forward = ([embedding(costs, m, t, False).seconds] + [forward_layer.seconds] * m.layers
+    its ops where a box's record measured it (sim/host_floor.py); a windowed layer apart."""
+    windows = layer_windows(m) if window_skipped(t) else (None,) * m.layers
+    seconds = {window: layer_seconds(costs, m, t, window) for window in set(windows)}
+    forward = ([embedding(costs, m, t, False).seconds] + [seconds[w][0] for w in windows]
                + [head(costs, m, t, False).seconds])
-    backward = ([embedding(costs, m, t, True).seconds] + [backward_layer.seconds] * m.layers
+    backward = ([embedding(costs, m, t, True).seconds] + [seconds[w][1] for w in windows]
                 + [head(costs, m, t, True).seconds])
     forward, backward = host_floor.floor(costs.model, m, t, layer_memory_ops(m, t), forward,
                                          backward)
     return unit_host_work(costs.model, m.layers, forward, backward)
+
+
+def layer_seconds(costs: OpCosts, m, t, window: int | None) -> tuple[float, float]:
+    """A layer's forward and backward seconds, backward with its recomputation."""
+    forward_layer = layer(costs, m, t, False, window)
+    recompute = {"full": forward_layer, "selective": attention_core(costs, m, t, False, window),
+                 "selective_op": selective_op_recompute(costs, m, t),
+                 "none": Kernels()}[t.activation_checkpointing]
+    return forward_layer.seconds, (layer(costs, m, t, True, window) + recompute).seconds
 
 
 def unit_host_work(model: OpModel, layers: int, forward: list[float],

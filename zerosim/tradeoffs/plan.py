@@ -28,6 +28,7 @@ from zerosim.scenario.checks import MAX_VALUE
 from zerosim.parallel.mesh import mesh_of
 from zerosim.sim.device import overhead_bytes
 from zerosim.scenario.config import SHAPE_KEYS, Scenario
+from zerosim.scenario.model_table import WINDOW_KEYS
 from zerosim.tradeoffs import plan_family, plan_space
 from zerosim.tradeoffs.plan_axes import (largest, model_ways, most, plan_stages, with_world,
                                          without_pipeline)
@@ -52,8 +53,9 @@ def gpu_index(scenario: Scenario, gpus: int) -> int:
 
 def _bare(scenario: Scenario, psi: int) -> Scenario:
     """The scenario's model as a bare Ψ of its own layer count (ZeRO-3's gather units)."""
+    cleared = (*SHAPE_KEYS, "head_size", *WINDOW_KEYS)  # what a bare Ψ may not carry
     return replace(scenario, model=replace(scenario.model, params=psi,
-                                           **{k: None for k in SHAPE_KEYS}))
+                                           **{k: None for k in cleared}))
 
 
 def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str, Any]:
@@ -74,7 +76,7 @@ def largest_model(scenario: Scenario, stage: int, budget_bytes: int) -> dict[str
     counts = param_counts(m)
 
     def deep(layers: int) -> Scenario:
-        return replace(scenario, model=replace(m, layers=layers))
+        return replace(scenario, model=m.resized(layers))
 
     layers = largest(lambda n: stage_memory(deep(n), stage).peak_bytes <= budget_bytes,
                      max(1, (MAX_VALUE - counts.total) // counts.per_layer))
@@ -92,7 +94,7 @@ def _largest_layers(scenario: Scenario, stage: int, budget_bytes: int) -> dict[s
     even = replace(par, pipeline_layers=())
 
     def deep(n: int) -> Scenario:
-        return replace(scenario, model=replace(m, layers=n * chunks), parallelism=even)
+        return replace(scenario, model=m.resized(n * chunks), parallelism=even)
 
     top = max(1, (MAX_VALUE - counts.total) // (counts.per_layer * chunks))
     # Beside a pipeline the memory model walks each stage's layers: search up from 1 (most)

@@ -88,7 +88,7 @@ def _layers_that_fit(scenario: Scenario, t: int, p: int, stage: int, gpu_bytes: 
     flat = without_axes(scenario)
 
     def fits(k: int) -> bool:
-        deep = replace(flat, model=replace(scenario.model, layers=k * p))
+        deep = replace(flat, model=scenario.model.resized(k * p))
         try:
             version = layout_version(deep, t, p, stage, ONE_F_ONE_B, 1, micro_batch, min(m, p))
         except InputError:
@@ -110,7 +110,7 @@ def largest_model(scenario: Scenario, allow: tuple[str, ...], gpu_bytes: int
             if layers and (best is None or layers > best["layers"]):
                 best = {"layers": layers, "tensor_parallel": t, "pipeline_parallel": p,
                         "stage": stage, "params": total_params(
-                            replace(scenario.model, layers=layers))}
+                            scenario.model.resized(layers))}
     return best
 
 
