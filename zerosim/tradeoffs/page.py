@@ -81,7 +81,7 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
     stages = list(table_stages(scenario))
     timed = scenario.training.seq_len is not None  # a bare Ψ without a sequence: memory alone
     sizes = report_gpus(scenario, gpus) if timed else []
-    total, done = 2 + len(stages) + len(sizes), 0
+    total, done = (2 + len(stages) + len(sizes)) if timed else 1, 0  # + the trace, the plan
 
     def tick(unit: str = "parts") -> None:
         nonlocal done
@@ -108,6 +108,7 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
         trace = chrome_trace([simulate(scenario, own, mode=mode, keep_events=True)],
                              scenario=scenario)
         data["timeline_stage"] = own
+        tick("parts")
         if tokens is not None:
             data["budget"] = budget_rows(data["simulate"], scenario.world_size, tokens,
                                          price_per_gpu_hour)
