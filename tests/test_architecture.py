@@ -24,7 +24,7 @@ PACKAGES = ("zerosim", "zero_real")
 # package is one layer (or one room of a layer); a module is one concept.
 LAYERS = (
     ("foundation", ("zerosim", "zerosim.contract", "zerosim.units", "zerosim.errors",
-                    "zerosim.files", "zerosim.commandline", "zero_real")),
+                    "zerosim.files", "zerosim.commandline", "zerosim.version", "zero_real")),
     ("hardware catalogue", ("zerosim.hardware",)),
     ("frameworks", ("zerosim.frameworks",)),
     ("scenario", ("zerosim.scenario",)),

@@ -112,3 +112,13 @@ def test_zero_real_without_torch_says_how_to_get_it():
     assert result.stderr.strip().splitlines() == [
         "zero-real: error: torch is not installed; install the build you want (e.g. pip install "
         "torch), then pip install 'zerosim[real]'"]
+
+
+def test_the_version_is_the_projects():
+    """zerosim/version.py and pyproject.toml say the same version (the page, --version and pip)."""
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == zerosim.__version__

@@ -15,7 +15,7 @@ The Python API (zerosim/api.py, docs/python-api.md), loaded on first use:
     zerosim.memory(scenario).table(); zerosim.simulate(scenario, stage=3).to_dict()
 """
 
-__version__ = "0.1.0"
+from zerosim.version import __version__
 
 __all__ = ["load", "memory", "simulate", "plan", "sweep", "report_page", "InputError",
            "MemoryResult", "SimulationResult", "PlanResult", "ReportPage", "Scenario",

@@ -18,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from zerosim import __version__
+from zerosim.version import __version__
 from zerosim.cli import calibration, page, simulation, tradeoffs
 from zerosim.cli.common import add_scenario_args
 from zerosim.commandline import Parser, dispatch

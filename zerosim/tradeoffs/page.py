@@ -70,7 +70,8 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
     """Everything the page shows, as the commands' --json: memory, simulate (each stage),
     the budget (with `tokens`), plan, the trade-off rows (sweep's, one per world size and
     stage), the notes; and the trace of the scenario's own stage for its timeline."""
-    from zerosim import __version__, report
+    from zerosim import report
+    from zerosim.version import __version__
     from zerosim.sim.engine import check_steps, simulate
     from zerosim.sim.trace import chrome_trace
     from zerosim.tradeoffs.plan import plan
