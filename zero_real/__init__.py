@@ -7,6 +7,16 @@ run/ (a run: its config, launch and supervision, progress, each rank's training,
 calibration/ (`zero-real calibrate`); then the command line, cli.py (`python -m zero_real`).
 
 Importing this package does not import torch; the commands that need it do, and say how to get it.
+From Python, `zero_real.measure(...)` (api.py) is `zero-real run`, loaded on first use.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """The API's `measure`, imported when first asked for (PEP 562), as zerosim's API is."""
+    if name == "measure":
+        from zero_real import api
+
+        return api.measure
+    raise AttributeError(f"module 'zero_real' has no attribute {name!r}")

@@ -166,16 +166,24 @@ def _launch(cfg: RunConfig, under_torchrun: bool):
         return run(dataclasses.replace(cfg, progress_path=progress_path))
 
 
-def run_run(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace) -> dict | None:
+    """The run `zero-real run ARGS` asks for, made: its measurement (None on a torchrun rank
+    but the first). Raises InputError before any rank starts, RankFailed or Stopped after."""
     start_fork_server()  # before prepare_run imports torch: both import it at once
     cfg, under_torchrun = prepare_run(args)
-    from zero_real.run.launch import RankFailed, Stopped, signals_stop_the_run
+    from zero_real.run.launch import signals_stop_the_run
+
+    with signals_stop_the_run():
+        return _launch(cfg, under_torchrun)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from zero_real.run.launch import RankFailed, Stopped
     from zero_real.run.report import summary
     from zerosim.files import write_text
 
     try:
-        with signals_stop_the_run():
-            result = _launch(cfg, under_torchrun)
+        result = measure(args)
     except RankFailed as exc:
         print(f"zero-real: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
