@@ -149,17 +149,30 @@ def check_sized(tables: dict[str, dict[str, Any]], launch: Launch) -> None:
         raise InputError(launch.unsized)
 
 
-def settle(scenario, launch: Launch, from_cli: set[tuple[str, str]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Layout:
+    """What settling needs of the scenario once --set is applied: its world, its model-parallel
+    degrees and its batch."""
+
+    world: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    micro_batch: int
+    gradient_accumulation: int
+
+
+def settle(launch: Launch, layout: Layout, from_cli: set[tuple[str, str]]) -> dict[str, Any]:
     """[training] and [parallelism] keys that need the world size, as {"table.key": value}; the
     ranks the file fixes checked against the scenario's world (after --set)."""
-    world = scenario.world_size
+    world = layout.world
     if launch.ranks is not None and launch.ranks[0] != world:
         count, arithmetic = launch.ranks
         raise launch.fail(f"{arithmetic} = {count} ranks, but the scenario's cluster has {world} "
                           f"(cluster.nodes x cluster.gpus_per_node): set them to match")
-    p = scenario.parallelism
-    model_ways = p.tensor_parallel * p.pipeline_parallel
-    data_ranks = world // model_ways  # axes.py has checked that it divides
+    model_ways = layout.tensor_parallel * layout.pipeline_parallel
+    if world % model_ways:
+        return {}  # axes.py refuses the layout in its own words
+    data_ranks = world // model_ways
     out: dict[str, Any] = {}
     if launch.shard_replicas is not None and ("parallelism", "shard_group") not in from_cli:
         replicas = launch.shard_replicas
@@ -170,11 +183,11 @@ def settle(scenario, launch: Launch, from_cli: set[tuple[str, str]]) -> dict[str
                               f"whole data_parallel_shard_degree > 1")
         out["parallelism.shard_group"] = data_ranks // replicas
     if launch.global_batch is not None:
-        out.update(_accumulation(launch, scenario.training, data_ranks, from_cli))
+        out.update(_accumulation(launch, layout, data_ranks, from_cli))
     return out
 
 
-def _accumulation(launch: Launch, training, data_ranks: int, from_cli) -> dict[str, Any]:
+def _accumulation(launch: Launch, training: Layout, data_ranks: int, from_cli) -> dict[str, Any]:
     """Micro-steps per optimizer step from the global batch, as Megatron's num_microbatches and
     torchtitan's gradient_accumulation_steps are: global / (local x data-parallel ranks), times
     the micro-batches a local batch is split into."""

@@ -269,9 +269,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     if deepspeed is not None:
         _drop_unused_fetch_knobs(tables, keys, scenario_training, from_cli, notes)
     if launched is not None:
-        from zerosim.scenario.launch import check_sized
-
-        check_sized(tables, launched)
+        _settle(tables, launched, from_cli, path, notes)
     scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
                               cli_hf_config=("model", "hf_config") in from_cli,
                               cli_profile=("cluster", "profile") in from_cli)
@@ -293,8 +291,6 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         if notes:
             notes[-1] += (f"; micro_batch={micro}, gradient_accumulation={steps} from "
                           f"train_batch_size={total} on {scenario.world_size} ranks")
-    if launched is not None:
-        scenario = _settle(scenario, tables, launched, from_cli, path, notes)
     return scenario
 
 
@@ -330,24 +326,31 @@ def _named(deepspeed: str | Path | dict, launched) -> str:
     return f"{launched.origin} deepspeed_config" if isinstance(deepspeed, dict) else str(deepspeed)
 
 
-def _settle(scenario: Scenario, tables: dict, launched, from_cli: set, path: Path,
-            notes: list[str] | None) -> Scenario:
+def _settle(tables: dict, launched, from_cli: set, path: Path, notes: list[str] | None) -> None:
     """The launch config's keys that need the world size (a global batch, a shard degree left
-    to the ranks left), once --set has fixed the cluster; the scenario again if they change it."""
-    from zerosim.scenario.launch import settle
+    to the ranks left), once --set has fixed the cluster, into `tables`; a launch config that
+    names its model without a shape needs one by now."""
+    from zerosim.scenario.launch import Layout, check_sized, settle
 
-    settled = settle(scenario, launched, from_cli)
-    if not settled:
-        return scenario
+    check_sized(tables, launched)
+    cluster, _ = _resolve_cluster(tables["cluster"],
+                                  None if ("cluster", "profile") in from_cli else path.parent)
+    par, training = tables["parallelism"], tables["training"]
+    layout = [_coerce(f"{table}.{key}", where.get(key, getattr(cls, key)), "int")
+              for table, where, cls, key in (
+                  ("parallelism", par, ParallelismConfig, "tensor_parallel"),
+                  ("parallelism", par, ParallelismConfig, "pipeline_parallel"),
+                  ("training", training, TrainingConfig, "micro_batch"),
+                  ("training", training, TrainingConfig, "gradient_accumulation"))]
+    if min(layout) < 1:
+        return  # refused in its own words when the scenario is built
+    settled = settle(launched, Layout(cluster.world_size, *layout), from_cli)
     for dotted, value in settled.items():
         table, key = dotted.split(".")
         tables[table][key] = value
-    if notes:
+    if notes and settled:
         shown = ", ".join(f"{k}={v}" for k, v in settled.items())  # whole numbers
-        notes.append(f"from {launched.origin}, on {scenario.world_size} ranks: {shown}")
-    return build_scenario(tables, base_dir=path.parent, source=str(path),
-                          cli_hf_config=("model", "hf_config") in from_cli,
-                          cli_profile=("cluster", "profile") in from_cli)
+        notes.append(f"from {launched.origin}, on {cluster.world_size} ranks: {shown}")
 
 
 def _drop_unused_fetch_knobs(tables: dict, taken: dict, scenario_training: dict,

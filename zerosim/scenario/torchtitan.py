@@ -184,10 +184,10 @@ def _model(launch: Launch, model: dict[str, Any], used: set[str]) -> None:
     assets = model.get("hf_assets_path")
     config = Path(assets) / "config.json" if isinstance(assets, str) else None
     used.update(("model.name", "model.flavor", "model.hf_assets_path"))
-    if config is not None and config.is_file():
+    found = config is not None and config.is_file()
+    if found:
         launch.model_if_open = {"name": name, "hf_config": str(config.resolve())}
-        return
-    where = f"{assets}/config.json not found, " if isinstance(assets, str) else ""
+    where = f"{assets}/config.json not found, " if isinstance(assets, str) and not found else ""
     launch.unsized = (f"{launch.origin}: [model] names {name!r}, a flavor zerosim cannot size "
                       f"({where}no shape given): give the shape as [model] keys in the "
                       f"scenario, or a Hugging Face config.json as model.hf_config (--set "
