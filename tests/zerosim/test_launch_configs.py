@@ -5,6 +5,7 @@ give exactly that; the same run written as --set must be the same scenario."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -255,6 +256,9 @@ def test_megatron_argument_list_with_llama_layout(write):
     ("accelerate", "a.yaml", "distributed_type: [FSDP\n", ["YAML syntax error"]),
     ("accelerate", "a.yaml", "distributed_type: TPU\n", ["distributed_type = 'TPU' is not modeled"]),
     ("accelerate", "a.yaml", "- 1\n", ["expected a mapping of keys, got list"]),
+    ("accelerate", "a.yaml", "a: &x [1, 1]\nb: [*x, *x]\n", ["YAML aliases (*name) are not read"]),
+    ("accelerate", "a.yaml", "a: " + "[" * 40 + "]" * 40 + "\n", ["nested more than 32 levels"]),
+    ("accelerate", "a.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n", ["nested more than 32"]),
     ("accelerate", "a.yaml", "num_processes: 3\nnum_machines: 2\ndistributed_type: MULTI_GPU\n",
      ["num_processes 3 is not a multiple of num_machines 2"]),
     ("accelerate", "a.yaml", "distributed_type: FSDP\nmixed_precision: fp8\n",
@@ -311,3 +315,58 @@ def test_the_python_api_takes_the_launch_configs():
         zerosim.load(LLAMA, torchtitan=fixture, megatron_args=fixture)
     with pytest.raises(TypeError, match="go with a scenario file"):
         zerosim.load(model={"params": 10**9}, accelerate=fixture)
+
+
+def test_the_note_docs_scenarios_shows_is_the_real_one(monkeypatch):
+    """docs/scenarios.md shows a launch config's note (its stdout is a checked sample too)."""
+    from tests.test_readme import found
+
+    shown = found("note")
+    assert [page for page, _, _ in shown] == ["docs/scenarios.md"]
+    monkeypatch.chdir(ROOT)  # the note names the path as typed on the page
+    for _, argv, text in shown:
+        result = run_zerosim(*argv.split())
+        assert result.code == 0, result.stderr
+        assert result.stderr == text
+
+
+def test_without_pyyaml_accelerate_says_so_in_one_line(monkeypatch):
+    import sys
+
+    from zerosim.errors import InputError
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # `import yaml` raises ImportError
+    with pytest.raises(InputError, match="pip install pyyaml"):
+        load_scenario(LLAMA, launch=("accelerate", FIXTURES / "accelerate/fsdp.yaml"))
+
+
+JUNK = ("", "x", "-1", "0", "9" * 20, "1.5", "true", "[", "]", "{", ": ", "\n", "'", '"', "#",
+        "nan", "--", "--num-layers", "$X", "\t", "１", "= 3", "\udcff")
+
+
+@pytest.mark.parametrize("kind, fixture", [(c[0], c[1]) for c in CASES if c[1] in (
+    "accelerate/fsdp.yaml", "accelerate/deepspeed.yaml", "torchtitan/llama3_8b.toml",
+    "megatron/train_gpt3_175b_distributed.sh")])
+def test_launch_config_fuzz(scratch, kind, fixture):
+    """Each fixture with junk written into it somewhere: an answer, or one line and exit 2."""
+    from hypothesis import given, strategies as st
+
+    from tests.fuzzing import GENERATED, fuzz, generated
+
+    text = (FIXTURES / fixture).read_text(encoding="utf-8")
+    base = GPT3 if kind == "megatron" else LLAMA
+
+    @fuzz(25)
+    @given(at=st.integers(0, len(text)), cut=st.integers(0, 8), junk=st.sampled_from(JUNK))
+    def run(at, cut, junk):
+        generated("test_launch_config_fuzz")
+        target = scratch / Path(fixture).name
+        target.write_text(text[:at] + junk + text[at + cut:], encoding="utf-8",
+                          errors="surrogateescape")
+        result = run_zerosim("memory", base, FLAG[kind], target)
+        if result.code != 0:
+            assert_one_line_error(result)
+
+    before = GENERATED["test_launch_config_fuzz"]
+    run()
+    assert GENERATED["test_launch_config_fuzz"] - before == 25

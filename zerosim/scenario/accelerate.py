@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from zerosim.errors import InputError
-from zerosim.files import check_nesting, read_text
+from zerosim.files import MAX_NESTING, check_nesting, read_text
 from zerosim.scenario.launch import Launch, boolean, choice, integer, unused_keys
 
 PRECISIONS = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
@@ -59,10 +59,14 @@ def load_yaml(path: Path) -> dict[str, Any]:
     except ImportError:
         raise InputError("--accelerate reads YAML with PyYAML, which is not installed: "
                          "pip install pyyaml") from None
-    try:
+    try:  # an alias repeats a node without copying it: a few lines could stand for 9**9 values
+        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
+            raise InputError(f"Accelerate config {path}: YAML aliases (*name) are not read; "
+                             f"write the values out")
         data = yaml.safe_load(text)
     except RecursionError:
-        raise InputError(f"Accelerate config {path}: nested too deep") from None
+        raise InputError(f"Accelerate config {path}: nested more than {MAX_NESTING} levels "
+                         f"deep") from None
     except yaml.YAMLError as exc:
         raise InputError(f"Accelerate config {path}: YAML syntax error: "
                          f"{' '.join(str(exc).split())}") from None
