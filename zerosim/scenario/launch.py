@@ -58,6 +58,8 @@ class Launch:
     defaulted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
+    unmodeled: list[str] = field(default_factory=list)
+    """What the file's run does that zerosim does not model and the answer leaves out."""
 
     def fail(self, message: str) -> InputError:
         return InputError(f"{self.origin}: {message}")
@@ -73,7 +75,8 @@ class Launch:
             kept = f" but {', '.join(self.model_kept)}" if self.model_kept else ""
             parts.append(f"the scenario's [model] replaced{kept}")
         for label, items in (("defaults for", self.defaulted),
-                             ("kept the scenario's", self.kept), ("not used:", self.unused)):
+                             ("kept the scenario's", self.kept), ("not used:", self.unused),
+                             ("not modeled:", self.unmodeled)):
             if items:
                 parts.append(f"{label} {', '.join(items)}")
         return "; ".join(parts)

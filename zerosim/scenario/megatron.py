@@ -21,7 +21,9 @@ Flags and defaults as megatron/training/arguments.py has them (NVIDIA/Megatron-L
 - precision: --fp16 | --bf16 (neither: fp32); the optimizer: --optimizer adam | sgd (with
   --sgd-momentum, default 0.9); --use-distributed-optimizer shards the optimizer states over
   the data-parallel ranks: ZeRO stage 1 (else 0), in the ZeRO paper's accounting
-  (training.framework "zero": zerosim has no Megatron class).
+  (training.framework "zero": zerosim has no Megatron class). Under --bf16 Megatron keeps its
+  gradient buffer in fp32 (unless --grad-reduce-in-bf16); zerosim counts 16-bit gradients, and
+  the note says so.
 - recomputation: --recompute-activations (selective), --recompute-granularity full | selective
   (full only with --recompute-method uniform and --recompute-num-layers 1: every layer).
 - attention: --use-flash-attn, or --attention-backend flash | fused (true) | unfused | local
@@ -164,6 +166,8 @@ def _vocabulary(args: _Args, m: dict[str, Any], tp: int) -> None:
         size = GPT2_VOCAB
     if size is None:
         args.launch.model_kept = ("vocab",)
+        args.launch.kept.append("model.vocab (the arguments name a tokenizer, not its size; "
+                                "as written, not padded)")
         return
     multiple = args.number("--make-vocab-size-divisible-by", 128) * tp
     m["vocab"] = -(-size // multiple) * multiple
@@ -186,6 +190,9 @@ def _training(args: _Args) -> None:
     if fp16 and bf16:
         raise launch.fail("--fp16 and --bf16 are both given; Megatron takes one")
     t["precision"] = "fp16" if fp16 else "bf16" if bf16 else "fp32"
+    if bf16 and not args.on("--grad-reduce-in-bf16"):  # arguments.py: bf16 -> fp32 main grads
+        launch.unmodeled.append("the fp32 gradient buffer Megatron keeps under --bf16 "
+                                "(zerosim counts 16-bit gradients)")
     optimizer = choice(launch, args.text("--optimizer", "adam"), "--optimizer",
                        {"adam": "adam", "sgd": "sgd"})
     if optimizer == "sgd" and args.fraction("--sgd-momentum", 0.9) != 0:
