@@ -387,3 +387,23 @@ def test_a_set_that_disagrees_with_the_global_batch_is_one_line(write):
     ok = run_zerosim("memory", LLAMA, "--json", "--torchtitan", job, "--set",
                      "training.gradient_accumulation=8")
     assert ok.code == 0, ok.stderr
+
+
+def test_the_other_fixtures_load_or_say_why_not():
+    """latest_fsdp.yaml: Accelerate's own test config, one process, mixed_precision 'no' (fp32).
+    tp_hsdp.yaml: TP 2 x dp_replicate 2 x dp_shard 2 = num_processes 8 on FSDP2; hybrid sharding
+    beside tensor parallelism is refused in one line by the scenario's own check, and without
+    the shard group it loads. debug_model.toml: torchtitan's selective checkpointing with its
+    default option "2" (one layer in 2), not modeled: one line."""
+    s = load_scenario(LLAMA, launch=("accelerate", FIXTURES / "accelerate/latest_fsdp.yaml"))
+    assert (s.world_size, s.training.precision, s.training.framework, s.training.zero_stage) == (
+        1, "fp32", "fsdp1", 3)
+    hsdp = FIXTURES / "accelerate/tp_hsdp.yaml"
+    assert_one_line_error(run_zerosim("memory", LLAMA, "--accelerate", hsdp),
+                          "hybrid sharding beside tensor parallelism")
+    t = load_scenario(LLAMA, ["parallelism.shard_group=0"], launch=("accelerate", hsdp))
+    assert (t.world_size, t.parallelism.tensor_parallel, t.training.framework,
+            t.training.zero_stage, t.training.precision) == (8, 2, "fsdp2", 3, "bf16")
+    assert_one_line_error(run_zerosim("memory", LLAMA, "--torchtitan",
+                                      FIXTURES / "torchtitan/debug_model.toml"),
+                          "selective_ac_option = '2'", "not modeled")
