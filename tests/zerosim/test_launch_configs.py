@@ -255,6 +255,8 @@ def test_megatron_argument_list_with_llama_layout(write):
 @pytest.mark.parametrize("kind, name, text, fragments", [
     ("accelerate", "a.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: "
      "QUARTER_SHARD\n", ["fsdp_sharding_strategy = 'QUARTER_SHARD' is not modeled", "FULL_SHARD"]),
+    ("accelerate", "a.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 3\n",
+     ["fsdp_sharding_strategy = 3 (NO_SHARD)", "MULTI_GPU"]),
     ("accelerate", "a.yaml", "distributed_type: FSDP\nnum_processes: two\n",
      ["num_processes must be a whole number, got 'two'"]),
     ("accelerate", "a.yaml", "distributed_type: [FSDP\n", ["YAML syntax error"]),

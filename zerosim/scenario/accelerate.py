@@ -10,7 +10,7 @@ constants.py at huggingface/accelerate 16cb6eb):
 - fsdp_config: fsdp_version 1 | 2 (default 1) -> training.framework "fsdp1" | "fsdp2".
   FSDP1's fsdp_sharding_strategy (or its fallback fsdp_reshard_after_forward), by name or by
   FSDP_SHARDING_STRATEGY's number (index + 1): FULL_SHARD (1) stage 3, SHARD_GRAD_OP (2)
-  stage 2, NO_SHARD (3) stage 0, HYBRID_SHARD (4) stage 3 and HYBRID_SHARD_ZERO2 (5) stage 2
+  stage 2, NO_SHARD (3) refused (FSDP1 unsharded is not modeled), HYBRID_SHARD (4) stage 3 and HYBRID_SHARD_ZERO2 (5) stage 2
   sharded inside a node (parallelism.shard_group = gpus_per_node, PyTorch's default process
   groups for hybrid sharding); default FULL_SHARD. FSDP2's fsdp_reshard_after_forward true
   (default) is stage 3, false stage 2. fsdp_offload_params: parameters, gradients and the
@@ -145,6 +145,10 @@ def _fsdp(launch: Launch, cfg: dict[str, Any], path: Path, per_node: int) -> set
             value = int(value)
         stage, hybrid = choice(launch, value, f"fsdp_config.{key}", _STRATEGY_OF)
         used.add(f"fsdp_config.{key}")
+        if stage == 0:
+            raise launch.fail(f"fsdp_config.{key} = {value!r} (NO_SHARD): FSDP without sharding "
+                              f"is not modeled (zerosim's fsdp1 runs stages 2-3); DDP is "
+                              f"distributed_type MULTI_GPU")
     launch.set("training", "zero_stage", stage)
     if hybrid:
         launch.set("parallelism", "shard_group", per_node)
