@@ -40,6 +40,8 @@ def test_readme_has_its_samples():
          "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4"),
         ("docs/pipeline-parallel.md", "simulate scenarios/gpt3_175b_1024gpu_3d.toml --stage 1"),
         ("docs/scenarios.md", "memory scenarios/zero_paper_7b5_64gpu.toml"),
+        ("docs/scenarios.md", "memory scenarios/llama2_7b_64gpu.toml --accelerate "
+         "tests/fixtures/launch/accelerate/fsdp.yaml"),
         ("docs/tensor-parallel.md",
          "simulate scenarios/gpt3_175b_1024gpu.toml --stage 3 --set "
          "parallelism.tensor_parallel=8 --set parallelism.sequence_parallel=true"),

@@ -32,12 +32,14 @@ Sets = Mapping[str, Any] | Iterable[str]
 
 def load(source: str | Path | Mapping[str, Mapping[str, Any]] | None = None, *,
          sets: Sets = (), deepspeed: str | Path | None = None,
-         **tables: Mapping[str, Any]) -> Scenario:
+         accelerate: str | Path | None = None, torchtitan: str | Path | None = None,
+         megatron_args: str | Path | None = None, **tables: Mapping[str, Any]) -> Scenario:
     """A scenario from a file (a path), from its tables (a dict {"model": {...}, "cluster":
     {...}, ...}) or from keyword arguments (model=..., cluster=..., training=...); `sets`
     overrides keys as `--set` does ({"training.zero_stage": 3} or ["training.zero_stage=3"]);
-    `deepspeed` reads a ds_config as `--deepspeed` does (with a file only). Relative paths in a
-    dict or keywords (hf_config, profile) are taken from the working directory."""
+    `deepspeed` reads a ds_config as `--deepspeed` does, and `accelerate`, `torchtitan` and
+    `megatron_args` a launch config as their flags do (one of them, with a file only). Relative
+    paths in a dict or keywords (hf_config, profile) are taken from the working directory."""
     from zerosim.analytic.memory import check_scale
     from zerosim.scenario.load import build_scenario, load_scenario, parse_override, split_tables
     from zerosim.sim.device import check_device_scale
@@ -45,11 +47,18 @@ def load(source: str | Path | Mapping[str, Mapping[str, Any]] | None = None, *,
     overrides = _override_texts(sets)
     if source is not None and tables:
         raise TypeError("zerosim.load: give a file or tables, as a dict or as keywords, not both")
+    launches = [(kind, path) for kind, path in (("accelerate", accelerate),
+                                                ("torchtitan", torchtitan),
+                                                ("megatron", megatron_args)) if path is not None]
+    if len(launches) > 1:
+        raise TypeError("zerosim.load: give one of accelerate=, torchtitan=, megatron_args=")
     if isinstance(source, (str, Path)):
-        scenario = load_scenario(source, overrides, deepspeed)
+        scenario = load_scenario(source, overrides, deepspeed,
+                                 launch=launches[0] if launches else None)
     else:
-        if deepspeed is not None:
-            raise TypeError("zerosim.load: deepspeed= goes with a scenario file")
+        if deepspeed is not None or launches:
+            raise TypeError("zerosim.load: deepspeed= and the launch configs go with a "
+                            "scenario file")
         raw = {name: dict(table) for name, table in dict(source or tables).items()}
         parsed = split_tables(raw, "zerosim.load")
         for text in overrides:

@@ -33,9 +33,31 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
                         metavar="TABLE.KEY=VALUE",
                         help="override one scenario key, value parsed as TOML (a bare word is a "
                              "string); repeatable, e.g. --set cluster.nodes=16 --set training.precision=fp32")
-    parser.add_argument("--deepspeed", metavar="DS_CONFIG.json",
-                        help="take zero stage, offload, precision, bucket sizes and micro-batch from a "
-                             "DeepSpeed config (applied after the scenario, before --set)")
+    configs = parser.add_mutually_exclusive_group()
+    configs.add_argument("--deepspeed", metavar="DS_CONFIG.json",
+                         help="take zero stage, offload, precision, bucket sizes and micro-batch from a "
+                              "DeepSpeed config (applied after the scenario, before --set)")
+    configs.add_argument("--accelerate", metavar="ACCELERATE.yaml",
+                         help="take the run from an Accelerate config (FSDP, DeepSpeed or DDP: "
+                              "stage, precision, offload, machines and processes; after the "
+                              "scenario, before --set)")
+    configs.add_argument("--torchtitan", metavar="JOB.toml",
+                         help="take the run from a torchtitan job config (FSDP2, TP, PP, batch, "
+                              "precision, checkpointing; after the scenario, before --set)")
+    configs.add_argument("--megatron-args", metavar="FILE",
+                         help="take the model and the run from a Megatron-LM argument list or "
+                              "launch script (shape, TP, PP, batch, precision, recomputation; "
+                              "after the scenario, before --set)")
+
+
+def launch_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(kind, path) of the launch config the arguments name (launch.KINDS), or None."""
+    for kind, path in (("accelerate", getattr(args, "accelerate", None)),
+                       ("torchtitan", getattr(args, "torchtitan", None)),
+                       ("megatron", getattr(args, "megatron_args", None))):
+        if path is not None:
+            return kind, path
+    return None
 
 
 def add_mode(parser: argparse.ArgumentParser, help: str) -> None:
@@ -45,15 +67,16 @@ def add_mode(parser: argparse.ArgumentParser, help: str) -> None:
 def load(args: argparse.Namespace, kept: list[str] | None = None):
     """The scenario the arguments name, refused if what it makes passes 2**53 (memory.check_scale,
     check_device_scale; a collective's sizes: check_sends); what a DeepSpeed config contributed
-    goes to stderr, once the scenario is accepted, and into `kept` where one is given (a report
-    shows them)."""
+    goes to stderr, once the scenario is accepted, and so does what a launch config
+    (--accelerate, --torchtitan, --megatron-args) did; each also into `kept` where one is given
+    (a report shows them)."""
     from zerosim.analytic.memory import check_scale
     from zerosim.scenario.load import load_scenario
     from zerosim.sim.device import check_device_scale
 
     notes: list[str] = []
     scenario = check_device_scale(check_scale(load_scenario(
-        args.scenario, args.overrides, args.deepspeed, notes=notes)))
+        args.scenario, args.overrides, args.deepspeed, notes=notes, launch=launch_of(args))))
     if getattr(args, "op", None) is not None:  # `collective`: before it simulates
         from zerosim.sim.collective_bench import check_sends
 

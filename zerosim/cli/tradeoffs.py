@@ -23,6 +23,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise InputError(f"--address {args.address} is a Ray cluster's: it goes with "
                          f"--executor ray")
     sweep_files.output_format(args.out)  # a wrong name or place fails before any work
+    for flag in ("accelerate", "torchtitan", "megatron_args"):
+        if getattr(args, flag, None) is not None:  # not carried to the sweep's points yet
+            raise InputError(f"zerosim sweep: --{flag.replace('_', '-')} is not taken by sweep: "
+                             f"give the keys its note names (zerosim memory prints it) as --set")
     varies = [sweep.parse_vary(text) for text in args.vary]
     total = sweep.count_points(varies)
     executor, jobs = None, args.jobs

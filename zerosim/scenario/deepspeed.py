@@ -104,13 +104,15 @@ class _Reader:
                         f"(zerosim models \"none\", \"cpu\" and \"nvme\")")
 
 
-def read_deepspeed_config(path: str | Path, *, precision: str = "bf16",
-                          notes: list[str] | None = None) -> dict[str, Any]:
-    """[training] overrides from a ds_config. `precision` is the scenario's, used only when the
+def read_deepspeed_config(path: str | Path | dict[str, Any], *, precision: str = "bf16",
+                          notes: list[str] | None = None, origin: str = "") -> dict[str, Any]:
+    """[training] overrides from a ds_config: a file, or its keys (what Accelerate's
+    DeepSpeedPlugin builds) named by `origin`. `precision` is the scenario's, used only when the
     ds_config leaves it to "auto"; a summary of what was taken and kept is appended to `notes`.
     A train_batch_size comes back under TRAIN_BATCH, for `derive_batch` once the world size
     is known; it is not a [training] key."""
-    r = _Reader(read_json_object(Path(path), "DeepSpeed config"), str(path))
+    cfg = path if isinstance(path, dict) else read_json_object(Path(path), "DeepSpeed config")
+    r = _Reader(cfg, origin or str(path))
     out: dict[str, Any] = {}
     _precision(r, out)
     zero = r.section(r.cfg, "zero_optimization")

@@ -1,7 +1,9 @@
 """Scenario files in, a validated Scenario out.
 
 Precedence, lowest first: dataclass defaults < GPU preset < scenario file (< Hugging Face config for
-the model shape, which explicit [model] keys override) < DeepSpeed config < `--set` overrides.
+the model shape, which explicit [model] keys override) < launch config (an Accelerate YAML, a
+torchtitan TOML or Megatron-LM's arguments: launch.py) < DeepSpeed config (given, or named by
+Accelerate's) < `--set` overrides.
 Every key from any of these is checked against the dataclass fields: a typo fails, naming the key
 and the allowed ones.
 """
@@ -241,18 +243,24 @@ def build_scenario(tables: dict[str, dict[str, Any]], *, base_dir: Path, source:
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = (),
-                  deepspeed: str | Path | None = None, notes: list[str] | None = None) -> Scenario:
-    """Read a scenario file, apply a DeepSpeed config then `--set` overrides, validate.
-    What a DeepSpeed config contributed is described in `notes` (for the CLI to show)."""
+                  deepspeed: str | Path | None = None, notes: list[str] | None = None,
+                  launch: tuple[str, str | Path] | None = None) -> Scenario:
+    """Read a scenario file, apply a launch config (`launch`: (kind, path), kind one of
+    launch.KINDS) or a DeepSpeed config, then `--set` overrides, validate. What a launch or
+    DeepSpeed config contributed is described in `notes` (for the CLI to show)."""
     path = Path(path)
     tables = split_tables(read_toml(path), str(path))
+    launched = None if launch is None else _apply_launch(tables, launch, deepspeed, notes)
+    if launched is not None:
+        deepspeed = launched.deepspeed
     if deepspeed is not None:
         from zerosim.scenario.deepspeed import TRAIN_BATCH, derive_batch, read_deepspeed_config
 
         precision = tables["training"].get("precision", TrainingConfig.precision)
         if not isinstance(precision, str) or precision not in BYTES_PER_ELEMENT:
             precision = TrainingConfig.precision  # the scenario's own error is raised below
-        keys = read_deepspeed_config(deepspeed, precision=precision, notes=notes)
+        keys = read_deepspeed_config(deepspeed, precision=precision, notes=notes,
+                                     origin=_named(deepspeed, launched))
         scenario_training = dict(tables["training"])  # before the ds_config's keys
         train_batch = keys.pop(TRAIN_BATCH, None)
         for key, value in keys.items():
@@ -264,6 +272,8 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         from_cli.add((table, key))
     if deepspeed is not None:
         _drop_unused_fetch_knobs(tables, keys, scenario_training, from_cli, notes)
+    if launched is not None:
+        _settle(tables, launched, from_cli, path, notes)
     scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
                               cli_hf_config=("model", "hf_config") in from_cli,
                               cli_profile=("cluster", "profile") in from_cli)
@@ -276,7 +286,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
         micro, steps = derive_batch(
             total, None if "micro_batch" in open_keys else t.micro_batch,
             None if "gradient_accumulation" in open_keys else t.gradient_accumulation,
-            scenario.world_size, str(deepspeed))
+            scenario.world_size, _named(deepspeed, launched))
         if (micro, steps) != (t.micro_batch, t.gradient_accumulation):
             tables["training"].update(micro_batch=micro, gradient_accumulation=steps)
             scenario = build_scenario(tables, base_dir=path.parent, source=str(path),
@@ -286,6 +296,65 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
             notes[-1] += (f"; micro_batch={micro}, gradient_accumulation={steps} from "
                           f"train_batch_size={total} on {scenario.world_size} ranks")
     return scenario
+
+
+def _apply_launch(tables: dict, launch: tuple[str, str | Path], deepspeed, notes):
+    """The launch config's keys over the scenario's tables (in place), its note in `notes`;
+    the Launch comes back for what needs the world (settle) and the ds_config it names."""
+    from zerosim.scenario.launch import apply
+
+    if deepspeed is not None:
+        raise InputError(f"--deepspeed and --{launch[0]} both describe the run: give one")
+    launched = _read_launch(*launch)
+    apply(tables, launched)
+    if notes is not None:
+        notes.append(launched.note())
+    return launched
+
+
+def _read_launch(kind: str, path: str | Path):
+    """The launch config of `kind` (one of launch.KINDS) at `path`, read by its reader."""
+    if kind == "accelerate":
+        from zerosim.scenario.accelerate import read_accelerate_config as read
+    elif kind == "torchtitan":
+        from zerosim.scenario.torchtitan import read_torchtitan_config as read
+    elif kind == "megatron":
+        from zerosim.scenario.megatron import read_megatron_args as read
+    else:
+        raise ValueError(f"launch config kind {kind!r} is none of accelerate, torchtitan, megatron")
+    return read(Path(path))
+
+
+def _named(deepspeed: str | Path | dict, launched) -> str:
+    """How errors name a ds_config: its path, or the launch config that described it."""
+    return f"{launched.origin} deepspeed_config" if isinstance(deepspeed, dict) else str(deepspeed)
+
+
+def _settle(tables: dict, launched, from_cli: set, path: Path, notes: list[str] | None) -> None:
+    """The launch config's keys that need the world size (a global batch, a shard degree left
+    to the ranks left), once --set has fixed the cluster, into `tables`; a launch config that
+    names its model without a shape needs one by now."""
+    from zerosim.scenario.launch import Layout, check_sized, settle
+
+    check_sized(tables, launched)
+    cluster, _ = _resolve_cluster(tables["cluster"],
+                                  None if ("cluster", "profile") in from_cli else path.parent)
+    par, training = tables["parallelism"], tables["training"]
+    layout = [_coerce(f"{table}.{key}", where.get(key, getattr(cls, key)), "int")
+              for table, where, cls, key in (
+                  ("parallelism", par, ParallelismConfig, "tensor_parallel"),
+                  ("parallelism", par, ParallelismConfig, "pipeline_parallel"),
+                  ("training", training, TrainingConfig, "micro_batch"),
+                  ("training", training, TrainingConfig, "gradient_accumulation"))]
+    if min(layout) < 1:
+        return  # refused in its own words when the scenario is built
+    settled = settle(launched, Layout(cluster.world_size, *layout), from_cli)
+    for dotted, value in settled.items():
+        table, key = dotted.split(".")
+        tables[table][key] = value
+    if notes and settled:
+        shown = ", ".join(f"{k}={v}" for k, v in settled.items())  # whole numbers
+        notes.append(f"from {launched.origin}, on {cluster.world_size} ranks: {shown}")
 
 
 def _drop_unused_fetch_knobs(tables: dict, taken: dict, scenario_training: dict,
