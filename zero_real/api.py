@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -75,5 +76,9 @@ def _parsed(parser, argv: list[str]):
         with contextlib.redirect_stderr(errors):
             return parser.parse_args(argv)
     except SystemExit:
-        message = errors.getvalue().strip().removeprefix("zero-real: error: ")
-        raise InputError(message.removesuffix(" (see zero-real --help)")) from None
+        message = _COMMAND_LINE.sub("", errors.getvalue().strip())
+        raise InputError(message) from None
+
+
+_COMMAND_LINE = re.compile(r"^zero-real(?: run)?: error: | \(see zero-real(?: run)? --help\)$")
+"""What only a command line says around the parser's refusal: its prog and the help hint."""
