@@ -229,3 +229,12 @@ def test_the_timed_sweep_has_the_points_the_pages_say():
     assert f"({points} points, " in prose("README.md")
     assert f"# {points} points, " in PAGES["docs/tradeoffs.md"]
     assert Path(argv[argv.index("sweep") + 1]) == ZERO_PAPER.relative_to(ROOT)
+
+
+def test_readme_quotes_the_real_runs_sample():
+    """The README's `rank 0: ...` is the start of a line of docs/real-runs.md's zero-real sample
+    (tests/zero_real/test_page_samples.py keeps that sample the real output)."""
+    quoted = re.search(r"`(rank 0: model states [^`]*?), \.\.\.`", prose("README.md")).group(1)
+    sample_text = re.search(r"<!-- sample: zero-real run .*?-->\n```text\n(.*?)```",
+                            PAGES["docs/real-runs.md"], re.S).group(1)
+    assert any(line.startswith(quoted + ",") for line in sample_text.splitlines())

@@ -2,8 +2,14 @@
 and the sample output every page shows."""
 
 import re
+import sys
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pyproject.toml: tomli on Python 3.10
+    import tomli as tomllib
 
 from tests.conftest import ROOT, run_zerosim
 
@@ -94,3 +100,27 @@ def test_readme_excerpts_are_lines_of_the_real_output(monkeypatch, page, argv, e
     lines = iter(result.stdout.splitlines())
     shown = [line for line in excerpt.splitlines() if line != "..."]
     assert EXCERPTS and shown and all(line in lines for line in shown)  # `in` consumes: in order
+
+
+def test_readme_says_how_its_test_counts_are_made():
+    """The paragraph after the two commands quotes pytest's last line without torch and with it;
+    the script it names makes both again, running the README's test command verbatim, and the
+    extras it names are the project's, each bringing what the paragraph says."""
+    paragraph = " ".join(
+        README.split("The second command runs the test suite.", 1)[1].split("\n\n")[0].split())
+    assert len(re.findall(r"`\d+ passed, \d+ skipped`", paragraph)) == 2
+    script = ROOT / "bench" / "readme_counts.sh"
+    assert "`bash bench/readme_counts.sh [--torch] [--no-browser]`" in paragraph
+    lines = [line.strip() for line in script.read_text(encoding="utf-8").splitlines()]
+    assert FIRST_BLOCKS[1].strip() in lines
+    pin = "pip install torch==2.13.0"
+    assert pin in paragraph  # the pin CI installs, and so does the script's --torch:
+    assert pin.replace("install", "install --quiet") in lines
+    assert pin.replace("install", "install --quiet") in (ROOT / ".ci" / "run").read_text(
+        encoding="utf-8")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "project"]["optional-dependencies"]
+    brings = {"real": "torch", "png": "kaleido", "ray": "ray"}
+    for extra, package in brings.items():
+        assert f"`[{extra}]`" in paragraph
+        assert any(spec.startswith(package) for spec in extras[extra]), extra
