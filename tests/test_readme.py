@@ -124,3 +124,19 @@ def test_readme_says_how_its_test_counts_are_made():
     for extra, package in brings.items():
         assert f"`[{extra}]`" in paragraph
         assert any(spec.startswith(package) for spec in extras[extra]), extra
+
+
+def test_the_test_command_collects_without_torch():
+    """The README's fresh machine has no torch: a test module that imports torch or zero_real at
+    its top must skip first (`pytest.importorskip("torch")`), or collecting it is an error and
+    the whole command fails (test_pipeline_mutants.py did, found by bench/readme_counts.sh)."""
+    unguarded = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        imports = [i for i, line in enumerate(lines)
+                   if re.match(r"(from|import) (torch|zero_real)\b", line)]
+        skips = [i for i, line in enumerate(lines)
+                 if re.match(r"(\w+ = )?pytest\.importorskip\(\"torch\"\)", line)]
+        if imports and not (skips and skips[0] < imports[0]):
+            unguarded.append(path.relative_to(ROOT).as_posix())
+    assert unguarded == ["tests/zero_real/helpers.py"]  # imported only by modules that skip
