@@ -57,7 +57,8 @@ def test_readme_quotes_table_1():
     assert quoted == "120, 31.4, 16.6, 1.88"  # the paper's own row for 7.5B at N_d = 64
     text = prose("README.md")
     assert f"Table 1 ({quoted} GB of model states)" in text
-    assert f"16Ψ, 4Ψ + 12Ψ/{N}, 2Ψ + 14Ψ/{N} and 16Ψ/{N} bytes (Table 1: {quoted} GB)" in text
+    listed = f"16Ψ, 4Ψ + 12Ψ/{N}, 2Ψ + 14Ψ/{N} and 16Ψ/{N} bytes (Table 1: {quoted} GB)"
+    assert listed in text and listed in prose("docs/scenarios.md")
 
 
 def test_readme_names_the_collective_samples_fabric():
@@ -139,6 +140,35 @@ def test_readme_states_the_published_runs_as_validate_reports_them(references):
             in prose("docs/published-runs.md"))
 
 
+def test_the_published_runs_page_states_them_as_validate_reports_them(references):
+    """docs/published-runs.md's running totals, axis by axis, and tensor-parallel.md's range."""
+    report, axes = references
+    errors = {}
+    for row in report["rows"]:
+        if row["category"] == "throughput":
+            errors.setdefault(axes[row["reference"]], []).append(row["error_pct"])
+    before_32 = errors["dp"] + errors["tp"] + errors["pp"]
+    every = before_32 + errors["issue 32"]
+    beyond = sum(abs(row["error_pct"]) > 25 for row in report["rows"])
+    text = prose("docs/published-runs.md")
+    assert f"`references/` holds {len(axes)} end-to-end training runs" in text
+    assert f"lists the {len(report['not_expressible'])} runs zerosim cannot express" in text
+    assert (f"as today: {beyond} rows are not; the throughput mean is {mean_abs(every)}% over "
+            f"{len(every)} runs, {mean_abs(before_32)}% over the {len(before_32)} compared "
+            f"before issue 32" in text)
+    assert (f"throughput: mean |error| {mean_abs(errors['dp'])}% over {len(errors['dp'])} runs, "
+            f"worst {max(errors['dp'], key=abs):+.1f}%." in text)
+    tp = f"{min(errors['tp']):+.1f}% to {max(errors['tp']):+.1f}%"
+    with_tp = errors["dp"] + errors["tp"]
+    assert (f"{tp}, mean {mean_abs(errors['tp'])}%; with them the throughput mean over "
+            f"{len(with_tp)} runs is {mean_abs(with_tp)}%." in text)
+    assert f": mean |error| {mean_abs(errors['pp'])}%. The" in text
+    assert (f"the throughput mean over {len(before_32)} runs is {mean_abs(before_32)}%, worst "
+            f"{max(before_32, key=abs):+.1f}%." in text)
+    assert (f"land {tp} over the measured throughput, mean {mean_abs(errors['tp'])}%"
+            in prose("docs/tensor-parallel.md"))
+
+
 def test_the_flat_models_error_is_what_validate_reports():
     """docs/published-runs.md: the flat half of peak over the data-parallel runs of issue 16."""
     folder = ROOT / "references"
@@ -194,6 +224,24 @@ def test_readme_tensor_and_pipeline_figures_are_their_samples():
     assert f"(the first stage holds {held[0]} micro-batches, the last {held[-1]})" in text
 
 
+def test_tensor_parallel_prose_is_its_sample():
+    """docs/tensor-parallel.md's words on its own sample: the slice, its model states (Table 1's
+    16Ψ/N_d with Ψ the slice), and the bytes each group moves (sim/groups.py's line)."""
+    tp = sample("docs/tensor-parallel.md", "simulate")
+    total, per_rank, ranks = (int(x.replace(",", "")) for x in re.search(
+        r"([\d,]+) parameters \(([\d,]+) per tensor-parallel rank\) \| (\d+) ranks",
+        tp).groups())
+    d = ranks // 8
+    groups = re.search(r"dp all_gather ([\d.]+), reduce_scatter ([\d.]+) \| tp all_gather "
+                       r"([\d.]+), all_reduce ([\d.]+), reduce_scatter ([\d.]+) GB", tp).groups()
+    dp_GB, tp_GB = sum(map(float, groups[:2])), sum(map(float, groups[2:]))
+    assert (f"Each GPU holds {per_rank / 1e9:.2f}B of the {total / 1e9:.1f}B parameters and "
+            f"shards them over {d} data-parallel ranks: {16 * per_rank / d / 1e9:.2f} GB of "
+            f"model states. Its TP group moves {tp_GB:.0f} GB per step over NVLink"
+            in prose("docs/tensor-parallel.md"))
+    assert f"its data-parallel group {dp_GB:.0f} GB across nodes" in prose("docs/tensor-parallel.md")
+
+
 def test_tradeoffs_calibration_figure_prose_is_the_committed_reports():
     """docs/tradeoffs.md's words on docs/figures/validate_stage{0..3}.json (measured on a 2-core
     box by bench/validate_figures.sh and committed)."""
@@ -238,3 +286,93 @@ def test_readme_quotes_the_real_runs_sample():
     sample_text = re.search(r"<!-- sample: zero-real run .*?-->\n```text\n(.*?)```",
                             PAGES["docs/real-runs.md"], re.S).group(1)
     assert any(line.startswith(quoted + ",") for line in sample_text.splitlines())
+
+
+def test_the_h100_counts_are_what_its_bench_prints():
+    """bench/h100_validation.py validates every committed H100 run (profiles/measurements/
+    h100_2026-11-24/, measured there on 2026-11-24) against the record built from the committed
+    microbenchmarks: files, so it runs here, without a GPU, in under a second."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench/h100_validation.py")],
+                          capture_output=True, text=True, check=True, timeout=300)
+    summary = {}
+    for label, mean, n, worst, within in re.findall(
+            r"^(peak alloc|peak reserved|after fwd|step time) +mean \|error\| +([\d.]+)% over "
+            r"(\d+), worst ([-+][\d.]+)%(?:; within the [\d.]+% goal: (\d+) of \d+)?$",
+            done.stdout, re.M):
+        summary[label] = (mean, int(n), worst, within)
+    alloc, reserved, forward, step = (summary[k] for k in (
+        "peak alloc", "peak reserved", "after fwd", "step time"))
+    assert (f"predicts the peak allocation within 3% in {alloc[3]} of {alloc[1]} runs and the "
+            f"step time within 10% in {step[3]} of {step[1]}:" in prose("README.md"))
+    text = prose("docs/calibration.md")
+    assert (f"**peak allocated** within 3% in {alloc[3]} of {alloc[1]} (mean |error| {alloc[0]}%, "
+            f"worst {alloc[2]}%); memory after forward within {forward[0]}% on average (worst "
+            f"{forward[2]}%)" in text)
+    assert (f"**peak reserved** within 10% in {reserved[3]} of {reserved[1]} (mean |error| "
+            f"{reserved[0]}%, worst {reserved[2]}%" in text)
+    assert (f"**step time** within 10% in {step[3]} of {step[1]} timed 1-rank runs (mean |error| "
+            f"{step[0]}%)" in text)
+
+
+def test_readme_quotes_the_transfer_loops_as_calibration_md_records_them():
+    """The transfer loops (bench/transfer.py on the 2-core box, 2026-11-28: docs/calibration.md's
+    table of three loops, and its prose on how far two calibrations priced the same runs apart,
+    each as half the two predictions' difference over the measured step)."""
+    text = prose("docs/calibration.md")
+    loops = re.findall(r"^\| \d[^|]*\| (\d) of 9 \|.*\| (\d) of 9 \|$",
+                       PAGES["docs/calibration.md"], re.M)
+    first, peak = sorted({int(a) for a, _ in loops}), {int(b) for _, b in loops}
+    assert len(loops) == 3 and peak == {9}
+    two_process = re.search(r"loop 2's hidden 128: ([\d.]+) and ([\d.]+) ms for ([\d.]+) "
+                            r"measured", text).groups()
+    three = re.search(r"loop 3's world3: ([\d.]+) and ([\d.]+) ms for ([\d.]+)\)", text).groups()
+    apart = [abs(float(a) - float(b)) / 2 / float(m) * 100 for a, b, m in (two_process, three)]
+    assert (f"to ±{apart[0]:.0f}% apart on 2-process shapes" in text
+            and f"up to ±{apart[1]:.0f}% on three processes" in text)
+    assert (f"peak memory within 3% in 9 of 9, step time within 10% or its spread in "
+            f"{first[0]} or {first[-1]} of 9 over three loops" in prose("README.md"))
+    assert (f"priced the same runs up to ±{apart[0]:.0f}% apart (±{apart[1]:.0f}% on three "
+            f"processes)" in prose("README.md"))
+
+
+def test_the_pages_quote_the_hardware_catalogue():
+    """Figures whose source is cited once, in zerosim/hardware/gpus.py, as the pages quote them."""
+    from zerosim.hardware import GPUS
+    from zerosim.hardware.gpus import CUDA_CONTEXT_MIB
+
+    (low_W, low), (high_W, high) = GPUS["H100-80GB"].gemm_tflops_by_power_W
+    text = prose("docs/memory-model.md")
+    assert f"context ({CUDA_CONTEXT_MIB:.0f} MiB measured" in text
+    assert f"({low:.0f} against {high:.0f} TFLOP/s at {low_W:.0f} W)" in text
+    assert (f"(a {low_W:.0f} W H100: {low:.0f} TFLOP/s, against {high:.0f} at {high_W:.0f} W)"
+            in prose("docs/published-runs.md"))
+
+
+def test_the_calibration_loop_prose_is_its_sample():
+    """The README's and docs/calibration.md's words on the three-command loop's validate sample
+    (measured on the 2-core box, 2026-11-28, its files committed in profiles/measurements/cpu_2026-11-28/;
+    test_readme.py keeps the sample the real output)."""
+    shown = sample("docs/calibration.md", "validate profiles/measurements/cpu_2026-11-28/")
+    error, spread = {}, {}
+    for name, e, s in re.findall(r"^(\w+) +\S+ \S+ +\S+ \S+ +([-+][\d.]+)% +±([\d.]+)%$", shown,
+                                 re.M):
+        error[name], spread[name] = e, s
+    runs = re.search(r"^step_time_s per run: (.*)$", shown, re.M).group(1).split(", ")
+    assert all(error[m] in ("+0.0", "-0.0") for m in error if m.startswith(("memory", "peak")))
+    gather = 1 + float(error["comm_all_gather_s"]) / 100
+    assert round(gather) == 2  # "twice as long as measured"
+    assert "verdict: FAILED (time)" in shown
+    assert (f"the step came out {error['step_time_s']}% (spread ±{spread['step_time_s']}%) and "
+            f"every memory phase exact, compute {error['compute_s']}%, and validate said `verdict: "
+            f"FAILED (time)`: its one all-gather a step came out twice as long as measured."
+            in prose("README.md"))
+    text = prose("docs/calibration.md")
+    beyond = float(error["step_time_s"]) > float(spread["step_time_s"])
+    assert beyond and (f"the step time is {error['step_time_s']}% off, beyond its "
+                       f"±{spread['step_time_s']}% spread" in text)
+    assert (f"Compute is {error['compute_s'].lstrip('-')}% short, far beyond its "
+            f"±{spread['compute_s']}% spread" in text)
+    assert f"The reduce-scatter is {error['comm_reduce_scatter_s'].lstrip('+')}% long." in text
+    assert (f"here the step time is {error['step_time_s']}% off, the three runs alone "
+            f"{runs[0]}, {runs[1]} and {runs[2]}, and the one all-gather per step varies by "
+            f"±{float(spread['comm_all_gather_s']):.0f}% from step to step" in text)

@@ -37,11 +37,19 @@ def found(kind: str) -> list[tuple[str, str, str]]:
 
 SAMPLES = found("sample")
 EXCERPTS = found("excerpt")
+EXITS = {argv: int(code) for markdown in PAGES.values()
+         for argv, code in re.findall(r"<!-- sample: zerosim (.*?) \(exit (\d)\b", markdown)}
+"""A sample whose comment opens with `(exit N` shows a command that exits N (validate's 1)."""
 
 
 def test_readme_has_its_samples():
     assert [(page, argv) for page, argv, _ in SAMPLES] == [
         ("README.md", "simulate scenarios/zero_paper_7b5_64gpu.toml"),
+        ("docs/calibration.md", "validate " + " ".join(
+            f"profiles/measurements/cpu_2026-11-28/m{run}.json" for run in (1, 2, 3))
+         + " --profile profiles/measurements/cpu_2026-11-28/mybox.json"),
+        ("docs/calibration.md", "validate profiles/measurements/h100_2026-11-24/gpt7b5_s3_w8.json "
+         "--profile profiles/h100_record_2026-11-24.json"),
         ("docs/collectives.md",
          "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4"),
         ("docs/pipeline-parallel.md", "simulate scenarios/gpt3_175b_1024gpu_3d.toml --stage 1"),
@@ -85,7 +93,7 @@ def test_readme_shows_the_figures():
 def test_readme_sample_output_is_the_real_output(monkeypatch, page, argv, sample):
     monkeypatch.chdir(ROOT)  # the sample shows the path as typed in the page's command
     result = run_zerosim(*argv.split())
-    assert result.code == 0
+    assert result.code == EXITS.get(argv, 0)
     assert result.stdout == sample
 
 
