@@ -15,7 +15,7 @@ import pytest
 from zerosim.calibration.references import read_reference, references_report
 from zerosim.scenario.load import load_scenario
 
-from tests.conftest import ROOT, ZERO_PAPER
+from tests.conftest import ROOT, ZERO_PAPER, run_zerosim
 from tests.test_readme import PAGES, SAMPLES
 from tests.zerosim.test_references import ISSUE_32
 
@@ -376,3 +376,35 @@ def test_the_calibration_loop_prose_is_its_sample():
     assert (f"here the step time is {error['step_time_s']}% off, the three runs alone "
             f"{runs[0]}, {runs[1]} and {runs[2]}, and the one all-gather per step varies by "
             f"±{float(spread['comm_all_gather_s']):.0f}% from step to step" in text)
+
+
+def step_s(*argv: str) -> dict[int, float]:
+    """Each stage's step seconds as `zerosim simulate ARGV` prints them."""
+    result = run_zerosim("simulate", *argv)
+    assert result.code == 0, result.stderr
+    return {int(stage): float(step) for stage, step in
+            re.findall(r"^(\d) \S+ +([\d.]+) ", result.stdout, re.M)}
+
+
+def test_the_16384_gpu_figures_are_what_simulate_says():
+    """docs/collectives.md: the ZeRO paper's model on 2048 nodes of 8, the tuner's choice against
+    one ring per collective (NCCL_ALGO=Ring's counterpart)."""
+    tuned = step_s(str(ZERO_PAPER), "--set", "cluster.nodes=2048")
+    ring = step_s(str(ZERO_PAPER), "--set", "cluster.nodes=2048", "--set",
+                  "cluster.collective_algorithm=ring", "--stage", "0")
+    assert (f"At {2048 * 8} GPUs the tree takes DDP's all-reduce: stage 0 of the ZeRO paper's "
+            f"model takes {tuned[0]:.2f} s a step, where one ring per collective took "
+            f"{ring[0]:.2f} s." in prose("docs/collectives.md"))
+    assert tuned[1] == tuned[2]
+    assert f"stay latency-bound ({tuned[1]:.1f} s)" in prose("docs/collectives.md")
+
+
+def test_the_100_gbps_example_is_what_simulate_says():
+    """docs/zero-family.md: 100 Gb/s per node is 12.5 GB/s over 8 GPUs, 1.5625 GB/s each."""
+    per_gpu_GBps = 100 / 8 / 8
+    assert per_gpu_GBps == 1.5625
+    assert f"--set cluster.inter_node_bandwidth_GBps={per_gpu_GBps}" in PAGES["docs/zero-family.md"]
+    zero3 = step_s(str(ROOT / "scenarios/llama2_7b_64gpu.toml"), "--stage", "3", "--set",
+                   f"cluster.inter_node_bandwidth_GBps={per_gpu_GBps}")[3]
+    assert (f"On the 64 A100s with 100 Gb/s per node, where ZeRO-3 takes {zero3:.2f} s:"
+            in prose("docs/zero-family.md"))
