@@ -2,8 +2,14 @@
 and the sample output every page shows."""
 
 import re
+import sys
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pyproject.toml: tomli on Python 3.10
+    import tomli as tomllib
 
 from tests.conftest import ROOT, run_zerosim
 
@@ -31,11 +37,19 @@ def found(kind: str) -> list[tuple[str, str, str]]:
 
 SAMPLES = found("sample")
 EXCERPTS = found("excerpt")
+EXITS = {argv: int(code) for markdown in PAGES.values()
+         for argv, code in re.findall(r"<!-- sample: zerosim (.*?) \(exit (\d)\b", markdown)}
+"""A sample whose comment opens with `(exit N` shows a command that exits N (validate's 1)."""
 
 
 def test_readme_has_its_samples():
     assert [(page, argv) for page, argv, _ in SAMPLES] == [
         ("README.md", "simulate scenarios/zero_paper_7b5_64gpu.toml"),
+        ("docs/calibration.md", "validate " + " ".join(
+            f"profiles/measurements/cpu_2026-11-28/m{run}.json" for run in (1, 2, 3))
+         + " --profile profiles/measurements/cpu_2026-11-28/mybox.json"),
+        ("docs/calibration.md", "validate profiles/measurements/h100_2026-11-24/gpt7b5_s3_w8.json "
+         "--profile profiles/h100_record_2026-11-24.json"),
         ("docs/collectives.md",
          "collective scenarios/llama2_7b_64gpu.toml --op all_reduce --sweep 4K:4G:4"),
         ("docs/pipeline-parallel.md", "simulate scenarios/gpt3_175b_1024gpu_3d.toml --stage 1"),
@@ -82,7 +96,7 @@ def test_readme_shows_the_figures():
 def test_readme_sample_output_is_the_real_output(monkeypatch, page, argv, sample):
     monkeypatch.chdir(ROOT)  # the sample shows the path as typed in the page's command
     result = run_zerosim(*argv.split())
-    assert result.code == 0
+    assert result.code == EXITS.get(argv, 0)
     assert result.stdout == sample
 
 
@@ -97,3 +111,43 @@ def test_readme_excerpts_are_lines_of_the_real_output(monkeypatch, page, argv, e
     lines = iter(result.stdout.splitlines())
     shown = [line for line in excerpt.splitlines() if line != "..."]
     assert EXCERPTS and shown and all(line in lines for line in shown)  # `in` consumes: in order
+
+
+def test_readme_says_how_its_test_counts_are_made():
+    """The paragraph after the two commands quotes pytest's last line without torch and with it;
+    the script it names makes both again, running the README's test command verbatim, and the
+    extras it names are the project's, each bringing what the paragraph says."""
+    paragraph = " ".join(
+        README.split("The second command runs the test suite.", 1)[1].split("\n\n")[0].split())
+    assert len(re.findall(r"`\d+ passed, \d+ skipped`", paragraph)) == 2
+    script = ROOT / "bench" / "readme_counts.sh"
+    assert "`bash bench/readme_counts.sh [--torch] [--no-browser]`" in paragraph
+    lines = [line.strip() for line in script.read_text(encoding="utf-8").splitlines()]
+    assert FIRST_BLOCKS[1].strip() in lines
+    pin = "pip install torch==2.13.0"
+    assert pin in paragraph  # the pin CI installs, and so does the script's --torch:
+    assert pin.replace("install", "install --quiet") in lines
+    assert pin.replace("install", "install --quiet") in (ROOT / ".ci" / "run").read_text(
+        encoding="utf-8")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "project"]["optional-dependencies"]
+    brings = {"real": "torch", "png": "kaleido", "ray": "ray"}
+    for extra, package in brings.items():
+        assert f"`[{extra}]`" in paragraph
+        assert any(spec.startswith(package) for spec in extras[extra]), extra
+
+
+def test_the_test_command_collects_without_torch():
+    """The README's fresh machine has no torch: a test module that imports torch or zero_real at
+    its top must skip first (`pytest.importorskip("torch")`), or collecting it is an error and
+    the whole command fails (test_pipeline_mutants.py did, found by bench/readme_counts.sh)."""
+    unguarded = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        imports = [i for i, line in enumerate(lines)
+                   if re.match(r"(from|import) (torch|zero_real)\b", line)]
+        skips = [i for i, line in enumerate(lines)
+                 if re.match(r"(\w+ = )?pytest\.importorskip\(\"torch\"\)", line)]
+        if imports and not (skips and skips[0] < imports[0]):
+            unguarded.append(path.relative_to(ROOT).as_posix())
+    assert unguarded == ["tests/zero_real/helpers.py"]  # imported only by modules that skip

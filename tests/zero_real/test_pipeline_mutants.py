@@ -4,9 +4,11 @@ Megatron-LM's layout."""
 
 import pytest
 
-from tests.zerosim.pipeline_scenarios import GPT_8L
-from zero_real.parts.pipeline import boundary_shape
-from zerosim.scenario.load import load_scenario
+pytest.importorskip("torch")  # zero_real.parts.pipeline imports it
+
+from tests.zerosim.pipeline_scenarios import GPT_8L  # noqa: E402
+from zero_real.parts.pipeline import boundary_shape  # noqa: E402
+from zerosim.scenario.load import load_scenario  # noqa: E402
 
 
 @pytest.mark.parametrize("sets, shape", [
