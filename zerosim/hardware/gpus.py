@@ -29,7 +29,9 @@ from zerosim.hardware.op_model import (CUBLAS_TILE, FA2_A100, FA2_H100, OLDER_A1
 # [DS-BW]  NVIDIA Blackwell data sheet (Oct 2025) p. 8, the per-GPU table (as on nvidia.com's
 #          HGX and GB200 NVL72 pages): its tensor-core rows are with sparsity, halved here.
 # [SMI]    nvidia-smi's memory.total as public repositories quote it ("NVIDIA H200, 143771
-#          MiB", "NVIDIA B200, 183359 MiB", "NVIDIA GB200, 189471 MiB").
+#          MiB", "NVIDIA B200, 183359 MiB", "NVIDIA GB200, 189471 MiB"; "NVIDIA H100 80GB HBM3
+#          ... 81559MiB": NVIDIA/nccl issue #1264, and modal-labs/modal-client PR #2797's list,
+#          which also gives the A100 80GB's 81920 MiB).
 # [DS-H]   https://www.nvidia.com/en-us/data-center/h100/ and .../h200/ spec tables.
 # [MAMF]   Bekman, ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul
 #          FLOPS comparison table", BF16 rows (stas00/ml-engineering @ 744d01e).
@@ -80,7 +82,9 @@ class Gpu:
     node: Node
     """The typical node built around it: links, NICs, PCIe, host (nodes.py)."""
     hbm_GiB: float
-    """Device memory, GiB (2**30 bytes)."""
+    """Device memory, GiB (2**30 bytes): nvidia-smi's memory.total ([SMI]) where it is public,
+    which is what the device figure (the allocator's segments, context and NCCL's buffers, as
+    nvidia-smi counts them) is judged against; else the data sheet's binary figure."""
     hbm_GBps: float
     """Data-sheet HBM bandwidth."""
     peak_dense_16bit_tflops: float
@@ -181,7 +185,9 @@ A100_80GB = Gpu(
 
 H100_80GB = Gpu(
     name="H100-80GB", generation="hopper", node=DGX_H100,
-    hbm_GiB=80.0,
+    hbm_GiB=79.65,                    # [SMI] 81559 MiB (marketed 80 GB; an A100 80GB shows
+                                      # 81920 MiB = 80 GiB; this record's figure was 80.0
+                                      # until 2026-11-28)
     hbm_GBps=3350.0,                  # [DS-H] 3.35 TB/s ([WP-H]: 3352 GB/s)
     peak_dense_16bit_tflops=989.4,    # [WP-H] Tables 1 and 3: 989.4/1978.9 (dense/sparse)
     peak_fp32_tflops=66.9,            # [WP-H] Table 3
