@@ -296,3 +296,21 @@ def test_calibration_tolerance_given_default_and_widest():
 def test_calibration_with_nothing_positive_is_bad_input():
     with pytest.raises(InputError, match="nothing to plot"):
         calibration_plot.calibration_figure([report(0, [("step_time_s", None, 0.1), ("peak_bytes", 0, 5)])])
+
+
+@pytest.mark.parametrize("low, high, inside", [
+    (60, 79.6, [60, 70]),     # under one decade, no 1-2-3-5 tick inside: every mantissa
+    (2.5, 16, [3, 5, 10]),
+])
+def test_a_narrow_log_axis_still_has_labels(low, high, inside):
+    from zerosim.tradeoffs.plot_labels import log_axis
+
+    axis = log_axis([low, high])
+    assert [t for t in axis["tickvals"] if low <= t <= high] == inside
+    assert axis["ticktext"][axis["tickvals"].index(inside[0])] == f"{inside[0]:g}"
+
+
+def test_a_range_too_narrow_for_any_mantissa_is_left_to_plotly():
+    from zerosim.tradeoffs.plot_labels import log_axis
+
+    assert log_axis([12, 18]) == {"type": "log"}  # no tick of 1-9 x 10^k between 12 and 18

@@ -141,11 +141,13 @@ def log_ticks(low: float, high: float) -> list[float]:
     decades, 1, 2, 3 and 5 x 10^k within one. Ticks beyond the drawn range are not shown, so
     the ends may spill."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    decades = math.log10(high / low)
-    mantissas = ((1,) if decades > DECADES_FOR_125 else (1, 2, 5) if decades > 1
-                 else (1, 2, 3, 5))
     return [m * 10**k if k >= 0 else m / 10**-k  # 2 / 10 is 0.2 exactly as written; 2e-1 too
-            for k in range(first, last + 1) for m in mantissas]
+            for k in range(first, last + 1) for m in _mantissas(low, high)]
+
+
+def _mantissas(low: float, high: float) -> tuple[int, ...]:
+    decades = math.log10(high / low)
+    return ((1,) if decades > DECADES_FOR_125 else (1, 2, 5) if decades > 1 else (1, 2, 3, 5))
 
 
 def tick_text(value: float) -> str:
@@ -159,6 +161,12 @@ def log_axis(values: Iterable[float]) -> dict[str, Any]:
     positive = [v for v in values if v > 0]
     if not positive:
         return {"type": "log"}
-    ticks = log_ticks(min(positive), max(positive))
+    low, high = min(positive), max(positive)
+    ticks = log_ticks(low, high)
+    if sum(low <= t <= high for t in ticks) < 2:  # a narrow range (60-80 GiB): every mantissa
+        ticks = [m * t for t in log_ticks(low, high)[::len(_mantissas(low, high))]
+                 for m in range(1, 10)]
+    if sum(low <= t <= high for t in ticks) < 2:  # narrower still (12-18): plotly's own
+        return {"type": "log"}                     # ticks, which label a sub-decade range whole
     return {"type": "log", "tickmode": "array", "tickvals": ticks,
             "ticktext": [tick_text(t) for t in ticks]}
