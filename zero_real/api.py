@@ -39,7 +39,7 @@ def measure(scenario: str | Path, *, stage: int, sets: Sets = (), out: str | Pat
     from zerosim.files import write_text
 
     argv = ["run", str(scenario), "--stage", str(stage), *_set_flags(sets), *_flags(flags)]
-    args = _parsed(cli.build_parser(), argv + (["--out", str(out)] if out is not None else []))
+    args = _parsed(cli.build_parser(), argv + ([f"--out={out}"] if out is not None else []))
     try:
         result = cli.measure(args)
     except RankFailed as exc:
@@ -62,10 +62,13 @@ def _flags(flags: Mapping[str, Any]) -> list[str]:
     argv: list[str] = []
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
+        if flag in ("--help", "--out", "--stage", "--set"):
+            raise InputError(f"zero_real.measure: {name}= is not a flag it takes (stage, sets "
+                             f"and out are its own arguments)")
         if value is True:
             argv.append(flag)
         elif value is not False and value is not None:
-            argv += [flag, str(value)]
+            argv.append(f"{flag}={value}")  # one word: a value may begin with '-'
     return argv
 
 

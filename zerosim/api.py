@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zerosim.errors import InputError
 from zerosim.scenario.config import Scenario
 
 Sets = Mapping[str, Any] | Iterable[str]
@@ -242,9 +243,13 @@ def report_page(scenario: Scenario, *, tokens: int | str | None = None,
     if price_per_gpu_hour is not None and tokens is None:
         raise TypeError("zerosim.report_page: price_per_gpu_hour prices a token budget: give tokens")
     check_price(price_per_gpu_hour)
+    sizes = tuple(gpus)
+    if any(type(g) is not int or not 1 <= g <= 2**20 for g in sizes):
+        raise InputError(f"zerosim.report_page: gpus={list(sizes)!r} must be whole numbers of "
+                         f"GPUs in 1..2**20")
     count = parse_tokens(str(tokens)) if tokens is not None else None
     return ReportPage(gather(scenario, tokens=count, price_per_gpu_hour=price_per_gpu_hour,
-                               gpus=tuple(gpus), mode=mode))
+                             gpus=sizes, mode=mode))
 
 
 def _flat(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -42,6 +42,7 @@ def test_a_run_from_python_is_the_commands_run(tmp_path):
     ({"stage": 1, "sets": ["model.no_such_key=1"]}, "unknown key model.no_such_key"),
     ({"stage": 1, "no_such_flag": 3}, "unrecognized arguments: --no-such-flag"),
     ({"stage": 1, "sequence_parallel": True}, "splits the sequence over a tensor-parallel"),
+    ({"stage": 1, "help": True}, "help= is not a flag it takes"),
     ({"stage": 1, "fake_world_size": 8, "collectives": "ring"}, "native"),
 ])
 def test_bad_input_is_one_input_error(kwargs, words):

@@ -164,7 +164,8 @@ def test_the_cluster_figures_a_gpu_fills_say_whose_they_are(zerosim):
     assert {"hbm_GiB", "peak_tflops", "hbm_bandwidth_GBps", "intra_node_bandwidth_GBps"} <= filled
     assert not {"nodes", "gpu", "nics_per_node"} & filled
     default_gpu = ClusterConfig().gpu
-    assert filled == set(GPU_PRESETS[default_gpu])
+    assert filled == {k for k, v in GPU_PRESETS[default_gpu].items() if v is not None}
+    assert not {"intra_node_latency_us", "inter_node_latency_us"} & filled  # NCCL's, not a GPU's
     text = " ".join(zerosim("keys", "--table", "cluster").stdout.split())  # as unwrapped
     assert f'80.0 ({default_gpu} preset)' in text
     assert not any(row["filled_by_gpu"] for row in _listed() if row["table"] != "cluster")

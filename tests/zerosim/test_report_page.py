@@ -250,3 +250,76 @@ def test_a_companion_files_notes_are_on_the_page(tmp_path, zerosim):
                    if line.startswith("zerosim: note: ")]
     assert notes == from_stderr and notes[0].startswith(
         f"from {SCENARIOS / 'deepspeed' / 'zero2_cpu_offload.json'}")
+
+
+def test_a_hostile_model_name_stays_text_and_the_data_stays_json(tmp_path, zerosim):
+    """'<!--<script>' would make a browser's parser skip the data's real end; '</script>' would
+    close it early (review): the data holds no <, > or & at all, and the name comes back whole."""
+    name = "tiny <!--<script> </script> & GPT"
+    scenario = tmp_path / "hostile.toml"
+    scenario.write_text((SCENARIOS / "tiny_gpt_4rank_cpu.toml").read_text().replace(
+        'name = "tiny GPT"', f'name = "{name}"'))
+    out = tmp_path / "r.html"
+    assert zerosim("report", str(scenario), "-o", str(out)).code == 0
+    text = out.read_text()
+    data_text = text.split('<script type="application/json" id="zerosim-data">')[1]
+    data_text = data_text[:data_text.index("</script>")]
+    assert not {"<", ">", "&"} & set(data_text)
+    assert json.loads(data_text)["memory"]["model"] == name
+    assert "<script> </script>" not in text.split("<body>")[1].split("zerosim-data")[0]
+
+
+def test_a_bare_model_without_a_name_is_titled_by_its_size_and_refuses_a_budget(tmp_path,
+                                                                                  zerosim):
+    """No name: the title says its size (7.5B parameters); no sequence: no step to price, so
+    --tokens is refused in one line rather than dropped (review)."""
+    text = (SCENARIOS / "zero_paper_7b5_64gpu.toml").read_text()
+    scenario = tmp_path / "bare.toml"
+    scenario.write_text(text.replace('name = "ZeRO paper 7.5B (bare Ψ)"\n', "").replace(
+        "seq_len = 1024", "# no sequence"))
+    out = tmp_path / "r.html"
+    assert zerosim("report", str(scenario), "-o", str(out)).code == 0, "memory alone"
+    assert "<title>7.5B parameters on 64 x V100-32GB: zerosim report</title>" in out.read_text()
+    assert parsed(out.read_text()).data["simulate"] == []
+    result = zerosim("report", str(scenario), "-o", str(tmp_path / "b.html"), "--tokens", "2T")
+    assert result.code == 2 and "training.seq_len" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("epoch", ["99999999999999999", "٣", "-1", "1e9"])
+def test_a_bad_source_date_epoch_is_one_line(tmp_path, zerosim, monkeypatch, epoch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+    result = zerosim("report", str(SCENARIOS / "tiny_gpt_4rank_cpu.toml"), "-o",
+                     str(tmp_path / "r.html"))
+    assert result.code == 2 and "SOURCE_DATE_EPOCH" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_cost_past_what_a_number_holds_is_refused(tmp_path, zerosim):
+    result = zerosim("report", LLAMA, "-o", str(tmp_path / "r.html"), "--tokens", "1e18",
+                     "--price-per-gpu-hour", "1e308")
+    assert result.code == 2 and "a smaller price" in result.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_small_budgets_keep_their_figures():
+    assert shown("gpu_hours", 0.0176) == "0.0176" and shown("cost", 0.053) == "0.053"
+    assert shown("cost", 319108.4) == "319,108"
+
+
+def test_a_timeline_too_large_for_a_page_is_left_out_and_said():
+    from zerosim.tradeoffs import page
+
+    small = {"stepEvents": [{}] * 10}
+    large = {"stepEvents": [{}] * 60_000, "pipelineEvents": [{}] * 60_000}
+    assert page._left_out({"trace": small}) == ""
+    assert "120,000 events" in page._left_out({"trace": large})
+    assert page.timeline_events(large) > page.MAX_TIMELINE_EVENTS >= page.timeline_events(small)
+
+
+@pytest.mark.parametrize("gpus", [[8.0], ["8"], [0], [True]])
+def test_the_api_checks_its_world_sizes(gpus):
+    import zerosim
+
+    with pytest.raises(InputError, match="gpus="):
+        zerosim.report_page(zerosim.load(LLAMA), gpus=gpus)

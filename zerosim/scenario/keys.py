@@ -162,7 +162,8 @@ def keys_of(table: str) -> list[Key]:
     cls = TABLES[table]
     docs = field_docstrings(cls)
     gpu = next((f.default for f in fields(cls) if f.name == "gpu"), None)
-    filled = GPU_PRESETS.get(gpu, {}) if table == "cluster" else {}
+    filled = ({key for key, value in GPU_PRESETS.get(gpu, {}).items() if value is not None}
+              if table == "cluster" else set())  # unset for this GPU: the docstring says why
     rows = []
     for f in fields(cls):
         default = f.default if f.default_factory is MISSING else f.default_factory()

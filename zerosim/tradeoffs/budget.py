@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import Any
 
 from zerosim.errors import InputError
@@ -32,8 +33,8 @@ def parse_tokens(text: str) -> int:
     if match is None:
         raise InputError(f"--tokens {text!r} is not a token count: write e.g. 2T, 300B, 15e9")
     digits, suffix = match.groups()
-    value = float(digits) * TOKEN_SUFFIXES.get(suffix.upper(), 1)
-    if not 1 <= value <= MAX_TOKENS or value != math.floor(value):
+    value = Decimal(digits) * TOKEN_SUFFIXES.get(suffix.upper(), 1)  # exact: no float rounding
+    if not 1 <= value <= MAX_TOKENS or value != value.to_integral_value():
         raise InputError(f"--tokens {text!r} must be a whole number of tokens in 1..1e18")
     return int(value)
 
@@ -64,7 +65,11 @@ def budget_rows(steps: list[dict[str, Any]], world_size: int, tokens: int,
                 price_per_gpu_hour: float | None = None) -> list[dict[str, Any]]:
     """budget_row for each simulated stage."""
     check_price(price_per_gpu_hour)
-    return [budget_row(step, world_size, tokens, price_per_gpu_hour) for step in steps]
+    rows = [budget_row(step, world_size, tokens, price_per_gpu_hour) for step in steps]
+    if any(row["cost"] is not None and not math.isfinite(row["cost"]) for row in rows):
+        raise InputError(f"--price-per-gpu-hour {price_per_gpu_hour:g} x the GPU-hours of "
+                         f"{tokens:,} tokens passes what a number holds: a smaller price")
+    return rows
 
 
 def duration_text(seconds: float) -> str:

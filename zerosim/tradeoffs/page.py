@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from zerosim.analytic.memory import memory_table, table_stages
-from zerosim.errors import InputError
+from zerosim.errors import InputError, brief
 from zerosim.scenario.config import Scenario
 from zerosim.tradeoffs.budget import budget_rows, duration_text
 
@@ -35,9 +35,13 @@ def generated_at() -> str:
     convention: the docs' screenshot is remade byte for byte)."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if epoch is not None:
-        if not epoch.isdigit():
-            raise InputError(f"SOURCE_DATE_EPOCH={epoch!r} is not a whole number of seconds")
-        moment = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+        try:
+            if not (epoch.isascii() and epoch.isdigit()):
+                raise ValueError
+            moment = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            raise InputError(f"SOURCE_DATE_EPOCH={brief(epoch)} is not a whole number of "
+                             f"seconds since 1970 up to the year 9999") from None
     else:
         moment = datetime.now(timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M UTC")
@@ -81,6 +85,9 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
 
     stages = list(table_stages(scenario))
     timed = scenario.training.seq_len is not None  # a bare Ψ without a sequence: memory alone
+    if tokens is not None and not timed:
+        raise InputError("--tokens needs a step time, and a scenario without training.seq_len "
+                         "has none: set training.seq_len")
     sizes = report_gpus(scenario, gpus) if timed else []
     total, done = (2 + len(stages) + len(sizes)) if timed else 1, 0  # + the trace, the plan
 
@@ -119,20 +126,28 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
     data["plan"] = plan(scenario, round(scenario.cluster.hbm_GiB * GiB), mode=mode)
     tick()
     # as JSON holds it (tuples as lists), so the API's to_dict() equals the page's data
-    return {"data": json.loads(json.dumps(data)), "trace": trace}
+    return {"data": json.loads(json.dumps(data, allow_nan=False)), "trace": trace}
+
+
+MAX_TIMELINE_EVENTS = 100_000
+"""Past this many events a step's timeline is left off the page: GPT-1T's 64 pipeline stages of
+1536 micro-batches drew 53 MB that a browser could not open; `zerosim simulate --trace` and
+ui.perfetto.dev draw such a step."""
+
+
+def timeline_events(trace: dict[str, Any]) -> int:
+    return len(trace.get("stepEvents", ())) + len(trace.get("pipelineEvents", ()))
 
 
 def figures(gathered: dict[str, Any]) -> list[tuple[str, Any]]:
     """The page's figures, drawn from the gathered data alone (STYLE.md 10)."""
     from zerosim.tradeoffs import plots
 
-    data, out = gathered["data"], []
-    if gathered["trace"] is not None:
-        out.append(("One step on the simulated cluster", plots.timeline_figure(gathered["trace"])))
-    if data["sweep"]:
-        memory_bytes = data["sweep"][0]["gpu_memory_bytes"]
-        out.append(("Per-rank memory against GPU count",
-                    plots.memory_figure(data["sweep"], memory_bytes)))
+    data, out, trace = gathered["data"], [], gathered["trace"]
+    if trace is not None and timeline_events(trace) <= MAX_TIMELINE_EVENTS:
+        out.append(("One step on the simulated cluster", plots.timeline_figure(trace)))
+    if data["sweep"]:  # each row judged against its own GPU's memory, named on its line
+        out.append(("Per-rank memory against GPU count", plots.memory_figure(data["sweep"])))
         out.append(("Memory against communication", plots.tradeoff_figure(data["sweep"])))
     return out
 
@@ -175,7 +190,7 @@ def shown(key: str, value: Any) -> str:
     if key == "seconds":
         return duration_text(value)
     if key in ("gpu_hours", "cost"):
-        return f"{value:,.0f}"
+        return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
@@ -219,18 +234,23 @@ def _inputs(data: dict[str, Any]) -> str:
 
 
 def _script_json(value: Any) -> str:
-    """JSON safe inside <script>: no '</' can close the element."""
-    return json.dumps(value).replace("</", "<\\/")
+    """JSON safe inside <script>: no <, > or & at all (a '</script>' would close the element,
+    a '<!--<script>' would make the parser skip the real end), as plotly writes its own."""
+    text = json.dumps(value, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render(gathered: dict[str, Any]) -> str:
     """The page: head (plotly.js inlined), then each section, then the data as JSON."""
     from plotly.offline import get_plotlyjs
 
+    from zerosim.tradeoffs.plot_labels import model_text
+
     data = gathered["data"]
     memory = data["memory"]
     own = memory["zero_stage"]
-    title = f"{memory['model']} on {memory['world_size']:,} x {memory['gpu']}"
+    model = model_text(memory["model"], memory["params"]) or "a model"
+    title = f"{model} on {memory['world_size']:,} x {memory['gpu']}"
     figs = "".join(f"<h2>{html.escape(name)}</h2>"
                    + fig.to_html(full_html=False, include_plotlyjs=False,
                                  default_width="100%", default_height="560px")
@@ -249,7 +269,8 @@ def render(gathered: dict[str, Any]) -> str:
         f"{memory['overhead_bytes'] / GB_BYTES:.2f} GB of CUDA context and NCCL buffers)</h2>",
         _table("memory", memory["stages"], (*MEMORY_CELLS, *fits), own),
         "<h2>One training step per stage (* = training.zero_stage)</h2>", step,
-        "<h2>Time to train</h2>", _budget(data, own) if data["simulate"] else "", figs,
+        *(["<h2>Time to train</h2>", _budget(data, own)] if data["simulate"] else []),
+        _left_out(gathered), figs, FITS_NOTE if data["sweep"] else "",
         "<h2>Plan: which stage, how many GPUs, how large a model</h2>",
         f"<pre>{html.escape(_plan_text(data['plan']))}</pre>",
         f'<script type="application/json" id="zerosim-data">{_script_json(data)}</script>',
@@ -258,6 +279,21 @@ def render(gathered: dict[str, Any]) -> str:
             f"<title>{html.escape(title)}: zerosim report</title><style>{STYLE}</style>"
             f"<script>{get_plotlyjs()}</script></head>\n<body>\n"
             + "\n".join(parts) + "\n</body></html>\n")
+
+
+FITS_NOTE = ("<p>The figures judge each point by its simulated device memory (the caching "
+             "allocator's rounded segments, the CUDA context and NCCL's buffers: the sweep's "
+             "fits_gpu_memory), the memory table by the analytic peak beside the context and "
+             "buffers, so a point near the line can fit in one and not the other.</p>")
+
+
+def _left_out(gathered: dict[str, Any]) -> str:
+    """A sentence where the step's timeline is too large for a page."""
+    trace = gathered["trace"]
+    if trace is None or timeline_events(trace) <= MAX_TIMELINE_EVENTS:
+        return ""
+    return (f"<p>The step's timeline ({timeline_events(trace):,} events) is too large for a "
+            f"page: <code>zerosim simulate --trace</code> writes it for ui.perfetto.dev.</p>")
 
 
 def _plan_text(result: dict[str, Any]) -> str:
