@@ -50,11 +50,10 @@ def measure(scenario: str | Path, *, stage: int, sets: Sets = (), out: str | Pat
 
 
 def _set_flags(sets: Sets) -> list[str]:
-    """`--set` pairs: a mapping's values as TOML literals (JSON's are TOML's for the values a
-    key takes), or the texts as given."""
-    texts = ([f"{key}={json.dumps(value)}" for key, value in sets.items()]
-             if isinstance(sets, Mapping) else [sets] if isinstance(sets, str) else list(sets))
-    return [arg for text in texts for arg in ("--set", text)]
+    """`--set` pairs, each text as zerosim.load's `sets` writes it (override_texts)."""
+    from zerosim.api import override_texts
+
+    return [arg for text in override_texts(sets) for arg in ("--set", text)]
 
 
 def _flags(flags: Mapping[str, Any]) -> list[str]:

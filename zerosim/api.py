@@ -45,7 +45,7 @@ def load(source: str | Path | Mapping[str, Mapping[str, Any]] | None = None, *,
     from zerosim.scenario.load import build_scenario, load_scenario, parse_override, split_tables
     from zerosim.sim.device import check_device_scale
 
-    overrides = _override_texts(sets)
+    overrides = override_texts(sets)
     if source is not None and tables:
         raise TypeError("zerosim.load: give a file or tables, as a dict or as keywords, not both")
     launches = [(kind, path) for kind, path in (("accelerate", accelerate),
@@ -69,7 +69,7 @@ def load(source: str | Path | Mapping[str, Mapping[str, Any]] | None = None, *,
     return check_device_scale(check_scale(scenario))
 
 
-def _override_texts(sets: Sets) -> list[str]:
+def override_texts(sets: Sets) -> list[str]:
     """`--set` texts: a mapping's values written as TOML literals (JSON's are TOML's for
     strings, numbers, booleans and arrays of them)."""
     if isinstance(sets, Mapping):
@@ -186,7 +186,7 @@ def sweep(scenario: str | Path, vary: Mapping[str, Iterable[Any]], *, sets: Sets
 
     varies = [parse_vary(f"{key}=" + ",".join(json.dumps(v) for v in values))
               for key, values in vary.items()]
-    rows = run_sweep(str(scenario), varies, _override_texts(sets),
+    rows = run_sweep(str(scenario), varies, override_texts(sets),
                      None if deepspeed is None else str(deepspeed), jobs=jobs, mode=mode)
     try:
         return list(rows)

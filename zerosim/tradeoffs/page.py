@@ -100,9 +100,9 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
     data: dict[str, Any] = {"zerosim": __version__, "generated": generated_at(),
                             "command": command, "notes": [*notes, *scenario.default_notes],
                             "inputs": {t: asdict(getattr(scenario, t)) for t in TABLES},
-                            "memory": report.memory_json(scenario, memory_table(scenario))}
+                            "memory": report.memory_json(scenario, rows := memory_table(scenario))}
     data["simulate"], data["budget"], data["sweep"], data["plan"] = [], None, [], None
-    data["summary"] = report.format_memory_table(scenario, memory_table(scenario))
+    data["summary"] = report.format_memory_table(scenario, rows)  # the same rows: once
     trace = None
     if timed:
         check_steps(scenario, stages, mode, False)
