@@ -106,15 +106,14 @@ def gather(scenario: Scenario, *, notes: tuple[str, ...] = (), tokens: int | Non
     trace = None
     if timed:
         check_steps(scenario, stages, mode, False)
+        own = scenario.training.zero_stage if scenario.training.zero_stage in stages else stages[0]
         results = []
-        for stage in stages:
-            results.append(simulate(scenario, stage, mode=mode))
+        for stage in stages:  # the timeline's stage keeps its events: simulated once
+            results.append(simulate(scenario, stage, mode=mode, keep_events=stage == own))
             tick("stages simulated")
         data["simulate"] = [r.as_dict() for r in results]
         data["summary"] = report.format_simulation_table(scenario, results)
-        own = scenario.training.zero_stage if scenario.training.zero_stage in stages else stages[0]
-        trace = chrome_trace([simulate(scenario, own, mode=mode, keep_events=True)],
-                             scenario=scenario)
+        trace = chrome_trace([results[stages.index(own)]], scenario=scenario)
         data["timeline_stage"] = own
         tick("parts")
         if tokens is not None:
