@@ -204,18 +204,22 @@ def test_a_module_is_one_named_concept(name):
     assert long == [], name
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    """`python -c code` in a new interpreter, so that nothing this test process imported counts."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
 def test_the_api_loads_on_first_use():
     """`import zerosim` (and every `from zerosim.x import y`, which runs it) loads none of the
     API's layers; asking for zerosim.load does."""
     code = ("import sys, zerosim, zerosim.units; before = 'zerosim.api' in sys.modules "
             "or 'zerosim.scenario' in sys.modules; zerosim.load; "
             "print(before, 'zerosim.api' in sys.modules)")
-    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT)
+    shown = _fresh_python(code)
     assert shown.stdout.split() == ["False", "True"], shown.stderr
     code = ("import sys, zero_real; before = [m for m in ('zero_real.api', 'zero_real.cli', "
             "'torch') if m in sys.modules]; zero_real.measure; print(before, 'zero_real.api' in "
             "sys.modules)")
-    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT)
+    shown = _fresh_python(code)
     assert shown.stdout.split() == ["[]", "True"], shown.stderr
