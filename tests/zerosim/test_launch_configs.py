@@ -306,10 +306,12 @@ def test_one_launch_config_at_a_time_and_not_in_sweep(write):
     assert_one_line_error(run_zerosim("memory", LLAMA, "--accelerate", fixture, "--torchtitan",
                                       str(FIXTURES / "torchtitan/llama3_8b.toml")),
                           "not allowed with argument")
-    assert_one_line_error(run_zerosim("sweep", LLAMA, "--vary", "cluster.nodes=1,2", "--out",
-                                      str(write("o.csv", "").parent / "s.csv"),
-                                      "--accelerate", fixture),
-                          "--accelerate is not taken by sweep")
+    out = str(write("o.csv", "").parent / "s.csv")
+    for kind, path in (("accelerate", fixture), ("torchtitan", "torchtitan/llama3_8b.toml"),
+                       ("megatron", "megatron/train_gpt3_175b_distributed.sh")):
+        assert_one_line_error(run_zerosim("sweep", LLAMA, "--vary", "cluster.nodes=1,2", "--out",
+                                          out, FLAG[kind], str(FIXTURES / path)),
+                              f"{FLAG[kind]} is not taken by sweep")
 
 
 def test_the_python_api_takes_the_launch_configs():

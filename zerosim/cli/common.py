@@ -50,11 +50,15 @@ def add_scenario_args(parser: argparse.ArgumentParser) -> None:
                               "after the scenario, before --set)")
 
 
+LAUNCH_FLAGS = {"accelerate": "--accelerate", "torchtitan": "--torchtitan",
+                "megatron": "--megatron-args"}
+"""Each launch config (launch.KINDS) and the flag that names its file."""
+
+
 def launch_of(args: argparse.Namespace) -> tuple[str, str] | None:
     """(kind, path) of the launch config the arguments name (launch.KINDS), or None."""
-    for kind, path in (("accelerate", getattr(args, "accelerate", None)),
-                       ("torchtitan", getattr(args, "torchtitan", None)),
-                       ("megatron", getattr(args, "megatron_args", None))):
+    for kind, flag in LAUNCH_FLAGS.items():
+        path = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
         if path is not None:
             return kind, path
     return None

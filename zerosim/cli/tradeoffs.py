@@ -8,7 +8,8 @@ import json
 import sys
 import time
 
-from zerosim.cli.common import Command, add_mode, gib, load, positive_int, print_default_notes
+from zerosim.cli.common import (LAUNCH_FLAGS, Command, add_mode, gib, launch_of, load,
+                                positive_int, print_default_notes)
 from zerosim.contract import EXIT_OK, STAGES
 from zerosim.errors import InputError
 
@@ -23,10 +24,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise InputError(f"--address {args.address} is a Ray cluster's: it goes with "
                          f"--executor ray")
     sweep_files.output_format(args.out)  # a wrong name or place fails before any work
-    for flag in ("accelerate", "torchtitan", "megatron_args"):
-        if getattr(args, flag, None) is not None:  # not carried to the sweep's points yet
-            raise InputError(f"zerosim sweep: --{flag.replace('_', '-')} is not taken by sweep: "
-                             f"give the keys its note names (zerosim memory prints it) as --set")
+    launch = launch_of(args)
+    if launch is not None:  # not carried to the sweep's points yet
+        raise InputError(f"zerosim sweep: {LAUNCH_FLAGS[launch[0]]} is not taken by sweep: "
+                         f"give the keys its note names (zerosim memory prints it) as --set")
     varies = [sweep.parse_vary(text) for text in args.vary]
     total = sweep.count_points(varies)
     executor, jobs = None, args.jobs
