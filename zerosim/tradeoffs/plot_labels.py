@@ -170,3 +170,11 @@ def log_axis(values: Iterable[float]) -> dict[str, Any]:
         return {"type": "log"}                     # ticks, which label a sub-decade range whole
     return {"type": "log", "tickmode": "array", "tickvals": ticks,
             "ticktext": [tick_text(t) for t in ticks]}
+
+
+def memory_axis(rows: list[dict[str, Any]],
+                gpu_memory_bytes: float | None = None) -> dict[str, Any]:
+    """log_axis over the rows' peaks and the GPUs' memory lines (limits), in GiB: the axis that
+    memory_figure and tradeoff_figure draw peak memory on, so each limit line stays in range."""
+    return log_axis([r["peak_bytes"] / GiB for r in rows]
+                    + [limit / GiB for limit, _ in limits(rows, gpu_memory_bytes)])

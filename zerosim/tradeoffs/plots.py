@@ -133,9 +133,8 @@ def memory_figure(rows: list[dict[str, Any]], gpu_memory_bytes: float | None = N
     world_sizes = sorted({r["world_size"] for r in rows})
     fig.update_xaxes(type="log", title_text="GPUs (world size)", tickmode="array",
                      tickvals=world_sizes, ticktext=[str(n) for n in world_sizes])
-    fig.update_yaxes(title_text="peak memory per rank (GiB)", **labels.log_axis(
-        [r["peak_bytes"] / GiB for r in rows]
-        + [limit / GiB for limit, _ in labels.limits(rows, gpu_memory_bytes)]))
+    fig.update_yaxes(title_text="peak memory per rank (GiB)",
+                     **labels.memory_axis(rows, gpu_memory_bytes))
     fig.update_layout(hovermode="closest", title_text=labels.titled(
         labels.sweep_subject(rows, model, gpu), "per-rank memory against GPU count"))
     return fig
@@ -198,9 +197,8 @@ def tradeoff_figure(rows: list[dict[str, Any]], gpu_memory_bytes: float | None =
         _limit_lines(fig, rows, gpu_memory_bytes, gpu, "x", row=1, col=col)
         fig.update_yaxes(title_text=title, rangemode="tozero", row=1, col=col)
     _not_fit_legend(fig, labels.symbols(rows, gpu_memory_bytes))
-    fig.update_xaxes(title_text="peak memory per rank (GiB)", **labels.log_axis(
-        [r["peak_bytes"] / GiB for r in rows]
-        + [limit / GiB for limit, _ in labels.limits(rows, gpu_memory_bytes)]))
+    fig.update_xaxes(title_text="peak memory per rank (GiB)",
+                     **labels.memory_axis(rows, gpu_memory_bytes))
     fig.update_layout(legend_title_text="stage (labels: GPUs)", title_text=labels.titled(
         labels.sweep_subject(rows, model, gpu),
         "memory against communication per step (lower left is better)"))
