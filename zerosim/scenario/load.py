@@ -352,7 +352,7 @@ def _settle(tables: dict, launched, from_cli: set, path: Path, notes: list[str] 
     for dotted, value in settled.items():
         table, key = dotted.split(".")
         tables[table][key] = value
-    if notes and settled:
+    if notes is not None and settled:
         shown = ", ".join(f"{k}={v}" for k, v in settled.items())  # whole numbers
         notes.append(f"from {launched.origin}, on {cluster.world_size} ranks: {shown}")
 
