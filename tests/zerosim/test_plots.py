@@ -314,3 +314,17 @@ def test_a_range_too_narrow_for_any_mantissa_is_left_to_plotly():
     from zerosim.tradeoffs.plot_labels import log_axis
 
     assert log_axis([12, 18]) == {"type": "log"}  # no tick of 1-9 x 10^k between 12 and 18
+
+
+def test_the_peak_memory_axis_reaches_every_peak_and_the_limit_line():
+    # peaks of 0.3 and 2 GiB under an 80 GiB GPU: the axis both figures draw peak memory on
+    # spans the smallest peak (the first row) and the limit line, so neither falls off it
+    rows = [sweep_row(0, 4, 0.3, 1, 1), sweep_row(0, 8, 2, 1, 1)]
+    for row in rows:
+        row["gpu_memory_bytes"] = 80 * GiB
+    axis = plot_labels.memory_axis(rows)
+    assert min(axis["tickvals"]) <= 0.3 and max(axis["tickvals"]) >= 80
+    assert plots.memory_figure(rows).layout.yaxis.tickvals == tuple(axis["tickvals"])
+    assert plots.tradeoff_figure(rows).layout.xaxis.tickvals == tuple(axis["tickvals"])
+    lower = plot_labels.memory_axis(rows, gpu_memory_bytes=1 * GiB)  # one limit for all
+    assert 1 <= max(lower["tickvals"]) < 80
