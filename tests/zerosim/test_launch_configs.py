@@ -288,6 +288,25 @@ def test_megatron_argument_list_with_llama_layout(write):
     ("megatron", "m.txt", "--num-layers 2 --split \"949,50\n", ["cannot split into words"]),
     ("megatron", "m.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
      "--max-position-embeddings 8 --context-parallel-size 2\n", ["--context-parallel-size 2"]),
+    # values of the wrong shape that used to end in a traceback (a review, 2026-11-29)
+    ("accelerate", "a.yaml", "distributed_type: [FSDP]\n", ["distributed_type = ['FSDP'] is "
+     "not modeled"]),
+    ("accelerate", "a.yaml", "distributed_type: FSDP\nmixed_precision: {a: 1}\n",
+     ["mixed_precision = {'a': 1} is not modeled"]),
+    ("accelerate", "a.yaml", "distributed_type: FSDP\nnum_processes: \"--5\"\n",
+     ["num_processes must be a whole number, got '--5'"]),
+    ("accelerate", "a.yaml", "distributed_type: FSDP\nnum_processes: \"" + "9" * 5000 + "\"\n",
+     ["num_processes = '999", "must be between 1 and 2**53"]),
+    ("accelerate", "a.yaml", "distributed_type: FSDP\nnum_processes: " + "9" * 5000 + "\n",
+     ["Accelerate config", "4300"]),
+    ("accelerate", "a.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: "
+     "\"\u00b2\"\n", ["fsdp_sharding_strategy = '\u00b2' is not modeled"]),
+    ("torchtitan", "t.toml", "[optimizer]\nname = [\"AdamW\"]\n", ["optimizer.name = ['AdamW']"
+     " is not modeled"]),
+    ("torchtitan", "t.toml", "[model]\nhf_assets_path = \"" + "a" * 5000 + "\"\n",
+     ["model.hf_assets_path = 'aaa", "is not a folder name this system can open"]),
+    ("megatron", "m.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+     "--max-position-embeddings 8 --seq-length " + "1" * 5000 + "\n", ["--seq-length = '111", "must be between 1 and 2**53"]),
 ])
 def test_bad_launch_configs_are_one_line(write, kind, name, text, fragments):
     text = NO_AC + text if kind == "torchtitan" and "[training\n" not in text else text

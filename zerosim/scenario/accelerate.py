@@ -70,6 +70,8 @@ def load_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise InputError(f"Accelerate config {path}: YAML syntax error: "
                          f"{' '.join(str(exc).split())}") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputError(f"Accelerate config {path}: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"Accelerate config {path}: expected a mapping of keys, got "
                          f"{type(data).__name__}")
@@ -141,8 +143,8 @@ def _fsdp(launch: Launch, cfg: dict[str, Any], path: Path, per_node: int) -> set
         key = "fsdp_sharding_strategy" if "fsdp_sharding_strategy" in fsdp or reshard is None \
             else "fsdp_reshard_after_forward"
         value = fsdp.get(key, "FULL_SHARD")
-        if isinstance(value, str) and value.isdigit():
-            value = int(value)
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 3:
+            value = int(value)  # "1" as accelerate's older configs write the strategy's number
         stage, hybrid = choice(launch, value, f"fsdp_config.{key}", _STRATEGY_OF)
         used.add(f"fsdp_config.{key}")
         if stage == 0:

@@ -11,6 +11,7 @@ was taken, defaulted (absent: the launcher's own default applies, as it would th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,9 +88,15 @@ def shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+_WHOLE = re.compile(r"-?[0-9]+")
+"""A whole number written out in ASCII digits (not "--5", not "²", which str.isdigit takes)."""
+
+
 def integer(launch: Launch, value: Any, key: str, minimum: int = 1) -> int:
     """A whole number in [minimum, 2**53]; a YAML or argument string of digits is one too."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and value.isascii():
+    if isinstance(value, str) and _WHOLE.fullmatch(value.strip()):
+        if len(value.strip()) > 4000:  # int() refuses past 4300 digits; 2**53 has 16
+            raise launch.fail(f"{key} = {brief(value)} must be between {minimum} and 2**53")
         value = int(value)
     if not is_finite_number(value) or value != int(value):
         raise launch.fail(f"{key} must be a whole number, got {brief(value)}")
@@ -111,7 +118,7 @@ def choice(launch: Launch, value: Any, key: str, mapping: dict[Any, Any]) -> Any
     """mapping[value] (strings compared without case), or one line naming what is modeled."""
     found = value.upper() if isinstance(value, str) else value
     table = {k.upper() if isinstance(k, str) else k: v for k, v in mapping.items()}
-    if isinstance(found, bool) or found not in table:
+    if not isinstance(found, (str, int, float)) or isinstance(found, bool) or found not in table:
         known = ", ".join(str(k) for k in mapping)
         raise launch.fail(f"{key} = {brief(value)} is not modeled (zerosim knows {known})")
     return table[found]

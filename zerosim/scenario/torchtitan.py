@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zerosim.errors import InputError
+from zerosim.errors import InputError, brief
 from zerosim.files import check_nesting, read_text
 from zerosim.scenario.launch import Launch, boolean, choice, integer, unused_keys
 from zerosim.scenario.parse import TOMLDecodeError, parse_toml
@@ -184,7 +184,11 @@ def _model(launch: Launch, model: dict[str, Any], used: set[str]) -> None:
     assets = model.get("hf_assets_path")
     config = Path(assets) / "config.json" if isinstance(assets, str) else None
     used.update(("model.name", "model.flavor", "model.hf_assets_path"))
-    found = config is not None and config.is_file()
+    try:
+        found = config is not None and config.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL
+        raise launch.fail(f"model.hf_assets_path = {brief(assets)} is not a folder name this "
+                          f"system can open") from None
     if found:
         launch.model_if_open = {"name": name, "hf_config": str(config.resolve())}
     where = f"{assets}/config.json not found, " if isinstance(assets, str) and not found else ""
